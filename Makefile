@@ -1,0 +1,30 @@
+# `make demo` and `make test` do all set-up on a fresh machine: they create .venv and install
+# samsa with every extra and test dependency before running.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[fast,test,bench]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/samsa broker --data-dir ./samsa-data
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/produce.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) samsa-data

@@ -1,0 +1,1 @@
+"""The partition log: segments, producer state and its snapshots."""
