@@ -98,7 +98,9 @@ class RecordBatchView:
 
     def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
         if len(buf) - pos < HEADER_SIZE:
-            raise InvalidBatchError(ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header")
+            raise InvalidBatchError(
+                ErrorCode.CORRUPT_MESSAGE, "record batch shorter than its header"
+            )
         (
             self.base_offset,
             self.batch_length,
@@ -243,9 +245,7 @@ def scan_batches(buf: bytes | memoryview, *, check_crc: bool = True) -> ScanResu
         if pos + view.size > end:
             problem = f"torn batch at byte {pos}"
             break
-        if view.last_offset_delta < 0 or (
-            batches and view.base_offset < batches[-1].next_offset
-        ):
+        if view.last_offset_delta < 0 or (batches and view.base_offset < batches[-1].next_offset):
             problem = f"non-monotonic offsets at byte {pos}"
             break
         if check_crc and not view.crc_is_valid():

@@ -1,0 +1,5 @@
+import sys
+
+from samsa.cli import main
+
+sys.exit(main())

@@ -1,0 +1,133 @@
+"""The broker's domain state: topics and logs, producer ids, durability; no sockets here.
+
+Handlers (``broker/handlers/``) translate requests into calls on :class:`Broker`;
+``broker/server.py`` owns the sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+
+from samsa.log.log import AppendResult, Log, LogConfig
+
+from samsa.broker.config import BrokerConfig
+from samsa.broker.flusher import Flusher
+from samsa.broker.producer_ids import ProducerIdAllocator
+from samsa.broker.topics import Partition, TopicError, TopicManager
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.records import RecordBatchView
+
+log = logging.getLogger("samsa.broker")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = config.data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = config.cluster_id or _load_cluster_id(self.data_dir, config.broker_id)
+        self.log_config = LogConfig(
+            segment_bytes=config.log_segment_bytes,
+            index_interval_bytes=config.log_index_interval_bytes,
+            flush_interval_messages=config.log_flush_interval_messages,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            max_message_bytes=config.message_max_bytes,
+        )
+        self.topics = TopicManager(self.data_dir, self.log_config)
+        self.producer_ids = ProducerIdAllocator(self.data_dir)
+        self.flusher = Flusher()
+        self._expiry_task: asyncio.Task[None] | None = None
+
+    @property
+    def node_id(self) -> int:
+        return self.config.broker_id
+
+    def start(self) -> None:
+        self.topics.load(now_ms())
+
+    def start_background_tasks(self) -> None:
+        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_producers())
+
+    async def _expire_producers(self) -> None:
+        interval = self.config.producer_id_expiration_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = now_ms()
+            for p in self.topics.partitions():
+                p.log.remove_expired_producers(now)
+
+    def close(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+        self.topics.close(now_ms())
+        log.info("broker closed: logs flushed, producer-state snapshots written")
+
+    # --- topics -----------------------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int | None = None) -> None:
+        n = num_partitions if num_partitions and num_partitions > 0 else self.config.num_partitions
+        self.topics.create(name, n, now_ms())
+
+    def partition_or_error(
+        self, topic: str, index: int, *, auto_create: bool = False
+    ) -> Partition | ErrorCode:
+        p = self.topics.get_partition(topic, index)
+        if p is not None:
+            return p
+        if (
+            auto_create
+            and self.config.auto_create_topics_enable
+            and topic not in self.topics.topics
+        ):
+            try:
+                self.create_topic(topic)
+            except TopicError as exc:
+                return exc.code
+            p = self.topics.get_partition(topic, index)
+            if p is not None:
+                return p
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    # --- produce ----------------------------------------------------------------------
+
+    def append(self, partition: Partition, batch: RecordBatchView) -> AppendResult:
+        result = partition.log.append(batch, now_ms())
+        if result.error == ErrorCode.NONE and not result.duplicate:
+            partition.notify()
+        return result
+
+    def needs_flush(self, plog: Log) -> bool:
+        return plog.unflushed_messages >= self.config.log_flush_interval_messages
+
+    def flush(self, plog: Log) -> asyncio.Future[None]:
+        return self.flusher.flush(plog)
+
+
+def _load_cluster_id(data_dir: Path, broker_id: int) -> str:
+    """Kafka keeps the cluster id in ``meta.properties``; so do we (created at first start)."""
+    path = data_dir / "meta.properties"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "cluster.id":
+                return value.strip()
+    cluster_id = _random_cluster_id()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={broker_id}\n")
+    os.replace(tmp, path)
+    return cluster_id
+
+
+def _random_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

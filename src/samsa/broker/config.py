@@ -1,0 +1,124 @@
+"""Broker settings, under Kafka's names where Kafka has one.
+
+A config file is a Java-style properties file (``key=value`` lines, ``#`` comments), like
+Kafka's ``server.properties``; command-line flags override it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+
+# Kafka name -> attribute name
+_KAFKA_NAMES: dict[str, str] = {
+    "num.partitions": "num_partitions",
+    "auto.create.topics.enable": "auto_create_topics_enable",
+    "log.segment.bytes": "log_segment_bytes",
+    "log.index.interval.bytes": "log_index_interval_bytes",
+    "producer.id.expiration.ms": "producer_id_expiration_ms",
+    "producer.id.expiration.check.interval.ms": "producer_id_expiration_check_interval_ms",
+    "log.flush.interval.messages": "log_flush_interval_messages",
+    "message.max.bytes": "message_max_bytes",
+    "socket.request.max.bytes": "socket_request_max_bytes",
+    "broker.id": "broker_id",
+    "node.id": "broker_id",
+    "log.dirs": "data_dir",
+    "log.dir": "data_dir",
+    "default.replication.factor": "default_replication_factor",
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    data_dir: Path = Path("./samsa-data")
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    broker_id: int = 0
+    cluster_id: str | None = None  # kept in the data dir's meta.properties; created at first start
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    log_segment_bytes: int = 1_073_741_824
+    log_index_interval_bytes: int = 4096
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
+    log_flush_interval_messages: int = LONG_MAX
+    message_max_bytes: int = 1_048_588
+    socket_request_max_bytes: int = 104_857_600
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return (self.advertised_host or self.host, self.advertised_port or self.port)
+
+    def with_overrides(self, **overrides: Any) -> BrokerConfig:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def with_properties(self, props: dict[str, str]) -> BrokerConfig:
+        """Apply Kafka-named settings; unknown names are an error rather than ignored."""
+        types = {f.name: f.type for f in fields(self)}
+        values: dict[str, Any] = {}
+        for key, raw in props.items():
+            if key == "listeners" or key == "advertised.listeners":
+                host, port = parse_host_port(raw.split("://")[-1].split(",")[0])
+                if key == "listeners":
+                    values["host"], values["port"] = host, port
+                else:
+                    values["advertised_host"], values["advertised_port"] = host, port
+                continue
+            attr = _KAFKA_NAMES.get(key)
+            if attr is None:
+                raise ConfigError(f"unknown setting {key!r}")
+            values[attr] = _convert(key, raw, str(types[attr]))
+        return replace(self, **values)
+
+
+def _convert(key: str, raw: str, type_name: str) -> Any:
+    raw = raw.strip()
+    try:
+        if "bool" in type_name:
+            if raw.lower() not in ("true", "false"):
+                raise ValueError(raw)
+            return raw.lower() == "true"
+        if "Path" in type_name:
+            return Path(raw.split(",")[0])
+        if "int" in type_name:
+            return int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}: {raw!r} is not a valid {type_name}") from None
+    return raw
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"line {lineno}: expected key=value, got {line!r}")
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props
+
+
+def load_config_file(path: Path) -> dict[str, str]:
+    try:
+        return parse_properties(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)

@@ -1,0 +1,74 @@
+"""CreateTopics: one partition directory per partition; replication factor must be 1."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.topics import TopicError, validate_topic_name
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.CREATE_TOPICS
+_ZERO = uuid.UUID(int=0)
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    results = []
+    seen: set[str] = set()
+    for t in request.topics:
+        code, message = _create(broker, t, request.validate_only, t.name in seen)
+        seen.add(t.name)
+        topic = broker.topics.topics.get(t.name)
+        n = len(topic.partitions) if topic and code == ErrorCode.NONE else -1
+        results.append(
+            make(
+                K,
+                v,
+                "CreatableTopicResult",
+                name=t.name,
+                topic_id=topic.topic_id if topic and code == ErrorCode.NONE else _ZERO,
+                error_code=code,
+                error_message=message,
+                topic_config_error_code=0,
+                num_partitions=n,
+                replication_factor=1 if n > 0 else -1,
+                configs=() if code == ErrorCode.NONE else None,
+            )
+        )
+    return encode_response(
+        K, v, make(K, v, "CreateTopicsResponse", throttle_time=0, topics=tuple(results))
+    )
+
+
+def _create(
+    broker: Broker, t: Any, validate_only: bool, repeated: bool
+) -> tuple[ErrorCode, str | None]:
+    if repeated:
+        return ErrorCode.INVALID_REQUEST, "topic named twice in one request"
+    if t.replication_factor not in (-1, 1):
+        return (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {t.replication_factor} is larger than the 1 available broker",
+        )
+    if t.assignments:
+        return ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
+    n = t.num_partitions if t.num_partitions != -1 else broker.config.num_partitions
+    try:
+        validate_topic_name(t.name)
+        if n < 1:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS, f"number of partitions must be >= 1, got {n}"
+            )
+        if t.name in broker.topics.topics:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+        if not validate_only:
+            broker.create_topic(t.name, n)
+    except TopicError as exc:
+        return exc.code, str(exc)
+    return ErrorCode.NONE, None

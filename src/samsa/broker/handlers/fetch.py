@@ -1,0 +1,112 @@
+"""Fetch: whole batches straight from the log, with long polling.
+
+Record bytes go from ``os.pread`` into the response pieces without another copy. When less
+than ``min_bytes`` is available the request waits (up to ``max_wait``) for an append to any
+of its partitions, then reads again. Fetch sessions (KIP-227) are not kept: we answer with
+session id 0, which tells clients to keep sending full fetch requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from samsa.log.log import OffsetOutOfRangeError
+
+from samsa.broker.handlers._base import HandlerResult, RequestContext
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.hotpath import FetchPartitionResult, encode_fetch_response
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+    from samsa.broker.topics import Partition
+
+READ_COMMITTED = 1
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
+    results, size, partitions, errors = _read_all(broker, request)
+    wait_ms = int(request.max_wait.total_seconds() * 1000)
+    if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
+        return encode_fetch_response(ctx.version, results)
+    return _long_poll(broker, ctx, request, partitions, wait_ms)
+
+
+async def _long_poll(
+    broker: Broker, ctx: RequestContext, request: Any, partitions: list[Partition], wait_ms: int
+) -> list[bytes]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        fut: asyncio.Future[None] = loop.create_future()
+        for p in partitions:
+            p.wait_for_data(fut)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fut, remaining)
+        results, size, partitions, errors = _read_all(broker, request)
+        if size >= request.min_bytes or errors or not partitions:
+            return encode_fetch_response(ctx.version, results)
+    results, _, _, _ = _read_all(broker, request)
+    return encode_fetch_response(ctx.version, results)
+
+
+def _read_all(
+    broker: Broker, request: Any
+) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    budget = getattr(request, "max_bytes", 0x7FFFFFFF)
+    total = 0
+    errors = False
+    found: list[Partition] = []
+    results = []
+    for topic in request.topics:
+        out = []
+        for req in topic.partitions:
+            partition = broker.topics.get_partition(topic.topic, req.partition)
+            if partition is None:
+                out.append(
+                    FetchPartitionResult(req.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                )
+                errors = True
+                continue
+            found.append(partition)
+            plog = partition.log
+            max_bytes = max(0, min(req.partition_max_bytes, budget - total))
+            try:
+                read = plog.read(
+                    req.fetch_offset,
+                    max_bytes,
+                    min_one_batch=total == 0,
+                    max_offset=plog.last_stable_offset if read_committed else None,
+                )
+            except OffsetOutOfRangeError:
+                out.append(
+                    FetchPartitionResult(
+                        req.partition,
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        plog.high_watermark,
+                        plog.last_stable_offset,
+                        plog.log_start_offset,
+                    )
+                )
+                errors = True
+                continue
+            total += read.size
+            out.append(
+                FetchPartitionResult(
+                    req.partition,
+                    ErrorCode.NONE,
+                    read.high_watermark,
+                    read.last_stable_offset,
+                    read.log_start_offset,
+                    [] if read_committed else None,
+                    read.chunks,
+                    read.size,
+                )
+            )
+        results.append((topic.topic, out))
+    return results, total, found, errors

@@ -1,0 +1,75 @@
+"""ListOffsets: earliest (-2), latest (-1), and first offset at or after a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.LIST_OFFSETS
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for req in topic.partitions:
+            code, ts, offset = _lookup(
+                broker, topic.name, req.partition_index, req.timestamp, read_committed
+            )
+            parts.append(
+                make(
+                    K,
+                    v,
+                    "ListOffsetsPartitionResponse",
+                    partition_index=req.partition_index,
+                    error_code=code,
+                    timestamp=ts,
+                    offset=offset,
+                    leader_epoch=0,
+                )
+            )
+        topics.append(
+            make(K, v, "ListOffsetsTopicResponse", name=topic.name, partitions=tuple(parts))
+        )
+    return encode_response(
+        K, v, make(K, v, "ListOffsetsResponse", throttle_time=0, topics=tuple(topics))
+    )
+
+
+def _lookup(
+    broker: Broker, topic: str, index: int, timestamp: int, read_committed: bool
+) -> tuple[ErrorCode, int, int]:
+    partition = broker.topics.get_partition(topic, index)
+    if partition is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+    plog = partition.log
+    if timestamp == EARLIEST:
+        return ErrorCode.NONE, -1, plog.log_start_offset
+    if timestamp == LATEST:
+        return (
+            ErrorCode.NONE,
+            -1,
+            plog.last_stable_offset if read_committed else plog.high_watermark,
+        )
+    if timestamp == MAX_TIMESTAMP or timestamp < 0:
+        if timestamp == MAX_TIMESTAMP:
+            found = plog.max_timestamp_offset()
+            return (ErrorCode.NONE, *found) if found else (ErrorCode.NONE, -1, -1)
+        return ErrorCode.UNSUPPORTED_VERSION, -1, -1
+    hit = plog.offset_for_timestamp(timestamp)
+    if hit is None:
+        return ErrorCode.NONE, -1, -1
+    offset, ts = hit
+    return ErrorCode.NONE, ts, offset

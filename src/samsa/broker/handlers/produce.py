@@ -1,0 +1,101 @@
+"""Produce: validate each partition's batch, append it, answer with offsets.
+
+Partitions are independent (rule 7): each gets its own error code. With acks=0 nothing is
+sent back; with acks=1 or -1 the response waits for the fsync round when
+``log.flush.interval.messages`` says the append must be flushed (there are no followers,
+so -1 and 1 are the same durability otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import HandlerResult, RequestContext
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_response
+from samsa.protocol.records import InvalidBatchError, validate_produce_batch
+
+if TYPE_CHECKING:
+    from samsa.log.log import Log
+
+    from samsa.broker.broker import Broker
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
+    if request.transactional_id is not None:
+        # Transactions arrive with the transaction coordinator; until then refuse clearly.
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        results = [
+            (
+                t.name,
+                [
+                    ProducePartitionResult(
+                        p.index, code, error_message="transactions are not supported yet"
+                    )
+                    for p in t.partition_data
+                ],
+            )
+            for t in request.topic_data
+        ]
+        return None if request.acks == 0 else encode_produce_response(ctx.version, results)
+    to_flush: set[Log] = set()
+    results = []
+    for topic in request.topic_data:
+        partitions = []
+        for pdata in topic.partition_data:
+            partitions.append(_append_one(broker, topic.name, pdata, to_flush))
+        results.append((topic.name, partitions))
+    if request.acks == 0:
+        if to_flush:
+            for plog in to_flush:
+                broker.flush(plog)
+        return None
+    body = encode_produce_response(ctx.version, results)
+    if not to_flush:
+        return body
+    return _after_flush(broker, to_flush, body)
+
+
+async def _after_flush(broker: Broker, logs: set[Log], body: bytes) -> bytes:
+    await asyncio.gather(*(broker.flush(plog) for plog in logs))
+    return body
+
+
+def _append_one(
+    broker: Broker, topic: str, pdata: Any, to_flush: set[Log]
+) -> ProducePartitionResult:
+    index = pdata.index
+    partition = broker.partition_or_error(topic, index, auto_create=True)
+    if isinstance(partition, ErrorCode):
+        return ProducePartitionResult(index, partition)
+    records = pdata.records
+    if records is None:
+        return ProducePartitionResult(index, ErrorCode.INVALID_RECORD, error_message="no records")
+    try:
+        batch = validate_produce_batch(records)
+    except InvalidBatchError as exc:
+        return ProducePartitionResult(index, exc.code, error_message=str(exc))
+    result = broker.append(partition, batch)
+    plog = partition.log
+    if result.error != ErrorCode.NONE:
+        return ProducePartitionResult(
+            index,
+            result.error,
+            log_start_offset=plog.log_start_offset,
+            error_message=result.message,
+        )
+    # A duplicate's original append may still be waiting for its fsync: wait for it too.
+    if (
+        (plog.unflushed_messages
+        and broker.needs_flush(plog))
+        or (
+            result.duplicate
+            and plog.unflushed_messages
+            and broker.config.log_flush_interval_messages <= 1
+        )
+    ):
+        to_flush.add(plog)
+    return ProducePartitionResult(
+        index, ErrorCode.NONE, result.base_offset, result.log_append_time, plog.log_start_offset
+    )

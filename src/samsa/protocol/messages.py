@@ -1,0 +1,165 @@
+"""Request and response (de)serialisation through kio's generated Kafka schemas.
+
+kio has one dataclass per (API, version), generated from Kafka's JSON message definitions,
+with a native reader. This module looks the classes up once per (API, version) and caches
+the reader and writer. The hot responses (Produce, Fetch) are encoded in
+:mod:`samsa.protocol.hotpath` instead; everything else goes through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import sys
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+
+from samsa.protocol.framing import FrameError
+
+
+class ApiKey:
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+
+
+def api_name(api_key: int) -> str:
+    return api_key_map.get(api_key, f"api-{api_key}")
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any]:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+@cache
+def _reader(api_key: int, version: int) -> Any:
+    return entity_reader(request_class(api_key, version))
+
+
+@cache
+def _request_writer(api_key: int, version: int) -> Any:
+    return entity_writer(request_class(api_key, version))
+
+
+@cache
+def _response_writer(api_key: int, version: int) -> Any:
+    return entity_writer(response_class(api_key, version))
+
+
+@cache
+def _response_reader(api_key: int, version: int) -> Any:
+    return entity_reader(response_class(api_key, version))
+
+
+def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+    """The kio request entity in ``frame[offset:]``; a malformed body is a FrameError."""
+    try:
+        entity, size = _reader(api_key, version)(frame, offset)
+    except Exception as exc:  # kio raises several types for malformed input
+        raise FrameError(f"malformed {api_name(api_key)} v{version} request: {exc}") from exc
+    if offset + size != len(frame):
+        raise FrameError(
+            f"{api_name(api_key)} v{version} request has {len(frame) - offset - size} "
+            "trailing bytes"
+        )
+    return entity
+
+
+def encode_response(api_key: int, version: int, entity: Any) -> bytes:
+    buf = io.BytesIO()
+    _response_writer(api_key, version)(buf, entity)
+    return buf.getvalue()
+
+
+def encode_request(api_key: int, version: int, entity: Any) -> bytes:
+    buf = io.BytesIO()
+    _request_writer(api_key, version)(buf, entity)
+    return buf.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+    entity, _size = _response_reader(api_key, version)(frame, offset)
+    return entity
+
+
+def entity_module(api_key: int, version: int, response: bool = True) -> Any:
+    cls = response_class(api_key, version) if response else request_class(api_key, version)
+    return sys.modules[cls.__module__]
+
+
+def make(api_key: int, version: int, class_name: str, /, **values: Any) -> Any:
+    """Build kio entity ``class_name`` of (api_key, version)'s response schema.
+
+    Values for fields this version does not have are dropped, so one handler serves every
+    version; plain ints are converted for error-code and duration fields.
+    """
+    cls = getattr(entity_module(api_key, version), class_name)
+    return _construct(cls, values)
+
+
+def make_request(api_key: int, version: int, class_name: str, /, **values: Any) -> Any:
+    cls = getattr(entity_module(api_key, version, response=False), class_name)
+    return _construct(cls, values)
+
+
+def _construct(cls: type[Any], values: dict[str, Any]) -> Any:
+    kinds = _field_kinds(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        kind = kinds.get(name)
+        if kind is None and name not in kinds:
+            continue
+        if kind == "error_code" and not isinstance(value, KioErrorCode):
+            value = KioErrorCode(int(value))
+        elif kind in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+            value = datetime.timedelta(milliseconds=value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+@cache
+def _field_kinds(cls: type[Any]) -> dict[str, str | None]:
+    return {f.name: f.metadata.get("kafka_type") for f in dataclasses.fields(cls)}

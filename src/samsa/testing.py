@@ -1,0 +1,164 @@
+"""Raw-protocol helpers for tests and load generators: build requests as kio entities.
+
+These speak the wire protocol directly (no client logic), so a test can send exactly the
+batch a rule is about: a retry, a gap, a stale epoch, a corrupt CRC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import NewRecord, build_batch
+
+PRODUCE_VERSION = 9
+FETCH_VERSION = 12
+
+
+def idempotent_batch(
+    producer_id: int,
+    epoch: int,
+    base_sequence: int,
+    count: int = 1,
+    *,
+    value: bytes = b"x",
+    timestamp: int = 1_700_000_000_000,
+) -> bytes:
+    return build_batch(
+        [NewRecord(value=value + b"-%d" % i, timestamp=timestamp) for i in range(count)],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def produce_request(
+    partitions: dict[tuple[str, int], bytes],
+    *,
+    acks: int = -1,
+    timeout_ms: int = 10_000,
+    version: int = PRODUCE_VERSION,
+) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), records in partitions.items():
+        by_topic.setdefault(topic, []).append(
+            make_request(
+                ApiKey.PRODUCE, version, "PartitionProduceData", index=index, records=records
+            )
+        )
+    return make_request(
+        ApiKey.PRODUCE,
+        version,
+        "ProduceRequest",
+        transactional_id=None,
+        acks=acks,
+        timeout=timeout_ms,
+        topic_data=tuple(
+            make_request(
+                ApiKey.PRODUCE, version, "TopicProduceData", name=t, partition_data=tuple(p)
+            )
+            for t, p in by_topic.items()
+        ),
+    )
+
+
+def fetch_request(
+    partitions: dict[tuple[str, int], int],
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 10 * 1024 * 1024,
+    isolation_level: int = 0,
+    version: int = FETCH_VERSION,
+) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), offset in partitions.items():
+        by_topic.setdefault(topic, []).append(
+            make_request(
+                ApiKey.FETCH,
+                version,
+                "FetchPartition",
+                partition=index,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=partition_max_bytes,
+            )
+        )
+    return make_request(
+        ApiKey.FETCH,
+        version,
+        "FetchRequest",
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        topics=tuple(
+            make_request(ApiKey.FETCH, version, "FetchTopic", topic=t, partitions=tuple(p))
+            for t, p in by_topic.items()
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def create_topic(conn: BlockingConnection, name: str, partitions: int = 1) -> int:
+    """Create a topic; returns the error code (0 on success)."""
+    v = 7
+    req = make_request(
+        ApiKey.CREATE_TOPICS,
+        v,
+        "CreateTopicsRequest",
+        topics=(
+            make_request(
+                ApiKey.CREATE_TOPICS,
+                v,
+                "CreatableTopic",
+                name=name,
+                num_partitions=partitions,
+                replication_factor=1,
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=10_000,
+        validate_only=False,
+    )
+    resp = conn.request(ApiKey.CREATE_TOPICS, v, req)
+    return int(resp.topics[0].error_code)
+
+
+def init_producer_id(
+    conn: BlockingConnection, transactional_id: str | None = None
+) -> tuple[int, int, int]:
+    """(error code, producer id, epoch)."""
+    v = 4
+    req = make_request(
+        ApiKey.INIT_PRODUCER_ID,
+        v,
+        "InitProducerIdRequest",
+        transactional_id=transactional_id,
+        transaction_timeout=60_000,
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    resp = conn.request(ApiKey.INIT_PRODUCER_ID, v, req)
+    return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
+
+
+def produce_one(
+    conn: BlockingConnection, topic: str, partition: int, records: bytes, *, acks: int = -1
+) -> tuple[int, int]:
+    """Send one batch; returns (error code, base offset)."""
+    resp = conn.request(
+        ApiKey.PRODUCE, PRODUCE_VERSION, produce_request({(topic, partition): records}, acks=acks)
+    )
+    p = resp.responses[0].partition_responses[0]
+    return int(p.error_code), int(p.base_offset)

@@ -1,0 +1,120 @@
+"""Shared fixtures: brokers run as real processes on free ports of 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
+
+
+class BrokerProcess:
+    """A ``samsa broker`` subprocess; ``port`` stays fixed across restarts."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.overrides = overrides or {}
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+        self.log: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "samsa",
+            "broker",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        for key, value in self.overrides.items():
+            cmd += ["--override", f"{key}={value}"]
+        self.proc = subprocess.Popen(
+            cmd,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        ready = threading.Event()
+        proc = self.proc
+
+        def pump() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                self.log.append(line.rstrip("\n"))
+                m = READY.search(line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start:\n" + "\n".join(self.log[-30:]))
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, nothing flushed beyond what reached the OS."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait for the clean shutdown."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode if self.proc else None
+
+    def log_contains(self, text: str) -> bool:
+        return any(text in line for line in self.log)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
+    started: list[BrokerProcess] = []
+
+    class Factory(BrokerProcess):
+        def __init__(self, data_dir: Path | None = None, overrides: dict[str, str] | None = None):
+            super().__init__(data_dir or tmp_path / f"data{len(started)}", overrides)
+            started.append(self)
+
+    yield Factory
+    for b in started:
+        b.stop()
+
+
+@pytest.fixture
+def broker(broker_factory: type[BrokerProcess]) -> BrokerProcess:
+    return broker_factory().start()
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("shared")).start()
+    yield b
+    b.stop()

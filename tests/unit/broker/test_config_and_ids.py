@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from samsa.broker.config import BrokerConfig, ConfigError, parse_properties
+from samsa.broker.producer_ids import ProducerIdAllocator
+
+
+def test_kafka_names_are_understood() -> None:
+    props = parse_properties(
+        "# comment\nnum.partitions=3\nlog.flush.interval.messages = 1\n"
+        "auto.create.topics.enable=false\nlisteners=PLAINTEXT://127.0.0.1:9999\n"
+    )
+    c = BrokerConfig().with_properties(props)
+    assert (c.num_partitions, c.log_flush_interval_messages, c.auto_create_topics_enable) == (
+        3,
+        1,
+        False,
+    )
+    assert c.advertised == ("127.0.0.1", 9999)
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown setting"):
+        BrokerConfig().with_properties({"no.such.thing": "1"})
+    with pytest.raises(ConfigError, match="not a valid"):
+        BrokerConfig().with_properties({"num.partitions": "many"})
+
+
+def test_producer_ids_never_reused_across_restarts(tmp_path: Path) -> None:
+    first = ProducerIdAllocator(tmp_path, block_size=10)
+    ids = [first.allocate() for _ in range(15)]
+    # A crash right now: the new allocator starts past every block reserved so far.
+    second = ProducerIdAllocator(tmp_path, block_size=10)
+    later = [second.allocate() for _ in range(15)]
+    assert len(set(ids + later)) == 30
+    assert min(later) > max(ids)
+
+
+def test_corrupt_producer_id_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "producer-ids").write_text("garbage")
+    with pytest.raises(RuntimeError, match="corrupt"):
+        ProducerIdAllocator(tmp_path)
