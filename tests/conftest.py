@@ -93,6 +93,17 @@ class BrokerProcess:
     def log_contains(self, text: str) -> bool:
         return any(text in line for line in self.log)
 
+    def wait_for_log(self, text: str, *, after: int = 0, timeout: float = 5.0) -> str | None:
+        """The first line at or after index ``after`` containing ``text``, waiting for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log[after:]:
+                if text in line:
+                    return line
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:

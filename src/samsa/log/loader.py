@@ -1,0 +1,319 @@
+"""Opening a partition directory: find the segments, repair what a crash may have damaged,
+rebuild the producer state.
+
+Theory of operation
+-------------------
+What is on disk after a crash: every batch that ``append`` wrote is in the file (it reached the
+kernel before the append returned), but only data below the *recovery point* is known to have
+been fsynced; after a power loss the tail of any later segment may hold a torn batch, garbage or
+zeros. Index files are written lazily and are never trusted over the log.
+
+1. A ``clean-shutdown`` marker (written by ``Log.close`` after everything was flushed, holding
+   the log end offset) is read and removed, durably, before anything else: a crash from now on
+   must not look clean.
+2. Stray ``*.tmp`` files and indexes without a ``.log`` are removed; every ``<base>.log`` is
+   opened (indexes are loaded lazily, and rebuilt if missing or corrupt).
+3. Clean shutdown: only the active segment's tail is walked from its last index entry to find
+   the log end offset; if that walk fails or disagrees with the marker, fall through to 4.
+   Unclean: every segment from the one holding the recovery point on is scanned with CRC
+   checks (Kafka's "unflushed segments"). At the first bad batch the segment is truncated
+   there, with a warning that says how many bytes and why, and all later segments are deleted:
+   the log stays a gap-free prefix of what was written. Scanned segments get fresh indexes.
+4. Producer state: snapshots above the log end are deleted (they describe data that is gone),
+   the newest readable snapshot at or below it is loaded (corrupt ones are skipped), and every
+   batch with a producer id after the snapshot's offset is replayed, unvalidated, as the live
+   append path would have applied it. Without a snapshot the whole log is replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from samsa.log.producer_state import BatchAppend, ProducerAppendInfo, ProducerStateManager
+from samsa.log.segment import CorruptSegmentError, LogSegment
+from samsa.log.snapshot import delete_snapshots_above, latest_valid_snapshot
+from samsa.protocol.records import TRANSACTIONAL_FLAG, RecordBatchView
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+_CHECKPOINT_VERSION = 0
+_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+
+
+@dataclass(slots=True)
+class LoadReport:
+    """What opening the log did (for logs, metrics and tests)."""
+
+    clean_shutdown: bool = False  # a clean-shutdown marker was found
+    recovered_segments: int = 0  # segments scanned with CRC checks
+    truncated_bytes: int = 0
+    deleted_segments: int = 0
+    snapshot_offset: int | None = None  # producer-state snapshot loaded, if any
+    replayed_batches: int = 0  # producer batches replayed after the snapshot
+
+
+@dataclass(slots=True)
+class LoadedLog:
+    segments: list[LogSegment]
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    producer_state: ProducerStateManager
+    report: LoadReport = field(default_factory=LoadReport)
+    created_segment: bool = False  # a new segment file whose directory entry is not yet synced
+
+
+# -- small durable files ------------------------------------------------------------------------
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make creations, renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _read_offset_file(path: Path) -> int | None:
+    """The offset in a ``version\\noffset\\n`` file; None if missing or unreadable."""
+    try:
+        lines = path.read_text().split("\n")
+        if int(lines[0]) != _CHECKPOINT_VERSION:
+            raise ValueError(f"version {lines[0]}")
+        offset = int(lines[1])
+        if offset < 0:
+            raise ValueError(f"negative offset {offset}")
+        return offset
+    except FileNotFoundError:
+        return None
+    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return None
+
+
+def write_recovery_point(directory: Path, offset: int) -> None:
+    _write_durably(directory / RECOVERY_POINT_FILE, f"{_CHECKPOINT_VERSION}\n{offset}\n")
+
+
+def read_recovery_point(directory: Path) -> int:
+    return _read_offset_file(directory / RECOVERY_POINT_FILE) or 0
+
+
+def write_clean_shutdown(directory: Path, log_end_offset: int) -> None:
+    _write_durably(directory / CLEAN_SHUTDOWN_FILE, f"{_CHECKPOINT_VERSION}\n{log_end_offset}\n")
+
+
+def _take_clean_shutdown(directory: Path) -> int | None:
+    """Read and durably remove the marker; the log end offset it recorded, if clean."""
+    path = directory / CLEAN_SHUTDOWN_FILE
+    if not path.exists():
+        return None
+    leo = _read_offset_file(path)
+    path.unlink()
+    fsync_dir(directory)
+    return leo
+
+
+# -- producer state -----------------------------------------------------------------------------
+
+
+def batch_append_of(view: RecordBatchView) -> BatchAppend:
+    """The producer-state view of a batch header."""
+    return BatchAppend(
+        view.producer_id,
+        view.producer_epoch,
+        view.base_sequence,
+        view.last_sequence,
+        view.max_timestamp,
+        bool(view.attributes & TRANSACTIONAL_FLAG),
+    )
+
+
+def _load_producer_state(
+    directory: Path,
+    segments: list[LogSegment],
+    log_start_offset: int,
+    log_end_offset: int,
+    expiration_ms: int,
+    now_ms: int,
+    report: LoadReport,
+) -> ProducerStateManager:
+    state = ProducerStateManager(expiration_ms)
+    delete_snapshots_above(directory, log_end_offset)
+    snapshot = latest_valid_snapshot(directory, at_or_below=log_end_offset)
+    if snapshot is not None and snapshot[0] >= log_start_offset:
+        start, entries = snapshot
+        state.load(entries, start, now_ms)
+        report.snapshot_offset = start
+    else:
+        start = log_start_offset
+        state.truncate_and_reload(start)
+    if start < log_end_offset:
+        first = max(bisect_right([s.base_offset for s in segments], start) - 1, 0)
+        try:
+            for seg in segments[first:]:
+                for view in seg.iter_batches_from(max(start, seg.base_offset)):
+                    if view.producer_id < 0 or view.base_offset < start:
+                        continue
+                    info = state.prepare_update(batch_append_of(view), now_ms, validate=False)
+                    if isinstance(info, ProducerAppendInfo):
+                        state.update(info, view.base_offset, view.last_offset)
+                        report.replayed_batches += 1
+        except CorruptSegmentError as exc:
+            # Below the recovery point the log is trusted; if it is damaged anyway, serve what
+            # is readable rather than refuse to open the partition.
+            log.error("producer state replay stopped early in %s: %s", directory, exc)
+    state.map_end_offset = log_end_offset
+    state.remove_expired_producers(now_ms)
+    return state
+
+
+# -- segments -----------------------------------------------------------------------------------
+
+
+def _list_segments(directory: Path) -> list[int]:
+    """Base offsets of the ``.log`` files; removes temporary files and orphaned indexes."""
+    logs: set[int] = set()
+    indexes: list[tuple[int, str]] = []
+    for name in os.listdir(directory):
+        if name.endswith(".tmp"):
+            log.info("removing leftover temporary file %s/%s", directory, name)
+            (directory / name).unlink(missing_ok=True)
+            continue
+        m = _SEGMENT_FILE_RE.match(name)
+        if m is None:
+            continue
+        if m.group(2) == "log":
+            logs.add(int(m.group(1)))
+        else:
+            indexes.append((int(m.group(1)), name))
+    for base, name in indexes:
+        if base not in logs:
+            log.warning("removing orphaned index %s/%s", directory, name)
+            (directory / name).unlink(missing_ok=True)
+    return sorted(logs)
+
+
+def _recover(
+    directory: Path, segments: list[LogSegment], recovery_point: int, report: LoadReport
+) -> None:
+    """Scan the segments that may hold unflushed data; truncate at the first bad batch."""
+    first = max(bisect_right([s.base_offset for s in segments], recovery_point) - 1, 0)
+    min_offset = segments[first].base_offset
+    for i in range(first, len(segments)):
+        seg = segments[i]
+        log.info("recovering segment %s (%d bytes)", seg.path, seg.size)
+        outcome = seg.recover(min_offset)
+        seg.dirty = True  # not known to be fsynced: the next flush must sync it
+        report.recovered_segments += 1
+        if outcome.problem is not None:
+            log.warning(
+                "truncated %d bytes from %s at byte %d (%d good batches kept): %s",
+                outcome.truncated_bytes,
+                seg.path,
+                outcome.valid_bytes,
+                outcome.batches,
+                outcome.problem,
+            )
+            report.truncated_bytes += outcome.truncated_bytes
+            for later in segments[i + 1 :]:
+                log.warning("deleting segment %s, which follows a corrupt one", later.path)
+                later.delete()
+                report.deleted_segments += 1
+            del segments[i + 1 :]
+            # Make the cut durable now: otherwise a crash could bring the damage (or the
+            # deleted segments, after a gap) back.
+            seg.fsync_data()
+            fsync_dir(directory)
+            return
+        if i < len(segments) - 1:
+            seg.seal()
+        assert seg.next_offset is not None
+        min_offset = seg.next_offset
+
+
+def load_log(
+    directory: Path,
+    *,
+    index_interval_bytes: int,
+    producer_id_expiration_ms: int,
+    now_ms: int,
+) -> LoadedLog:
+    """Open (creating if needed) the partition directory and return its recovered state."""
+    directory.mkdir(parents=True, exist_ok=True)
+    report = LoadReport()
+    clean_leo = _take_clean_shutdown(directory)
+    report.clean_shutdown = clean_leo is not None
+    segments: list[LogSegment] = []
+    try:
+        for base in _list_segments(directory):
+            segments.append(LogSegment.open(directory, base, index_interval_bytes))
+        checkpoint = read_recovery_point(directory)
+        needs_recovery = clean_leo is None
+        if not needs_recovery and segments:
+            active = segments[-1]
+            if not active.load_tail():
+                needs_recovery = True
+            elif active.next_offset != clean_leo:
+                log.warning(
+                    "%s: log end offset %s differs from the clean-shutdown marker's %s",
+                    directory,
+                    active.next_offset,
+                    clean_leo,
+                )
+                needs_recovery = True
+            if needs_recovery:
+                log.warning("%s: clean shutdown marker found but the log needs recovery", directory)
+        if needs_recovery and segments:
+            _recover(directory, segments, checkpoint, report)
+        elif segments:
+            log.info("%s: clean shutdown, skipping recovery", directory)
+        created = False
+        if not segments:
+            segments.append(LogSegment.create(directory, 0, index_interval_bytes))
+            created = True
+        active = segments[-1]
+        assert active.next_offset is not None
+        log_end_offset = active.next_offset
+        log_start_offset = segments[0].base_offset
+        recovery_point = log_end_offset if not needs_recovery else min(checkpoint, log_end_offset)
+        producer_state = _load_producer_state(
+            directory,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            producer_id_expiration_ms,
+            now_ms,
+            report,
+        )
+    except BaseException:
+        for seg in segments:
+            seg.close()
+        raise
+    return LoadedLog(
+        segments,
+        log_start_offset,
+        log_end_offset,
+        recovery_point,
+        producer_state,
+        report,
+        created,
+    )

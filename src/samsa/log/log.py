@@ -1,0 +1,393 @@
+"""The partition log (Kafka's ``UnifiedLog``/``LocalLog`` for one partition directory).
+
+Theory of operation
+-------------------
+A partition is a directory of segments ``<20-digit base offset>.log``, each with a sparse offset
+index and time index, plus producer-state snapshots ``<offset>.snapshot``, a recovery-point
+checkpoint and, between a clean close and the next open, a clean-shutdown marker.
+
+Append (event-loop thread): size check; producer-state ``prepare_update`` for batches with a
+producer id, which may answer "duplicate" (original offsets, nothing written) or an error
+(nothing written); roll to a new segment if the batch would overflow ``segment_bytes`` or the
+int32 relative offsets (snapshotting producer state at the new base offset); one ``os.writev``
+of the 8-byte base offset and the rest of the batch, untouched, so the batch is in the kernel
+before ``append`` returns and survives ``kill -9``; index bookkeeping in memory; and only then
+producer-state ``update``. A failed write is cut back off the file, so a batch is all or nothing.
+
+Flush (any thread, usually a worker): under the lock it only notes the log end offset, the
+segments written since the last flush and their pending index bytes; the fsyncs happen outside
+the lock while appends go on. The recovery point becomes that offset. Its checkpoint file only
+matters at segment granularity (recovery rescans from the segment holding it), so it is written,
+after syncing the indexes of the segments it moves past, only when it enters a new segment, and
+on close: fsync-per-append costs one ``fdatasync``.
+
+Read (event-loop thread): the segment holding the offset is found by bisection on base offsets,
+the batch holding it by the offset index plus a short header walk, the end by the byte budget,
+``max_offset`` and the high watermark, rounded down to a batch boundary (or one whole batch if
+``min_one_batch``); each segment's part is a single ``os.pread``.
+
+Open runs :mod:`samsa.log.loader`: recovery of whatever was not known to be flushed, then
+producer state from the newest valid snapshot plus the log after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from samsa.log.index import INT32_MAX
+from samsa.log.loader import (
+    LoadReport,
+    batch_append_of,
+    fsync_dir,
+    load_log,
+    write_clean_shutdown,
+    write_recovery_point,
+)
+from samsa.log.producer_state import Duplicate, ProducerStateManager, Rejected
+from samsa.log.segment import LogSegment
+from samsa.log.snapshot import delete_snapshots_below, write_snapshot
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.records import LOG_OVERHEAD, RecordBatchView
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1_073_741_824  # log.segment.bytes
+    index_interval_bytes: int = 4096
+    flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages (the broker flushes)
+    producer_id_expiration_ms: int = 86_400_000
+    max_message_bytes: int = 1_048_588  # message.max.bytes: larger batches get MESSAGE_TOO_LARGE
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error: ErrorCode  # ErrorCode.NONE on success or duplicate
+    base_offset: int = -1  # assigned base offset, or the ORIGINAL base offset of a duplicate
+    last_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    duplicate: bool = False
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    chunks: list[bytes]  # whole batches, in order, ready to put in a Fetch response
+    size: int  # total bytes
+    high_watermark: int
+    log_start_offset: int
+    last_stable_offset: int  # == high watermark until transactions exist
+
+
+class OffsetOutOfRangeError(Exception):
+    """A fetch offset below the log start or above the log end (OFFSET_OUT_OF_RANGE)."""
+
+
+class Log:
+    """One partition's log. Appends and reads belong to one thread; ``flush`` may run on
+    another."""
+
+    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+        loaded = load_log(
+            directory,
+            index_interval_bytes=config.index_interval_bytes,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            now_ms=now_ms,
+        )
+        self.directory = directory
+        self.config = config
+        self.producer_state: ProducerStateManager = loaded.producer_state
+        self.log_start_offset = loaded.log_start_offset
+        self.log_end_offset = loaded.log_end_offset
+        self.recovery_point = loaded.recovery_point
+        self.unflushed_messages = 0
+        self.load_report: LoadReport = loaded.report
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in self._segments]
+        self._active = self._segments[-1]
+        self._dirty = [s for s in self._segments if s.dirty]
+        self._dir_dirty = loaded.created_segment
+        # Base of the segment holding the checkpointed recovery point (see flush).
+        self._checkpoint_base = self._segment_base(self.recovery_point)
+        self._lock = threading.Lock()  # append/roll vs. flush bookkeeping
+        self._flush_lock = threading.Lock()  # one flush at a time; close waits for it
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> Log:
+        """Open or create the log in ``directory``, recovering it if needed."""
+        return cls(Path(directory), config, now_ms)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset  # single broker, no replication
+
+    @property
+    def last_stable_offset(self) -> int:
+        # No transactions yet: everything below the high watermark is stable.
+        return self.high_watermark
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def append(self, batch: RecordBatchView, now_ms: int) -> AppendResult:
+        """Append a client batch that passed ``validate_produce_batch``."""
+        return self._append(batch, now_ms, True)
+
+    def append_raw(self, batch: RecordBatchView, now_ms: int) -> AppendResult:
+        """Append a broker-written batch (control markers): producer state is not validated."""
+        return self._append(batch, now_ms, False)
+
+    def _append(self, batch: RecordBatchView, now_ms: int, validate: bool) -> AppendResult:
+        if self._closed:
+            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
+        size = batch.batch_length + LOG_OVERHEAD
+        if size > self.config.max_message_bytes:
+            return AppendResult(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                log_start_offset=self.log_start_offset,
+                message=f"batch of {size} bytes exceeds {self.config.max_message_bytes}",
+            )
+        info = None
+        if batch.producer_id >= 0:
+            outcome = self.producer_state.prepare_update(
+                batch_append_of(batch), now_ms, validate=validate
+            )
+            if type(outcome) is Duplicate:
+                # Kafka answers a duplicate with its original offsets and stored timestamp.
+                return AppendResult(
+                    ErrorCode.NONE,
+                    outcome.first_offset,
+                    outcome.last_offset,
+                    outcome.timestamp_ms,
+                    self.log_start_offset,
+                    duplicate=True,
+                )
+            if type(outcome) is Rejected:
+                return AppendResult(
+                    outcome.error, log_start_offset=self.log_start_offset, message=outcome.message
+                )
+            info = outcome
+        with self._lock:
+            if self._closed:  # closed while the batch was being validated
+                return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
+            base = self.log_end_offset
+            last = base + batch.last_offset_delta
+            seg = self._active
+            try:
+                if seg.size and (
+                    seg.size + size > self.config.segment_bytes
+                    or last - seg.base_offset > INT32_MAX
+                ):
+                    seg = self._roll(base)
+                seg.append(batch, base, last)
+            except OSError as exc:
+                log.error("append to %s failed: %s", self.directory, exc)
+                return AppendResult(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    log_start_offset=self.log_start_offset,
+                    message=f"append failed: {exc}",
+                )
+            if not seg.dirty:
+                seg.dirty = True
+                self._dirty.append(seg)
+            self.log_end_offset = last + 1
+            self.unflushed_messages += batch.record_count
+        if info is not None:
+            self.producer_state.update(info, base, last)
+        return AppendResult(ErrorCode.NONE, base, last, -1, self.log_start_offset)
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (called under the lock)."""
+        old = self._active
+        seg = LogSegment.create(self.directory, base_offset, self.config.index_interval_bytes)
+        old.seal()
+        if not old.dirty:  # its sealing time-index entry still has to reach the file
+            old.dirty = True
+            self._dirty.append(old)
+        self._segments.append(seg)
+        self._bases.append(base_offset)
+        self._active = seg
+        self._dir_dirty = True
+        try:
+            write_snapshot(self.directory, base_offset, self.producer_state.entries())
+        except OSError:
+            # Only an optimisation for recovery, which falls back to an older snapshot.
+            log.exception("cannot write the producer-state snapshot of %s", seg.path)
+        log.info("rolled %s to a new segment at offset %d", self.directory, base_offset)
+        return seg
+
+    # -- read -----------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool = True,
+        max_offset: int | None = None,
+    ) -> ReadResult:
+        """Whole batches from the one containing ``offset``: at most ``max_bytes`` (but one
+        whole batch anyway if ``min_one_batch``, KIP-74), none holding offsets at or past
+        ``max_offset`` or the high watermark."""
+        log_start = self.log_start_offset
+        end = self.log_end_offset
+        if offset < log_start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{log_start}, {end}] of {self.directory}"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        chunks: list[bytes] = []
+        total = 0
+        if offset < limit:
+            segments = self._segments
+            bases = self._bases
+            count = len(segments)
+            i = max(bisect_right(bases, offset) - 1, 0)
+            target = offset
+            budget = max_bytes
+            while i < count:
+                seg = segments[i]
+                if seg.base_offset >= limit:
+                    break
+                found = seg.translate(target)
+                i += 1
+                if found is None:
+                    if i < count:
+                        target = bases[i]
+                    continue
+                start, first = found
+                # Batches holding `limit` or later offsets are left out.
+                if (i < count and bases[i] <= limit) or (seg is self._active and limit >= end):
+                    stop = seg.size
+                else:
+                    at_limit = seg.translate(limit)
+                    stop = at_limit[0] if at_limit is not None else seg.size
+                if start >= stop:
+                    break
+                want = start + max(budget, 0)
+                stop_at = stop if want >= stop else seg.boundary_at_or_below(start, want)
+                if stop_at == start:
+                    if not (min_one_batch and not chunks):
+                        break
+                    stop_at = start + first.size
+                data = seg.read(start, stop_at - start)
+                chunks.append(data)
+                total += len(data)
+                budget -= len(data)
+                if stop_at < seg.size or budget <= 0 or i >= count:
+                    break
+                target = bases[i]
+        return ReadResult(chunks, total, end, log_start, end)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """ListOffsets by time: (offset, timestamp) of the first record whose timestamp is
+        >= ``timestamp_ms``, or None. Special values (-1 latest, -2 earliest) are the
+        caller's to handle."""
+        for seg in list(self._segments):
+            if seg.max_timestamp >= timestamp_ms:
+                found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (KIP-734): (timestamp, offset) of the record with the
+        largest timestamp (the earliest such record on ties), or None for an empty log."""
+        best: tuple[int, int] | None = None
+        for seg in list(self._segments):
+            if seg.max_timestamp > (best[0] if best else -1):
+                best = (seg.max_timestamp, seg.offset_of_max_timestamp)
+        return best
+
+    # -- durability and lifecycle ---------------------------------------------------------------
+
+    def _segment_base(self, offset: int) -> int:
+        i = bisect_right(self._bases, offset) - 1
+        return self._bases[max(i, 0)]
+
+    def flush(self) -> None:
+        """fsync everything appended so far and advance the recovery point to it."""
+        with self._flush_lock:
+            if self._closed:
+                return
+            self._flush_locked(force_checkpoint=False)
+
+    def _flush_locked(self, *, force_checkpoint: bool) -> None:
+        with self._lock:
+            target = self.log_end_offset
+            work = [(seg, seg.take_pending()) for seg in self._dirty]
+            for seg, _ in work:
+                seg.dirty = False
+            self._dirty = []
+            dir_dirty = self._dir_dirty
+            self._dir_dirty = False
+            self.unflushed_messages = 0
+            segments = list(self._segments)
+            bases = list(self._bases)
+        for seg, pending in work:
+            seg.write_pending(pending)
+            seg.fsync_data()
+        if dir_dirty:
+            fsync_dir(self.directory)  # new segment files must not vanish in a crash
+        new_base = bases[max(bisect_right(bases, target) - 1, 0)]
+        if force_checkpoint or new_base != self._checkpoint_base:
+            # Recovery will no longer rescan the segments below new_base: their indexes too
+            # must be durable before the checkpoint says so.
+            for seg in segments:
+                if seg.index_unsynced and (seg.base_offset < new_base or force_checkpoint):
+                    seg.fsync_indexes()
+            write_recovery_point(self.directory, target)
+            self._checkpoint_base = new_base
+        self.recovery_point = target
+
+    def close(self, now_ms: int) -> None:
+        """Flush, snapshot producer state at the log end, mark the shutdown clean."""
+        with self._flush_lock:
+            if self._closed:
+                return
+            with self._lock:
+                self._closed = True  # no appends from here on
+                self._active.seal()  # as Kafka does: the time index records the max timestamp
+                if not self._active.dirty:
+                    self._active.dirty = True
+                    self._dirty.append(self._active)
+            self._flush_locked(force_checkpoint=True)
+            end = self.log_end_offset
+            write_snapshot(self.directory, end, self.producer_state.entries())
+            delete_snapshots_below(self.directory, end)
+            write_clean_shutdown(self.directory, end)
+            self._close_files()
+
+    def _close_files(self) -> None:
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory."""
+        with self._flush_lock:
+            self._close_files()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def remove_expired_producers(self, now_ms: int) -> None:
+        expired = self.producer_state.remove_expired_producers(now_ms)
+        if expired:
+            log.info("%s: expired %d producer(s)", self.directory, len(expired))

@@ -1,0 +1,312 @@
+"""Per-partition producer state: the bookkeeping behind idempotence and transactions.
+
+Theory of operation
+-------------------
+Idempotent and transactional producers stamp every batch with a producer id, an epoch and a
+sequence range. For each partition the broker keeps one :class:`ProducerStateEntry` per producer
+id: its current epoch, the last :data:`NUM_BATCHES_TO_RETAIN` batches it wrote here (sequence range
+-> offsets, oldest first), the timestamp of its last write and the first offset of its open
+transaction on this partition, if any.
+
+Appending is split in two so that state only reflects batches that really reached the log (rule 8):
+
+1. :meth:`ProducerStateManager.prepare_update` checks the batch against the entry *without touching
+   it* and answers :class:`Duplicate` (a retry of a retained batch: reply with its original offsets
+   and write nothing), :class:`Rejected` (the error code for this partition), or a
+   :class:`ProducerAppendInfo`.
+2. The caller appends the batch to the log and then calls :meth:`ProducerStateManager.update` with
+   the offsets it got, which records the batch.
+
+Client batches are checked in Kafka's order: duplicate detection first (rule 6), then the epoch
+(47, rule 2), then the sequence (45, rules 3-5), then the transaction state (48). Recovery replays
+batch headers from the log with ``validate=False``: the log is the truth, so nothing is checked.
+
+A producer is forgotten when it has been idle for ``producer_id_expiration_ms`` without an open
+transaction (rule 12, :meth:`~ProducerStateManager.remove_expired_producers`, also applied by
+:meth:`~ProducerStateManager.load`), or when retention removed all of its records
+(:meth:`~ProducerStateManager.remove_producers_below`). Either way it then counts as unknown, and
+its next batch is accepted with any sequence (rule 5). As in Kafka, "idle" is measured from the max
+timestamp of the producer's last batch.
+
+This module is pure: no I/O and no clock (time comes in as ``now_ms``). Persisting the state is
+:mod:`samsa.log.snapshot`'s job; :attr:`ProducerStateManager.map_end_offset` says which log offset
+the state reflects, so recovery knows where to resume replaying the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from samsa.protocol.errors import ErrorCode
+
+NO_SEQUENCE = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NUM_BATCHES_TO_RETAIN = 5
+
+_MAX_SEQUENCE = 2**31 - 1  # sequences are int32 and wrap to 0 after this
+
+
+def next_sequence(seq: int, increment: int) -> int:
+    """``seq + increment``, wrapping from 2**31-1 to 0 as the Java producer does."""
+    if seq > _MAX_SEQUENCE - increment:
+        return increment - (_MAX_SEQUENCE - seq) - 1
+    return seq + increment
+
+
+def last_sequence_of(first_seq: int, last_offset_delta: int) -> int:
+    """The last sequence of a batch starting at ``first_seq`` (NO_SEQUENCE stays NO_SEQUENCE)."""
+    if first_seq == NO_SEQUENCE:
+        return NO_SEQUENCE
+    return next_sequence(first_seq, last_offset_delta)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int  # the batch's max timestamp (or log-append time)
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    epoch: int
+    batches: list[BatchMetadata]  # oldest first, at most NUM_BATCHES_TO_RETAIN
+    last_timestamp_ms: int  # max timestamp of the last batch written; drives expiry
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def first_offset(self) -> int:
+        return self.batches[0].first_offset if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAppend:
+    """The batch-header fields that matter to producer state."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+    max_timestamp_ms: int
+    is_transactional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A retry of a retained batch: answer success with these original offsets, write nothing."""
+
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    error: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerAppendInfo:
+    """A batch that passed validation and may be appended; apply it with ``update`` afterwards.
+
+    It carries the batch rather than a precomputed entry: ``update`` derives the new state from the
+    entry as it is when the append completed, so the manager is never left holding a stale copy.
+    """
+
+    producer_id: int
+    batch: BatchAppend
+
+
+class ProducerStateManager:
+    """Producer id -> :class:`ProducerStateEntry` for one partition."""
+
+    def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
+        self._expiration_ms = producer_id_expiration_ms
+        self._producers: dict[int, ProducerStateEntry] = {}
+        # The log offset the state reflects up to (exclusive): recovery replays the log from here.
+        self.map_end_offset = 0
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerStateManager(producers={len(self._producers)}, "
+            f"map_end_offset={self.map_end_offset})"
+        )
+
+    # -- the append path ------------------------------------------------------------------------
+
+    def prepare_update(
+        self, batch: BatchAppend, now_ms: int, *, validate: bool = True
+    ) -> Duplicate | Rejected | ProducerAppendInfo:
+        """Validate ``batch`` against the producer's state without changing anything.
+
+        ``now_ms`` is accepted for symmetry with the rest of the log API; validation does not
+        depend on it, because expiry only happens through ``remove_expired_producers`` and
+        ``load`` (as in Kafka, where a not yet swept producer still gets duplicate detection).
+        """
+        pid = batch.producer_id
+        if pid < 0:
+            # Batches without a producer id carry no producer state; passing one here is a bug.
+            raise ValueError(f"batch has no producer id ({pid})")
+        info = ProducerAppendInfo(pid, batch)
+        if not validate:
+            return info
+        if batch.first_seq < 0 or batch.last_seq < 0:
+            return Rejected(
+                ErrorCode.INVALID_RECORD,
+                f"producer {pid} sent a batch with a negative sequence "
+                f"({batch.first_seq}..{batch.last_seq})",
+            )
+
+        entry = self._producers.get(pid)
+        if entry is None or entry.epoch == NO_PRODUCER_EPOCH:
+            # Rule 5: new, expired or retention-removed producer: any first sequence starts it.
+            return info
+
+        if batch.epoch == entry.epoch:
+            # Rule 6 runs before the sequence check: a retry of any retained batch is answered
+            # with its original offsets. Only an exact (first, last) match counts.
+            for meta in entry.batches:
+                if meta.first_seq == batch.first_seq and meta.last_seq == batch.last_seq:
+                    return Duplicate(meta.first_offset, meta.last_offset, meta.timestamp_ms)
+            expected = next_sequence(entry.last_seq, 1)  # NO_SEQUENCE -> 0
+            if batch.first_seq != expected:
+                return Rejected(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"out of order sequence for producer {pid} epoch {batch.epoch}: got "
+                    f"{batch.first_seq}, expected {expected}",
+                )
+        elif batch.epoch < entry.epoch:
+            return Rejected(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {pid} epoch {batch.epoch} is older than the current epoch {entry.epoch}",
+            )
+        elif batch.first_seq != 0:
+            # Rule 3 (KIP-360): a producer that bumped its own epoch restarts its sequences at 0.
+            return Rejected(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {pid} new epoch {batch.epoch} (was {entry.epoch}) must start at "
+                f"sequence 0, got {batch.first_seq}",
+            )
+
+        if entry.current_txn_first_offset is not None and not batch.is_transactional:
+            return Rejected(
+                ErrorCode.INVALID_TXN_STATE,
+                f"non-transactional batch from producer {pid} while its transaction started at "
+                f"offset {entry.current_txn_first_offset} is open",
+            )
+        return info
+
+    def update(self, info: ProducerAppendInfo, first_offset: int, last_offset: int) -> None:
+        """Record a batch that was appended to the log at ``[first_offset, last_offset]``."""
+        if last_offset < first_offset:
+            raise ValueError(f"last offset {last_offset} is below first offset {first_offset}")
+        batch = info.batch
+        meta = BatchMetadata(
+            batch.first_seq, batch.last_seq, first_offset, last_offset, batch.max_timestamp_ms
+        )
+        entry = self._producers.get(info.producer_id)
+        if entry is None:
+            entry = ProducerStateEntry(
+                info.producer_id, batch.epoch, [meta], batch.max_timestamp_ms
+            )
+            self._producers[info.producer_id] = entry
+        else:
+            batches = entry.batches
+            if entry.epoch != batch.epoch:
+                # Sequences restart with a new epoch, so the old ranges can never match again.
+                # An open transaction stays open: only its marker closes it.
+                batches.clear()
+                entry.epoch = batch.epoch
+            overflow = len(batches) - NUM_BATCHES_TO_RETAIN + 1
+            if overflow > 0:
+                del batches[:overflow]
+            batches.append(meta)
+            entry.last_timestamp_ms = batch.max_timestamp_ms
+        if batch.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+        self.map_end_offset = last_offset + 1
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        """The live entry (not a copy), or None for a producer unknown on this partition."""
+        return self._producers.get(producer_id)
+
+    def entries(self) -> list[ProducerStateEntry]:
+        """All live entries, for snapshots and DescribeProducers."""
+        return list(self._producers.values())
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def load(self, entries: Iterable[ProducerStateEntry], map_end_offset: int, now_ms: int) -> None:
+        """Replace the state with ``entries`` (from a snapshot), dropping expired producers.
+
+        Entries are copied so the manager never shares mutable state with its caller.
+        """
+        producers: dict[int, ProducerStateEntry] = {}
+        for e in entries:
+            if self._is_expired(e, now_ms):
+                continue
+            producers[e.producer_id] = ProducerStateEntry(
+                e.producer_id,
+                e.epoch,
+                e.batches[-NUM_BATCHES_TO_RETAIN:],  # a slice: a fresh list
+                e.last_timestamp_ms,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+            )
+        self._producers = producers
+        self.map_end_offset = map_end_offset
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Drop producers idle for the expiration time without an open transaction (rule 12)."""
+        expired = [pid for pid, e in self._producers.items() if self._is_expired(e, now_ms)]
+        for pid in expired:
+            del self._producers[pid]
+        return expired
+
+    def remove_producers_below(self, log_start_offset: int) -> None:
+        """Forget producers none of whose records survive below ``log_start_offset``.
+
+        Their last write is gone, so their state cannot be rebuilt from the log either; dropping it
+        now keeps a restarted broker and a running one in agreement (the producer is unknown).
+        """
+        gone = [pid for pid, e in self._producers.items() if e.last_offset < log_start_offset]
+        for pid in gone:
+            del self._producers[pid]
+        # Nothing below the log start can be replayed, so the state reflects at least up to it.
+        self.map_end_offset = max(self.map_end_offset, log_start_offset)
+
+    def truncate_and_reload(self, map_end_offset: int) -> None:
+        """Forget everything and restart at ``map_end_offset`` (before a rebuild from the log)."""
+        self._producers = {}
+        self.map_end_offset = map_end_offset
+
+    def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        # An open transaction pins the producer: its marker must still find the entry.
+        return (
+            entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp_ms >= self._expiration_ms
+        )

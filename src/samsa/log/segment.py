@@ -1,0 +1,451 @@
+"""One log segment: ``<base offset>.log`` (record batches, back to back, exactly as produced
+except for the base offset) with its sparse ``.index`` and ``.timeindex``.
+
+Appends go straight to the file descriptor with one ``os.writev`` (the new base offset, then
+the batch after its first 8 bytes), so the bytes are in the kernel when ``append`` returns.
+Reads use ``os.pread``. Batch boundaries are found by walking 61-byte headers from the
+nearest index entry, in blocks, never by decoding records.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from samsa.log.index import INT32_MAX, CorruptIndexError, OffsetIndex, TimeIndex, fsync_file
+from samsa.protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    TIMESTAMP_TYPE_FLAG,
+    RecordBatchView,
+    base_offset_prefix,
+    decode_records,
+    scan_batches,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+WALK_BLOCK = 16 * 1024  # bytes read at a time when walking batch headers
+RECOVER_CHUNK = 8 * 1024 * 1024  # bytes read at a time when recovery checks CRCs
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+
+def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+class CorruptSegmentError(Exception):
+    """Bytes that are not a batch where a batch must start (only after outside damage)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryOutcome:
+    valid_bytes: int
+    truncated_bytes: int
+    batches: int
+    problem: str | None  # why bytes were cut off, if any were
+
+
+class LogSegment:
+    __slots__ = (
+        "_indexes_loaded",
+        "_max_timestamp",
+        "_offset_of_max_timestamp",
+        "base_offset",
+        "bytes_since_last_index_entry",
+        "directory",
+        "dirty",
+        "fd",
+        "index_interval_bytes",
+        "index_unsynced",
+        "next_offset",
+        "offset_index",
+        "path",
+        "size",
+        "time_index",
+    )
+
+    def __init__(
+        self, directory: Path, base_offset: int, fd: int, size: int, index_interval_bytes: int
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.fd = fd
+        self.size = size
+        self.index_interval_bytes = index_interval_bytes
+        self.offset_index = OffsetIndex(
+            segment_file(directory, base_offset, INDEX_SUFFIX), base_offset
+        )
+        self.time_index = TimeIndex(
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset
+        )
+        self._indexes_loaded = False
+        self.next_offset: int | None = None  # known once the tail was walked, recovered or appended
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = base_offset
+        self.bytes_since_last_index_entry = 0
+        self.dirty = False  # appended since the last fsync (owned by Log, under its lock)
+        self.index_unsynced = False  # index files written since their last fsync
+
+    # -- opening and closing --------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> LogSegment:
+        path = segment_file(directory, base_offset, LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        seg = cls(directory, base_offset, fd, 0, index_interval_bytes)
+        seg.offset_index.rewrite()  # empty files, so the directory always has all three
+        seg.time_index.rewrite()
+        seg._indexes_loaded = True
+        seg.next_offset = base_offset
+        seg.index_unsynced = True
+        return seg
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> LogSegment:
+        """Open an existing segment; its indexes are loaded on first use."""
+        path = segment_file(directory, base_offset, LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        return cls(directory, base_offset, fd, size, index_interval_bytes)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for p in (self.path, self.offset_index.path, self.time_index.path):
+            p.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def append(self, batch: RecordBatchView, base_offset: int, last_offset: int) -> None:
+        """Write ``batch`` at the end with its base offset replaced; indexes it if due."""
+        pos = self.size
+        start = batch.pos
+        size = batch.batch_length + LOG_OVERHEAD
+        try:
+            written = os.writev(
+                self.fd,
+                (base_offset_prefix(base_offset), memoryview(batch.buf)[start + 8 : start + size]),
+            )
+            if written != size:
+                self._write_rest(batch, base_offset, written)
+        except OSError:
+            self._undo_write(pos)
+            raise
+        self._note_batch(pos, size, last_offset, batch.max_timestamp)
+
+    def _write_rest(self, batch: RecordBatchView, base_offset: int, written: int) -> None:
+        # Short writes on regular files are rare (a full disk); finish or fail the batch whole.
+        data = base_offset_prefix(base_offset) + bytes(
+            memoryview(batch.buf)[batch.pos + 8 : batch.pos + batch.size]
+        )
+        while written < len(data):
+            n = os.write(self.fd, data[written:])
+            if n <= 0:
+                raise OSError(f"no progress writing to {self.path}")
+            written += n
+
+    def _undo_write(self, pos: int) -> None:
+        # A batch is on disk whole or not at all: cut whatever part of it reached the file.
+        try:
+            os.ftruncate(self.fd, pos)
+        except OSError:
+            log.exception("cannot truncate %s back to %d after a failed append", self.path, pos)
+
+    def _note_batch(self, pos: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        """Index bookkeeping for a batch at ``pos`` (Kafka's rule: an entry once more than
+        ``index_interval_bytes`` were written since the previous one)."""
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, pos)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = size
+        else:
+            self.bytes_since_last_index_entry += size
+        self.size = pos + size
+        self.next_offset = last_offset + 1
+
+    def seal(self) -> None:
+        """The segment stops being active: record its max timestamp in the time index."""
+        self._ensure_indexes()
+        self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+
+    # -- flushing -------------------------------------------------------------------------------
+
+    def take_pending(self) -> tuple[bytes, bytes]:
+        """Index bytes not yet written (taken under the log's lock)."""
+        return self.offset_index.take_pending(), self.time_index.take_pending()
+
+    def write_pending(self, pending: tuple[bytes, bytes]) -> None:
+        if pending[0] or pending[1]:
+            self.offset_index.write_pending(pending[0])
+            self.time_index.write_pending(pending[1])
+            self.index_unsynced = True
+
+    def fsync_data(self) -> None:
+        os.fdatasync(self.fd)
+
+    def fsync_indexes(self) -> None:
+        fsync_file(self.offset_index.path)
+        fsync_file(self.time_index.path)
+        self.index_unsynced = False
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        data = os.pread(self.fd, size, position)
+        if len(data) != size:
+            raise CorruptSegmentError(
+                f"{self.path}: short read of {size} bytes at {position} (got {len(data)})"
+            )
+        return data
+
+    def _walk(self, start: int, end: int | None = None) -> Iterator[tuple[int, RecordBatchView]]:
+        """(position, header view) of each batch from ``start`` (a batch boundary) to ``end``."""
+        end = self.size if end is None else end
+        pos = start
+        block = b""
+        block_start = start
+        while pos < end:
+            rel = pos - block_start
+            if rel + HEADER_SIZE > len(block):
+                block_start, rel = pos, 0
+                block = os.pread(self.fd, max(HEADER_SIZE, min(WALK_BLOCK, end - pos)), pos)
+                if len(block) < HEADER_SIZE:
+                    raise CorruptSegmentError(f"{self.path}: torn batch header at byte {pos}")
+            view = RecordBatchView(block, rel)
+            if view.magic != MAGIC_V2 or view.batch_length < _MIN_BATCH_LENGTH:
+                raise CorruptSegmentError(f"{self.path}: no batch header at byte {pos}")
+            if pos + view.size > end:
+                raise CorruptSegmentError(f"{self.path}: torn batch at byte {pos}")
+            yield pos, view
+            pos += view.size
+
+    def translate(self, offset: int) -> tuple[int, RecordBatchView] | None:
+        """Position and header of the first batch whose last offset is >= ``offset`` (the batch
+        containing it, or the next one), or None if the segment ends before ``offset``."""
+        self._ensure_indexes()
+        for pos, view in self._walk(self.offset_index.lookup(offset)):
+            if view.base_offset + view.last_offset_delta >= offset:
+                return pos, view
+        return None
+
+    def boundary_at_or_below(self, start: int, limit: int) -> int:
+        """The last batch boundary in ``[start, limit]``; ``start`` must be a boundary."""
+        if limit >= self.size:
+            return self.size
+        self._ensure_indexes()
+        pos = max(start, self.offset_index.floor_position(limit))
+        for p, view in self._walk(pos):
+            if p + view.size > limit:
+                return p
+        return self.size
+
+    def iter_batches_from(self, offset: int) -> Iterator[RecordBatchView]:
+        """Headers of the batches from the one containing ``offset`` to the end."""
+        found = self.translate(offset)
+        if found is None:
+            return
+        for _pos, view in self._walk(found[0]):
+            yield view
+
+    @property
+    def max_timestamp(self) -> int:
+        self._ensure_indexes()
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        """Last offset of the batch holding the segment's max timestamp."""
+        self._ensure_indexes()
+        return self._offset_of_max_timestamp
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``start_offset`` whose timestamp
+        is >= ``timestamp`` (Kafka's ListOffsets semantics), or None."""
+        self._ensure_indexes()
+        from_offset = max(self.time_index.lookup(timestamp), start_offset)
+        for pos, view in self._walk(self.offset_index.lookup(from_offset)):
+            if view.max_timestamp < timestamp or view.last_offset < start_offset:
+                continue
+            if view.attributes & TIMESTAMP_TYPE_FLAG:
+                # LogAppendTime: every record carries the batch's timestamp.
+                return max(view.base_offset, start_offset), view.max_timestamp
+            try:
+                records = decode_records(RecordBatchView(self.read(pos, view.size)))
+            except ValueError:
+                return max(view.base_offset, start_offset), view.max_timestamp
+            for record in records:
+                if record.timestamp >= timestamp and record.offset >= start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    # -- indexes: loading and rebuilding --------------------------------------------------------
+
+    def _ensure_indexes(self) -> None:
+        if self._indexes_loaded:
+            return
+        try:
+            offset_index = OffsetIndex.load(self.offset_index.path, self.base_offset, self.size)
+            time_index = TimeIndex.load(self.time_index.path, self.base_offset)
+            self._check_last_entry(offset_index)
+        except FileNotFoundError as exc:
+            reason = f"missing {Path(exc.filename or '?').name}"
+        except CorruptIndexError as exc:
+            reason = str(exc)
+        else:
+            self.offset_index = offset_index
+            self.time_index = time_index
+            self._indexes_loaded = True
+            last_time = time_index.last_entry()
+            if last_time is not None:
+                self._max_timestamp, self._offset_of_max_timestamp = last_time
+            return
+        log.warning("rebuilding the indexes of %s: %s", self.path, reason)
+        self.rebuild_indexes()
+
+    def _check_last_entry(self, index: OffsetIndex) -> None:
+        # A structurally sound index may still point anywhere: check that its last entry names
+        # a real batch boundary (one pread; Kafka checks even less).
+        last = index.last_entry()
+        if last is None:
+            return
+        offset, pos = last
+        header = os.pread(self.fd, HEADER_SIZE, pos)
+        if len(header) < HEADER_SIZE:
+            raise CorruptIndexError(f"{index.path.name}: entry beyond the segment")
+        view = RecordBatchView(header)
+        if view.magic != MAGIC_V2 or view.base_offset + view.last_offset_delta != offset:
+            raise CorruptIndexError(
+                f"{index.path.name}: last entry ({offset} at {pos}) does not match the log"
+            )
+
+    def _reset_indexes(self) -> None:
+        self.offset_index = OffsetIndex(self.offset_index.path, self.base_offset)
+        self.time_index = TimeIndex(self.time_index.path, self.base_offset)
+        self._indexes_loaded = True
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = self.base_offset
+        self.bytes_since_last_index_entry = 0
+        self.next_offset = self.base_offset
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batch headers (no CRC check: the data is trusted)."""
+        self._reset_indexes()
+        size = self.size
+        try:
+            for pos, view in self._walk(0, size):
+                self._note_batch(pos, view.size, view.last_offset, view.max_timestamp)
+        except CorruptSegmentError as exc:
+            log.error("indexes of %s only cover its first %d bytes: %s", self.path, self.size, exc)
+        self.size = size
+        self.offset_index.rewrite()
+        self.time_index.rewrite()
+        self.fsync_indexes()
+
+    def load_tail(self) -> bool:
+        """Find the next offset by walking from the last index entry to the end of the file
+        (a clean open of the active segment). False if the tail is not whole batches."""
+        self._ensure_indexes()
+        last = self.offset_index.last_entry()
+        start = last[1] if last is not None else 0
+        next_offset = self.base_offset
+        since = 0
+        try:
+            for pos, view in self._walk(start):
+                next_offset = view.base_offset + view.last_offset_delta + 1
+                since = pos + view.size - start
+                if view.max_timestamp > self._max_timestamp:
+                    self._max_timestamp = view.max_timestamp
+                    self._offset_of_max_timestamp = next_offset - 1
+        except CorruptSegmentError as exc:
+            log.warning("tail of %s is damaged: %s", self.path, exc)
+            return False
+        self.next_offset = next_offset
+        self.bytes_since_last_index_entry = since
+        return True
+
+    def recover(self, min_offset: int) -> RecoveryOutcome:
+        """Check every batch (CRC included), cut the file after the last good one and rebuild
+        the indexes. ``min_offset``: the first batch may not start below it."""
+        self._reset_indexes()
+        file_size = os.fstat(self.fd).st_size
+        expected = max(min_offset, self.base_offset)
+        pos = 0
+        need = 0
+        batches = 0
+        problem: str | None = None
+        while pos < file_size:
+            buf = os.pread(self.fd, min(max(RECOVER_CHUNK, need), file_size - pos), pos)
+            result = scan_batches(buf)
+            bad: tuple[int, str] | None = None
+            for view in result.batches:
+                last = view.base_offset + view.last_offset_delta
+                if view.base_offset < expected:
+                    bad = (view.pos, f"offset {view.base_offset} below expected {expected}")
+                elif last - self.base_offset > INT32_MAX:
+                    bad = (view.pos, f"offset {last} too far from base {self.base_offset}")
+                if bad is not None:
+                    break
+                self._note_batch(pos + view.pos, view.size, last, view.max_timestamp)
+                expected = last + 1
+                batches += 1
+            if bad is not None:
+                problem = f"{bad[1]} at byte {pos + bad[0]}"
+                pos += bad[0]
+                break
+            valid = result.valid_bytes
+            if result.problem is None:
+                pos += valid
+                need = 0
+                continue
+            if pos + len(buf) < file_size:
+                # Maybe the batch is only cut by the end of this chunk: read on from it.
+                rest = len(buf) - valid
+                if rest < HEADER_SIZE:
+                    pos += valid
+                    need = 0
+                    continue
+                view = RecordBatchView(buf, valid)
+                if (
+                    view.magic == MAGIC_V2
+                    and view.batch_length >= _MIN_BATCH_LENGTH
+                    and (valid + view.size > len(buf))
+                ):
+                    pos += valid
+                    need = view.size
+                    continue
+            reason = result.problem.rsplit(" at byte ", 1)[0]
+            pos += valid
+            problem = f"{reason} at byte {pos}"
+            break
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.offset_index.rewrite()
+        self.time_index.rewrite()
+        self.index_unsynced = True
+        return RecoveryOutcome(pos, truncated, batches, problem)
