@@ -1,11 +1,10 @@
-"""The ``samsa`` command line."""
+"""``samsa broker``: run a broker in the foreground."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from pathlib import Path
+from typing import Any
 
 from samsa.broker.config import BrokerConfig, ConfigError, load_config_file, parse_host_port
 
@@ -35,10 +34,7 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="samsa", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
+def register(sub: Any) -> None:
     b = sub.add_parser("broker", help="run a broker in the foreground")
     b.add_argument("--data-dir", help="data directory (default ./samsa-data)")
     b.add_argument("--host", help="listen address (default 127.0.0.1)")
@@ -56,24 +52,3 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Kafka-named setting, e.g. log.flush.interval.messages=1 (repeatable)",
     )
     b.set_defaults(func=_broker)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        return int(args.func(args))
-    except ConfigError as exc:
-        print(f"samsa: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
