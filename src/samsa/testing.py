@@ -6,6 +6,7 @@ batch a rule is about: a retry, a gap, a stale epoch, a corrupt CRC.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from samsa.client._connection import BlockingConnection
@@ -23,10 +24,13 @@ def idempotent_batch(
     count: int = 1,
     *,
     value: bytes = b"x",
-    timestamp: int = 1_700_000_000_000,
+    timestamp: int | None = None,
 ) -> bytes:
+    # Now by default: producer expiry counts from batch timestamps, so an old timestamp
+    # would make the producer expire (and lose its dedup window) at the next restart.
+    ts = time.time_ns() // 1_000_000 if timestamp is None else timestamp
     return build_batch(
-        [NewRecord(value=value + b"-%d" % i, timestamp=timestamp) for i in range(count)],
+        [NewRecord(value=value + b"-%d" % i, timestamp=ts) for i in range(count)],
         producer_id=producer_id,
         producer_epoch=epoch,
         base_sequence=base_sequence,

@@ -309,12 +309,12 @@ class Log:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """ListOffsets MAX_TIMESTAMP (KIP-734): (timestamp, offset) of the record with the
-        largest timestamp (the earliest such record on ties), or None for an empty log."""
-        best: tuple[int, int] | None = None
-        for seg in list(self._segments):
-            if seg.max_timestamp > (best[0] if best else -1):
-                best = (seg.max_timestamp, seg.offset_of_max_timestamp)
-        return best
+        largest timestamp, the earliest such record on ties; None for an empty log."""
+        max_ts = max((seg.max_timestamp for seg in list(self._segments)), default=-1)
+        if max_ts < 0:
+            return None
+        found = self.offset_for_timestamp(max_ts)
+        return None if found is None else (found[1], found[0])
 
     # -- durability and lifecycle ---------------------------------------------------------------
 

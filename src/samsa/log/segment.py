@@ -276,12 +276,6 @@ class LogSegment:
         self._ensure_indexes()
         return self._max_timestamp
 
-    @property
-    def offset_of_max_timestamp(self) -> int:
-        """Last offset of the batch holding the segment's max timestamp."""
-        self._ensure_indexes()
-        return self._offset_of_max_timestamp
-
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``start_offset`` whose timestamp
         is >= ``timestamp`` (Kafka's ListOffsets semantics), or None."""

@@ -97,14 +97,13 @@ def _response_reader(api_key: int, version: int) -> Any:
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
     """The kio request entity in ``frame[offset:]``; a malformed body is a FrameError."""
     try:
-        entity, size = _reader(api_key, version)(frame, offset)
+        entity, _size = _reader(api_key, version)(frame, offset)
     except Exception as exc:  # kio raises several types for malformed input
         raise FrameError(f"malformed {api_name(api_key)} v{version} request: {exc}") from exc
-    if offset + size != len(frame):
-        raise FrameError(
-            f"{api_name(api_key)} v{version} request has {len(frame) - offset - size} "
-            "trailing bytes"
-        )
+    # Bytes after the body are ignored, as Kafka does (it never checks for them).
+    # librdkafka relies on it: its all-topics Metadata v9+ request keeps a 4-byte
+    # placeholder where the compact array length (one varint byte) belongs, so the body
+    # ends with 3 extra bytes.
     return entity
 
 

@@ -15,6 +15,7 @@ K = ApiKey.LIST_OFFSETS
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
 READ_COMMITTED = 1
 
 
@@ -63,10 +64,12 @@ def _lookup(
             -1,
             plog.last_stable_offset if read_committed else plog.high_watermark,
         )
-    if timestamp == MAX_TIMESTAMP or timestamp < 0:
-        if timestamp == MAX_TIMESTAMP:
-            found = plog.max_timestamp_offset()
-            return (ErrorCode.NONE, *found) if found else (ErrorCode.NONE, -1, -1)
+    if timestamp == EARLIEST_LOCAL:
+        return ErrorCode.NONE, -1, plog.log_start_offset  # no tiered storage: local == all
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp_offset()
+        return (ErrorCode.NONE, *found) if found else (ErrorCode.NONE, -1, -1)
+    if timestamp < 0:
         return ErrorCode.UNSUPPORTED_VERSION, -1, -1
     hit = plog.offset_for_timestamp(timestamp)
     if hit is None:
