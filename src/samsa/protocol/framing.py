@@ -39,26 +39,36 @@ class FrameDecoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
+        # Each frame is copied once, into its own ``bytes``: from ``data`` directly when
+        # nothing was pending, else out of the pending buffer through a memoryview.
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            source: bytes | bytearray = buf
+        else:
+            source = data
         frames: list[bytes] = []
         pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_frame_size:
-                raise FrameError(
-                    f"frame of {size} bytes exceeds socket.request.max.bytes "
-                    f"({self.max_frame_size})"
-                    if size > 0
-                    else f"negative frame size {size}"
-                )
-            if end - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        end = len(source)
+        with memoryview(source) as view:
+            while end - pos >= 4:
+                (size,) = _SIZE.unpack_from(source, pos)
+                if size < 0 or size > self.max_frame_size:
+                    raise FrameError(
+                        f"frame of {size} bytes exceeds socket.request.max.bytes "
+                        f"({self.max_frame_size})"
+                        if size > 0
+                        else f"negative frame size {size}"
+                    )
+                if end - pos - 4 < size:
+                    break
+                frames.append(view[pos + 4 : pos + 4 + size].tobytes())
+                pos += 4 + size
+        if source is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < end:
+            buf += data[pos:]
         return frames
 
     @property

@@ -3,6 +3,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from samsa.protocol.framing import (
     FrameDecoder,
@@ -60,3 +62,24 @@ def test_response_framing(flexible: bool) -> None:
     assert size == len(framed) - 4
     cid, off = split_response(framed[4:], flexible)
     assert cid == 5 and framed[4 + off :] == b"xyz"
+
+
+@given(
+    st.lists(st.binary(max_size=300), max_size=8),
+    st.lists(st.integers(1, 400), min_size=1, max_size=30),
+)
+def test_any_split_of_the_stream_gives_the_same_frames(
+    bodies: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+    dec = FrameDecoder(1000)
+    out: list[bytes] = []
+    pos = 0
+    for n in cuts * (len(stream) // max(sum(cuts), 1) + 1):
+        out += dec.feed(stream[pos : pos + n])
+        pos += n
+        if pos >= len(stream):
+            break
+    out += dec.feed(stream[pos:])
+    assert out == bodies
+    assert dec.buffered == 0
