@@ -13,12 +13,11 @@ import time
 import uuid
 from pathlib import Path
 
-from samsa.log.log import AppendResult, Log, LogConfig
-
 from samsa.broker.config import BrokerConfig
 from samsa.broker.flusher import Flusher
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topics import Partition, TopicError, TopicManager
+from samsa.log.log import AppendResult, Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import RecordBatchView
 

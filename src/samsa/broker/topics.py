@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from samsa.log.log import Log, LogConfig
-
 from samsa.protocol.errors import ErrorCode
 
 log = logging.getLogger("samsa.topics")

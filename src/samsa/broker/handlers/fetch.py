@@ -12,9 +12,8 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from samsa.log.log import OffsetOutOfRangeError
-
 from samsa.broker.handlers._base import HandlerResult, RequestContext
+from samsa.log.log import OffsetOutOfRangeError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import FetchPartitionResult, encode_fetch_response
 

@@ -17,9 +17,8 @@ from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_respon
 from samsa.protocol.records import InvalidBatchError, validate_produce_batch
 
 if TYPE_CHECKING:
-    from samsa.log.log import Log
-
     from samsa.broker.broker import Broker
+    from samsa.log.log import Log
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
