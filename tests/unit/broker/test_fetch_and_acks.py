@@ -1,0 +1,126 @@
+"""Fetch semantics over the wire: long poll, min/max bytes, several partitions; acks=0."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.messages import ApiKey
+from samsa.protocol.records import iter_batches
+from samsa.testing import (
+    create_topic,
+    fetch_request,
+    idempotent_batch,
+    produce_one,
+    produce_request,
+)
+
+_names = iter(range(10_000))
+
+
+@pytest.fixture
+def conn(shared_broker) -> BlockingConnection:  # type: ignore[no-untyped-def]
+    with BlockingConnection("127.0.0.1", shared_broker.port) as c:
+        yield c
+
+
+@pytest.fixture
+def topic(conn: BlockingConnection) -> str:
+    name = f"fetch-{next(_names)}"
+    assert create_topic(conn, name, 3) == 0
+    return name
+
+
+def _fetch(conn: BlockingConnection, parts: dict[tuple[str, int], int], **kw: int):  # type: ignore[no-untyped-def]
+    return conn.request(ApiKey.FETCH, 12, fetch_request(parts, **kw))
+
+
+def test_long_poll_returns_when_data_arrives(
+    shared_broker, conn: BlockingConnection, topic: str
+) -> None:  # type: ignore[no-untyped-def]
+    def produce_later() -> None:
+        time.sleep(0.4)
+        with BlockingConnection("127.0.0.1", shared_broker.port) as other:
+            produce_one(other, topic, 1, idempotent_batch(-1, -1, -1, 3))
+
+    t = threading.Thread(target=produce_later)
+    start = time.monotonic()
+    t.start()
+    resp = _fetch(conn, {(topic, 0): 0, (topic, 1): 0}, max_wait_ms=10_000, min_bytes=1)
+    elapsed = time.monotonic() - start
+    t.join()
+    parts = {p.partition_index: p for p in resp.responses[0].partitions}
+    assert 0.3 < elapsed < 5
+    assert [b.record_count for b in iter_batches(parts[1].records or b"")] == [3]
+    assert not parts[0].records
+
+
+def test_long_poll_times_out_empty(conn: BlockingConnection, topic: str) -> None:
+    start = time.monotonic()
+    resp = _fetch(conn, {(topic, 0): 0}, max_wait_ms=300, min_bytes=1)
+    elapsed = time.monotonic() - start
+    assert 0.25 < elapsed < 3
+    assert not resp.responses[0].partitions[0].records
+
+
+def test_min_bytes_waits_for_enough_data(
+    shared_broker, conn: BlockingConnection, topic: str
+) -> None:  # type: ignore[no-untyped-def]
+    one = idempotent_batch(-1, -1, -1, 1)
+    produce_one(conn, topic, 0, one)
+
+    def produce_more() -> None:
+        time.sleep(0.3)
+        with BlockingConnection("127.0.0.1", shared_broker.port) as other:
+            produce_one(other, topic, 0, idempotent_batch(-1, -1, -1, 1))
+
+    t = threading.Thread(target=produce_more)
+    t.start()
+    start = time.monotonic()
+    resp = _fetch(conn, {(topic, 0): 0}, max_wait_ms=10_000, min_bytes=len(one) + 1)
+    t.join()
+    assert 0.2 < time.monotonic() - start < 5
+    assert len(list(iter_batches(resp.responses[0].partitions[0].records or b""))) == 2
+
+
+def test_size_limits(conn: BlockingConnection, topic: str) -> None:
+    batch = idempotent_batch(-1, -1, -1, 10, value=b"v" * 100)
+    for _ in range(5):
+        produce_one(conn, topic, 0, batch)
+        produce_one(conn, topic, 2, batch)
+    size = len(batch)
+    # partition_max_bytes: whole batches that fit, never a partial one.
+    resp = _fetch(conn, {(topic, 0): 0}, partition_max_bytes=size * 2 + 10)
+    assert len(resp.responses[0].partitions[0].records) == size * 2
+    # Too small for one batch: the first batch still comes (KIP-74) ...
+    resp = _fetch(conn, {(topic, 0): 0}, partition_max_bytes=10)
+    assert len(resp.responses[0].partitions[0].records) == size
+    # ... but only for the first partition with data; max_bytes bounds the response.
+    resp = _fetch(conn, {(topic, 0): 0, (topic, 2): 0}, max_bytes=size + 10)
+    parts = {p.partition_index: p for p in resp.responses[0].partitions}
+    assert len(parts[0].records) == size and not parts[2].records
+    # Fetching from inside a batch returns that whole batch (the client skips earlier records).
+    resp = _fetch(conn, {(topic, 2): 15})
+    first = next(iter_batches(resp.responses[0].partitions[0].records))
+    assert first.base_offset == 10
+    assert int(resp.responses[0].partitions[0].high_watermark) == 50
+
+
+def test_offset_out_of_range(conn: BlockingConnection, topic: str) -> None:
+    produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 2))
+    resp = _fetch(conn, {(topic, 0): 3})
+    assert int(resp.responses[0].partitions[0].error_code) == 1  # OFFSET_OUT_OF_RANGE
+    resp = _fetch(conn, {(topic, 0): 2})  # the log end: empty, no error
+    assert int(resp.responses[0].partitions[0].error_code) == 0
+
+
+def test_acks_zero_sends_no_response_but_writes(conn: BlockingConnection, topic: str) -> None:
+    conn.send(
+        ApiKey.PRODUCE, 9, produce_request({(topic, 0): idempotent_batch(-1, -1, -1, 4)}, acks=0)
+    )
+    # The next response on the connection is the fetch's: receive() checks correlation ids.
+    resp = _fetch(conn, {(topic, 0): 0})
+    assert int(resp.responses[0].partitions[0].high_watermark) == 4
