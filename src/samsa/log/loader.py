@@ -34,17 +34,29 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from samsa.log.producer_state import BatchAppend, ProducerAppendInfo, ProducerStateManager
+from samsa.log.producer_state import (
+    BatchAppend,
+    EndTxnAppendInfo,
+    ProducerAppendInfo,
+    ProducerStateManager,
+)
 from samsa.log.segment import CorruptSegmentError, LogSegment
 from samsa.log.snapshot import delete_snapshots_above, latest_valid_snapshot
-from samsa.protocol.records import TRANSACTIONAL_FLAG, RecordBatchView
+from samsa.log.txn_index import AbortedTxn, TransactionIndex
+from samsa.protocol.records import (
+    TRANSACTIONAL_FLAG,
+    ControlType,
+    RecordBatchView,
+    control_type_of,
+    decode_records,
+)
 
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _CHECKPOINT_VERSION = 0
-_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 
 
 @dataclass(slots=True)
@@ -66,6 +78,7 @@ class LoadedLog:
     log_end_offset: int
     recovery_point: int
     producer_state: ProducerStateManager
+    txn_index: TransactionIndex
     report: LoadReport = field(default_factory=LoadReport)
     created_segment: bool = False  # a new segment file whose directory entry is not yet synced
 
@@ -155,6 +168,7 @@ def _load_producer_state(
     expiration_ms: int,
     now_ms: int,
     report: LoadReport,
+    txn_index: TransactionIndex,
 ) -> ProducerStateManager:
     state = ProducerStateManager(expiration_ms)
     delete_snapshots_above(directory, log_end_offset)
@@ -166,12 +180,18 @@ def _load_producer_state(
     else:
         start = log_start_offset
         state.truncate_and_reload(start)
+    # Aborted-transaction entries from `start` on are rebuilt by the replay below.
+    txn_index.load([s.base_offset for s in segments], below=start)
     if start < log_end_offset:
         first = max(bisect_right([s.base_offset for s in segments], start) - 1, 0)
         try:
             for seg in segments[first:]:
                 for view in seg.iter_batches_from(max(start, seg.base_offset)):
                     if view.producer_id < 0 or view.base_offset < start:
+                        continue
+                    if view.is_control:
+                        replay_marker(state, txn_index, seg.base_offset, view)
+                        report.replayed_batches += 1
                         continue
                     info = state.prepare_update(batch_append_of(view), now_ms, validate=False)
                     if isinstance(info, ProducerAppendInfo):
@@ -184,6 +204,39 @@ def _load_producer_state(
     state.map_end_offset = log_end_offset
     state.remove_expired_producers(now_ms)
     return state
+
+
+def replay_marker(
+    state: ProducerStateManager, txn_index: TransactionIndex, segment_base: int,
+    view: RecordBatchView,
+) -> None:
+    """Apply a transaction marker found in the log, as the live path applied it."""
+    try:
+        commit = control_type_of(view) == ControlType.COMMIT
+        coordinator_epoch = _coordinator_epoch_of(view)
+    except ValueError as exc:
+        log.error("unreadable control batch at offset %d: %s", view.base_offset, exc)
+        return
+    info = EndTxnAppendInfo(view.producer_id, view.producer_epoch, coordinator_epoch, commit)
+    completed = state.complete_txn(info, view.base_offset, view.max_timestamp)
+    if completed is not None and completed.is_aborted:
+        lso = state.first_unstable_offset()
+        txn_index.append(
+            segment_base,
+            AbortedTxn(
+                completed.producer_id,
+                completed.first_offset,
+                completed.last_offset,
+                view.base_offset + 1 if lso is None else lso,
+            ),
+        )
+
+
+def _coordinator_epoch_of(view: RecordBatchView) -> int:
+    (record,) = decode_records(view)
+    if record.value is None or len(record.value) < 6:
+        raise ValueError("control record without a coordinator epoch")
+    return int.from_bytes(record.value[2:6], "big", signed=True)
 
 
 # -- segments -----------------------------------------------------------------------------------
@@ -295,6 +348,7 @@ def load_log(
         log_end_offset = active.next_offset
         log_start_offset = segments[0].base_offset
         recovery_point = log_end_offset if not needs_recovery else min(checkpoint, log_end_offset)
+        txn_index = TransactionIndex(directory)
         producer_state = _load_producer_state(
             directory,
             segments,
@@ -303,6 +357,7 @@ def load_log(
             producer_id_expiration_ms,
             now_ms,
             report,
+            txn_index,
         )
     except BaseException:
         for seg in segments:
@@ -314,6 +369,7 @@ def load_log(
         log_end_offset,
         recovery_point,
         producer_state,
+        txn_index,
         report,
         created,
     )

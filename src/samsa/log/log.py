@@ -51,8 +51,14 @@ from samsa.log.loader import (
 from samsa.log.producer_state import Duplicate, ProducerStateManager, Rejected
 from samsa.log.segment import LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
+from samsa.log.txn_index import AbortedTxn, TransactionIndex
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.records import LOG_OVERHEAD, RecordBatchView
+from samsa.protocol.records import (
+    LOG_OVERHEAD,
+    ControlType,
+    RecordBatchView,
+    build_control_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +110,7 @@ class Log:
         self.directory = directory
         self.config = config
         self.producer_state: ProducerStateManager = loaded.producer_state
+        self.txn_index: TransactionIndex = loaded.txn_index
         self.log_start_offset = loaded.log_start_offset
         self.log_end_offset = loaded.log_end_offset
         self.recovery_point = loaded.recovery_point
@@ -131,8 +138,18 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: everything below the high watermark is stable.
-        return self.high_watermark
+        """First offset of the earliest open transaction, else the high watermark (rule 17)."""
+        first = self.producer_state.first_unstable_offset()
+        return self.log_end_offset if first is None else first
+
+    def aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted transactions overlapping the range."""
+        return [
+            (e.producer_id, e.first_offset)
+            for e in self.txn_index.collect(start_offset, upper_bound_offset)
+        ]
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -165,7 +182,7 @@ class Log:
                 message=f"batch of {size} bytes exceeds {self.config.max_message_bytes}",
             )
         info = None
-        if batch.producer_id >= 0:
+        if batch.producer_id >= 0 and not batch.is_control:
             outcome = self.producer_state.prepare_update(
                 batch_append_of(batch), now_ms, validate=validate
             )
@@ -184,6 +201,16 @@ class Log:
                     outcome.error, log_start_offset=self.log_start_offset, message=outcome.message
                 )
             info = outcome
+        written = self._write(batch, size)
+        if isinstance(written, AppendResult):
+            return written
+        base, last = written
+        if info is not None:
+            self.producer_state.update(info, base, last)
+        return AppendResult(ErrorCode.NONE, base, last, -1, self.log_start_offset)
+
+    def _write(self, batch: RecordBatchView, size: int) -> tuple[int, int] | AppendResult:
+        """Assign offsets and write the batch to the active segment (rolling if needed)."""
         with self._lock:
             if self._closed:  # closed while the batch was being validated
                 return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
@@ -209,9 +236,53 @@ class Log:
                 self._dirty.append(seg)
             self.log_end_offset = last + 1
             self.unflushed_messages += batch.record_count
-        if info is not None:
-            self.producer_state.update(info, base, last)
-        return AppendResult(ErrorCode.NONE, base, last, -1, self.log_start_offset)
+        return base, last
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> AppendResult:
+        """Write a COMMIT or ABORT control batch for the producer's transaction (rule 16) and
+        close it here: the last stable offset moves past it, and an aborted one is recorded in
+        the aborted-transaction index for read_committed fetches."""
+        if self._closed:
+            return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
+        info = self.producer_state.prepare_end_txn(
+            producer_id, producer_epoch, coordinator_epoch, commit
+        )
+        if isinstance(info, Rejected):
+            return AppendResult(
+                info.error, log_start_offset=self.log_start_offset, message=info.message
+            )
+        data = build_control_batch(
+            ControlType.COMMIT if commit else ControlType.ABORT,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            now_ms=now_ms,
+        )
+        batch = RecordBatchView(data)
+        written = self._write(batch, len(data))
+        if isinstance(written, AppendResult):
+            return written
+        base, _ = written
+        completed = self.producer_state.complete_txn(info, base, now_ms)
+        if completed is not None and completed.is_aborted:
+            first_unstable = self.producer_state.first_unstable_offset()
+            self.txn_index.append(
+                self._active.base_offset,
+                AbortedTxn(
+                    producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    base + 1 if first_unstable is None else first_unstable,
+                ),
+            )
+        return AppendResult(ErrorCode.NONE, base, base, -1, self.log_start_offset)
 
     def _roll(self, base_offset: int) -> LogSegment:
         """Start a new active segment at ``base_offset`` (called under the lock)."""
@@ -294,7 +365,7 @@ class Log:
                 if stop_at < seg.size or budget <= 0 or i >= count:
                     break
                 target = bases[i]
-        return ReadResult(chunks, total, end, log_start, end)
+        return ReadResult(chunks, total, end, log_start, self.last_stable_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """ListOffsets by time: (offset, timestamp) of the first record whose timestamp is

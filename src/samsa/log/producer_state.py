@@ -136,12 +136,37 @@ class ProducerAppendInfo:
     batch: BatchAppend
 
 
+@dataclass(frozen=True, slots=True)
+class EndTxnAppendInfo:
+    """A validated transaction marker (COMMIT or ABORT) not yet applied: Kafka's
+    ``appendEndTxnMarker`` split in two like batches are."""
+
+    producer_id: int
+    epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker closed on this partition: its data spans
+    ``[first_offset, last_offset]``, the marker being at ``last_offset``."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 class ProducerStateManager:
     """Producer id -> :class:`ProducerStateEntry` for one partition."""
 
     def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
         self._expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
+        # producer id -> first offset of its open transaction here: the last stable offset is
+        # the smallest of these, and it is asked on every read_committed fetch.
+        self._ongoing: dict[int, int] = {}
         # The log offset the state reflects up to (exclusive): recovery replays the log from here.
         self.map_end_offset = 0
 
@@ -246,7 +271,64 @@ class ProducerStateManager:
             entry.last_timestamp_ms = batch.max_timestamp_ms
         if batch.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = first_offset
+            self._ongoing[info.producer_id] = first_offset
         self.map_end_offset = last_offset + 1
+
+    # -- transaction markers --------------------------------------------------------------------
+
+    def prepare_end_txn(
+        self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, *,
+        validate: bool = True,
+    ) -> EndTxnAppendInfo | Rejected:
+        """Check a COMMIT/ABORT marker from the transaction coordinator without applying it.
+
+        A marker may carry a newer epoch than the partition has seen (the coordinator bumped it
+        to fence a zombie); an older epoch or an older coordinator epoch is refused.
+        """
+        info = EndTxnAppendInfo(producer_id, epoch, coordinator_epoch, commit)
+        entry = self._producers.get(producer_id)
+        if not validate or entry is None:
+            return info
+        if epoch < entry.epoch:
+            return Rejected(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"transaction marker for producer {producer_id} has epoch {epoch}, older than "
+                f"the current epoch {entry.epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Rejected(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"transaction marker for producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}",
+            )
+        return info
+
+    def complete_txn(
+        self, info: EndTxnAppendInfo, marker_offset: int, timestamp_ms: int
+    ) -> CompletedTxn | None:
+        """Apply a marker written at ``marker_offset``; returns the transaction it closed, or
+        None when the producer had no open transaction here (markers go to every partition of
+        a transaction, and a retried one may find it already closed)."""
+        entry = self._producers.get(info.producer_id)
+        if entry is None:
+            entry = ProducerStateEntry(info.producer_id, info.epoch, [], timestamp_ms)
+            self._producers[info.producer_id] = entry
+        elif entry.epoch != info.epoch:
+            entry.batches.clear()  # sequences restart with the new epoch
+            entry.epoch = info.epoch
+        entry.coordinator_epoch = info.coordinator_epoch
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        first = entry.current_txn_first_offset
+        entry.current_txn_first_offset = None
+        self._ongoing.pop(info.producer_id, None)
+        self.map_end_offset = marker_offset + 1
+        if first is None:
+            return None
+        return CompletedTxn(info.producer_id, first, marker_offset, not info.commit)
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction (the last stable offset), if any."""
+        return min(self._ongoing.values()) if self._ongoing else None
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -278,7 +360,15 @@ class ProducerStateManager:
                 e.current_txn_first_offset,
             )
         self._producers = producers
+        self._reindex_ongoing()
         self.map_end_offset = map_end_offset
+
+    def _reindex_ongoing(self) -> None:
+        self._ongoing = {
+            pid: e.current_txn_first_offset
+            for pid, e in self._producers.items()
+            if e.current_txn_first_offset is not None
+        }
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:
         """Drop producers idle for the expiration time without an open transaction (rule 12)."""
@@ -296,12 +386,14 @@ class ProducerStateManager:
         gone = [pid for pid, e in self._producers.items() if e.last_offset < log_start_offset]
         for pid in gone:
             del self._producers[pid]
+            self._ongoing.pop(pid, None)
         # Nothing below the log start can be replayed, so the state reflects at least up to it.
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
 
     def truncate_and_reload(self, map_end_offset: int) -> None:
         """Forget everything and restart at ``map_end_offset`` (before a rebuild from the log)."""
         self._producers = {}
+        self._ongoing = {}
         self.map_end_offset = map_end_offset
 
     def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:

@@ -131,6 +131,7 @@ class LogSegment:
         self.close()
         for p in (self.path, self.offset_index.path, self.time_index.path):
             p.unlink(missing_ok=True)
+        segment_file(self.directory, self.base_offset, ".txnindex").unlink(missing_ok=True)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
@@ -268,7 +269,10 @@ class LogSegment:
         found = self.translate(offset)
         if found is None:
             return
-        for _pos, view in self._walk(found[0]):
+        for pos, view in self._walk(found[0]):
+            if view.is_control and view.pos + view.size > len(view.buf):
+                # Markers are decoded (their record says COMMIT or ABORT): give the whole batch.
+                view = RecordBatchView(self.read(pos, view.size))
             yield view
 
     @property
