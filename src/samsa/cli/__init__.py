@@ -7,10 +7,10 @@ import logging
 import sys
 
 from samsa.broker.config import ConfigError
-from samsa.cli import broker
+from samsa.cli import broker, consume, produce, producers, topics
 
 # Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
-COMMANDS = [broker]
+COMMANDS = [broker, produce, consume, topics, producers]
 
 
 def build_parser() -> argparse.ArgumentParser:

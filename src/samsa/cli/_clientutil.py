@@ -1,0 +1,78 @@
+"""Shared bits of the client commands: --bootstrap-server, one-line errors, progress."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from samsa.client import ClosedError, ConfigError, KafkaError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        default=DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT",
+        help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--command-timeout-ms",
+        type=int,
+        default=30_000,
+        metavar="MS",
+        help="request timeout (default 30000)",
+    )
+
+
+def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": args.bootstrap_server,
+        "request.timeout.ms": args.command_timeout_ms,
+        "client.id": "samsa-cli",
+        **extra,
+    }
+
+
+def one_line_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Client failures become one line on stderr and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (KafkaError, ConfigError, ClosedError, OSError, ValueError) as exc:
+            print(f"samsa {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+
+    return wrapper
+
+
+class Progress:
+    """Prints a count on stderr at most every ``interval`` seconds (and at the end)."""
+
+    def __init__(self, what: str, interval: float = 2.0, enabled: bool = True) -> None:
+        self.what = what
+        self.interval = interval
+        self.enabled = enabled
+        self.count = 0
+        self._start = time.monotonic()
+        self._last = self._start
+
+    def add(self, n: int = 1) -> None:
+        self.count += n
+        now = time.monotonic()
+        if self.enabled and now - self._last >= self.interval:
+            self._last = now
+            rate = self.count / max(now - self._start, 1e-9)
+            print(f"... {self.count} {self.what} ({rate:.0f}/s)", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.enabled:
+            elapsed = time.monotonic() - self._start
+            print(f"{self.count} {self.what} in {elapsed:.1f}s", file=sys.stderr, flush=True)

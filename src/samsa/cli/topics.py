@@ -1,0 +1,93 @@
+"""``samsa topics create|list|describe|delete`` (kafka-topics)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.client import Admin, KafkaError, NewTopic
+
+
+@one_line_errors
+def _create(args: argparse.Namespace) -> int:
+    config = dict(_kv(item) for item in args.config or [])
+    with Admin(client_config(args)) as admin:
+        err = admin.create_topics([NewTopic(args.topic, args.partitions, 1, config)])[args.topic]
+        if err is not None:
+            if args.if_not_exists and err.name == "TOPIC_ALREADY_EXISTS":
+                return 0
+            raise err
+    print(f"Created topic {args.topic}.")
+    return 0
+
+
+def _kv(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise ValueError(f"--config expects KEY=VALUE, got {item!r}")
+    return key, value
+
+
+@one_line_errors
+def _list(args: argparse.Namespace) -> int:
+    with Admin(client_config(args)) as admin:
+        for name in admin.list_topics(internal=args.internal):
+            print(name)
+    return 0
+
+
+@one_line_errors
+def _describe(args: argparse.Namespace) -> int:
+    with Admin(client_config(args)) as admin:
+        topics = admin.describe_topics(args.topic or None)
+    for t in topics:
+        print(
+            f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}"
+            f"\tReplicationFactor: {len(t.partitions[0].replicas) if t.partitions else 0}"
+        )
+        for p in t.partitions:
+            print(
+                f"\tTopic: {t.name}\tPartition: {p.partition}\tLeader: {p.leader}"
+                f"\tReplicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+            )
+    return 0
+
+
+@one_line_errors
+def _delete(args: argparse.Namespace) -> int:
+    with Admin(client_config(args)) as admin:
+        errors = admin.delete_topics(args.topic)
+    failed: KafkaError | None = None
+    for name, err in errors.items():
+        if err is None:
+            print(f"Deleted topic {name}.")
+        elif not (args.if_exists and err.name == "UNKNOWN_TOPIC_OR_PARTITION"):
+            failed = failed or err
+    if failed is not None:
+        raise failed
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("topics", help="create, list, describe and delete topics")
+    actions = p.add_subparsers(dest="action", required=True)
+    c = actions.add_parser("create", help="create a topic")
+    c.add_argument("topic")
+    c.add_argument("--partitions", type=int, default=1)
+    c.add_argument("--replication-factor", type=int, default=1, help="only 1 is supported")
+    c.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config")
+    c.add_argument("--if-not-exists", action="store_true")
+    c.set_defaults(func=_create)
+    ls = actions.add_parser("list", help="list topic names")
+    ls.add_argument("--internal", action="store_true", help="include internal topics")
+    ls.set_defaults(func=_list)
+    d = actions.add_parser("describe", help="partitions and leaders")
+    d.add_argument("topic", nargs="*")
+    d.set_defaults(func=_describe)
+    rm = actions.add_parser("delete", help="delete topics")
+    rm.add_argument("topic", nargs="+")
+    rm.add_argument("--if-exists", action="store_true")
+    rm.set_defaults(func=_delete)
+    for a in (c, ls, d, rm):
+        add_bootstrap(a)

@@ -1,0 +1,232 @@
+"""One asyncio connection to a broker: pipelined requests matched by correlation id.
+
+Requests are written in order and Kafka answers them in order on a connection, so a reader
+task pops the oldest pending request for each response frame. Any failure (EOF, reset,
+malformed frame, or a request timing out) closes the connection and fails every request
+still pending on it with :class:`KafkaConnectionError`: the caller cannot know whether the
+broker acted on them, which is exactly the "unknown outcome" the producer's retry logic is
+built around. After ApiVersions the connection knows the version range of every API the
+broker serves; :meth:`AsyncConnection.version` picks the highest both sides speak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from typing import Any
+
+from samsa.client._errors import KafkaConnectionError, KafkaError
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.framing import FrameDecoder, FrameError, frame_request, split_response
+from samsa.protocol.messages import (
+    ApiKey,
+    api_name,
+    decode_response,
+    encode_request,
+    is_flexible,
+    make_request,
+)
+
+log = logging.getLogger("samsa.client")
+
+
+class AsyncConnection:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "samsa",
+        request_timeout: float = 30.0,
+        node_id: int = -1,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: collections.OrderedDict[int, tuple[int, int, asyncio.Future[Any]]] = (
+            collections.OrderedDict()
+        )
+        self._correlation = 0
+        self._read_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.close_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"AsyncConnection({self.host}:{self.port}, node={self.node_id})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def connect(self, timeout: float | None = None) -> AsyncConnection:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port),
+                timeout or self.request_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            self._closed = True
+            raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        await self._negotiate()
+        return self
+
+    async def _negotiate(self) -> None:
+        for version in (3, 0):
+            req = make_request(
+                ApiKey.API_VERSIONS,
+                version,
+                "ApiVersionsRequest",
+                client_software_name="samsa",
+                client_software_version="0.1",
+            )
+            resp = await self.request(ApiKey.API_VERSIONS, req, version=version)
+            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                continue
+            if resp.error_code:
+                raise KafkaError(int(resp.error_code), "ApiVersions")
+            self.api_versions = {
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys
+            }
+            return
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "broker refused ApiVersions v0 and v3")
+
+    def supports(self, api_key: int) -> bool:
+        return api_key in self.api_versions
+
+    def version(self, api_key: int, lo: int, hi: int) -> int:
+        """Highest version in [lo, hi] the broker also serves."""
+        if api_key not in self.api_versions:
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_VERSION, f"broker does not serve {api_name(api_key)}"
+            )
+        blo, bhi = self.api_versions[api_key]
+        v = min(hi, bhi)
+        if v < max(lo, blo):
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"{api_name(api_key)}: broker serves v{blo}-{bhi}, client v{lo}-{hi}",
+            )
+        return v
+
+    def send_nowait(
+        self, api_key: int, entity: Any, *, version: int, expect_response: bool = True
+    ) -> asyncio.Future[Any]:
+        """Write a request now; the future resolves with the decoded response entity."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._closed or self._writer is None:
+            fut.set_exception(KafkaConnectionError(f"connection to {self} is closed"))
+            return fut
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        cid = self._correlation
+        data = frame_request(
+            api_key,
+            version,
+            cid,
+            self.client_id,
+            encode_request(api_key, version, entity),
+            is_flexible(api_key, version),
+        )
+        if expect_response:
+            self._pending[cid] = (api_key, version, fut)
+        else:
+            fut.set_result(None)
+        try:
+            self._writer.write(data)
+        except (OSError, RuntimeError) as exc:
+            self.close(f"write failed: {exc}")
+        return fut
+
+    async def request(
+        self, api_key: int, entity: Any, *, version: int, timeout: float | None = None
+    ) -> Any:
+        fut = self.send_nowait(api_key, entity, version=version)
+        await self.drain()
+        return await self.wait_response(fut, api_key, timeout)
+
+    async def drain(self) -> None:
+        writer = self._writer
+        if writer is not None and not self._closed:
+            try:
+                await writer.drain()
+            except (OSError, RuntimeError) as exc:
+                self.close(f"write failed: {exc}")
+
+    async def wait_response(
+        self, fut: asyncio.Future[Any], api_key: int, timeout: float | None = None
+    ) -> Any:
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout or self.request_timeout)
+        except TimeoutError:
+            # Responses come in order: one that is late blocks all others, so the connection
+            # is given up (as Kafka's clients do) and every request on it fails.
+            self.close(f"{api_name(api_key)} timed out")
+            with contextlib.suppress(BaseException):
+                await fut
+            raise KafkaConnectionError(
+                f"{api_name(api_key)} to {self.host}:{self.port} timed out"
+            ) from None
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        decoder = FrameDecoder(1 << 30)
+        reason = "broker closed the connection"
+        try:
+            while True:
+                data = await self._reader.read(1 << 18)
+                if not data:
+                    break
+                for frame in decoder.feed(data):
+                    self._dispatch(frame)
+        except (OSError, FrameError, KafkaConnectionError) as exc:
+            reason = str(exc) or type(exc).__name__
+        except asyncio.CancelledError:
+            reason = "connection closed"
+        self.close(reason)
+
+    def _dispatch(self, frame: bytes) -> None:
+        if not self._pending:
+            raise KafkaConnectionError("response without a request")
+        cid, (api_key, version, fut) = self._pending.popitem(last=False)
+        flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
+        got, offset = split_response(frame, flexible)
+        if got != cid:
+            raise KafkaConnectionError(f"correlation id {got} does not match {cid}")
+        if fut.done():
+            return
+        try:
+            fut.set_result(decode_response(api_key, version, frame, offset))
+        except Exception as exc:  # a body kio cannot read: fail this request only
+            fut.set_exception(
+                KafkaError(ErrorCode.CORRUPT_MESSAGE, f"malformed {api_name(api_key)}: {exc}")
+            )
+
+    def close(self, reason: str = "closed by client") -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.close_reason = reason
+        log.debug("closing %s: %s", self, reason)
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for _key, _v, fut in pending:
+            if not fut.done():
+                fut.set_exception(KafkaConnectionError(f"{self.host}:{self.port}: {reason}"))
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        task = self._read_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()

@@ -1,0 +1,253 @@
+"""What a client knows of the cluster: brokers, topics, partition leaders, connections.
+
+One :class:`Cluster` per client object. It bootstraps from ``bootstrap.servers``, keeps one
+connection per broker node (reopened on demand after a failure) and refreshes metadata when
+asked, coalescing concurrent refreshes into one Metadata request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from samsa.client._aconn import AsyncConnection
+from samsa.client._errors import KafkaConnectionError, KafkaError
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
+
+log = logging.getLogger("samsa.client")
+
+
+def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"bootstrap server {item!r} is not HOST:PORT")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise ValueError("bootstrap.servers is empty")
+    return out
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    error: int = 0
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    error: int = 0
+    topic_id: Any = None
+    internal: bool = False
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class Cluster:
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        *,
+        client_id: str = "samsa",
+        request_timeout: float = 30.0,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id: str | None = None
+        self.controller_id = -1
+        self._conns: dict[int, AsyncConnection] = {}
+        self._connecting: dict[int, asyncio.Task[AsyncConnection]] = {}
+        self._bootstrap_conn: AsyncConnection | None = None
+        self._refresh: asyncio.Task[None] | None = None
+        self._refresh_topics: set[str] = set()
+        self._closed = False
+
+    # --- connections -------------------------------------------------------------------
+
+    async def _open(self, host: str, port: int, node_id: int) -> AsyncConnection:
+        conn = AsyncConnection(
+            host,
+            port,
+            client_id=self.client_id,
+            request_timeout=self.request_timeout,
+            node_id=node_id,
+        )
+        return await conn.connect()
+
+    async def connection(self, node_id: int) -> AsyncConnection:
+        """The open connection to broker ``node_id``, connecting if needed."""
+        conn = self._conns.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        task = self._connecting.get(node_id)
+        if task is None:
+            info = self.brokers.get(node_id)
+            if info is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"unknown broker {node_id}")
+            task = asyncio.get_running_loop().create_task(self._open(info.host, info.port, node_id))
+            self._connecting[node_id] = task
+            try:
+                conn = await asyncio.shield(task)
+            finally:
+                self._connecting.pop(node_id, None)
+            self._conns[node_id] = conn
+            return conn
+        return await asyncio.shield(task)
+
+    async def any_connection(self) -> AsyncConnection:
+        """A connection to some broker: an open one, else a known broker, else bootstrap."""
+        for conn in self._conns.values():
+            if not conn.closed:
+                return conn
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            return self._bootstrap_conn
+        errors: list[str] = []
+        for node_id in list(self.brokers):
+            try:
+                return await self.connection(node_id)
+            except KafkaError as exc:
+                errors.append(str(exc))
+        servers = list(self.bootstrap)
+        random.shuffle(servers)
+        for host, port in servers:
+            try:
+                self._bootstrap_conn = await self._open(host, port, -1)
+                return self._bootstrap_conn
+            except KafkaError as exc:
+                errors.append(str(exc))
+        raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+
+    # --- metadata ------------------------------------------------------------------------
+
+    async def refresh(self, topics: list[str] | None = None) -> None:
+        """Fetch metadata for ``topics`` (plus every known topic); None means all topics."""
+        if topics is None:
+            await self._fetch_metadata(None)
+            return
+        self._refresh_topics.update(topics)
+        task = self._refresh
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._refresh_known())
+            self._refresh = task
+        await asyncio.shield(task)
+        missing = [t for t in topics if t not in self.topics]
+        if missing:  # asked for while a refresh without them was running
+            await self._fetch_metadata(sorted(set(self.topics) | set(missing)))
+
+    async def _refresh_known(self) -> None:
+        await asyncio.sleep(0)  # let concurrent callers add their topics
+        wanted = sorted(set(self.topics) | self._refresh_topics)
+        self._refresh_topics.clear()
+        await self._fetch_metadata(wanted)
+
+    async def _fetch_metadata(self, topics: list[str] | None) -> None:
+        conn = await self.any_connection()
+        v = conn.version(ApiKey.METADATA, 1, 12)
+        req = make_request(
+            ApiKey.METADATA,
+            v,
+            "MetadataRequest",
+            topics=None
+            if topics is None
+            else tuple(
+                make_request(ApiKey.METADATA, v, "MetadataRequestTopic", name=t, topic_id=None)
+                for t in topics
+            ),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        resp = await conn.request(ApiKey.METADATA, req, version=v)
+        self.apply_metadata(resp, full=topics is None)
+
+    def apply_metadata(self, resp: Any, full: bool) -> None:
+        self.brokers = {
+            int(b.node_id): BrokerInfo(int(b.node_id), b.host, int(b.port), b.rack)
+            for b in resp.brokers
+        }
+        self.cluster_id = getattr(resp, "cluster_id", None)
+        self.controller_id = int(getattr(resp, "controller_id", -1))
+        # A broker that left (or moved) loses its connection.
+        for node_id, conn in list(self._conns.items()):
+            info = self.brokers.get(node_id)
+            if info is None or (info.host, info.port) != (conn.host, conn.port):
+                conn.close("broker left the cluster metadata")
+                del self._conns[node_id]
+        if full:
+            self.topics = {}
+        for t in resp.topics:
+            if t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self.topics.pop(t.name, None)
+                continue
+            info = TopicInfo(
+                t.name,
+                error=int(t.error_code),
+                topic_id=getattr(t, "topic_id", None),
+                internal=bool(getattr(t, "is_internal", False)),
+            )
+            for p in t.partitions:
+                info.partitions[int(p.partition_index)] = PartitionInfo(
+                    int(p.partition_index),
+                    int(p.leader_id),
+                    int(getattr(p, "leader_epoch", -1)),
+                    tuple(int(r) for r in p.replica_nodes),
+                    tuple(int(r) for r in p.isr_nodes),
+                    int(p.error_code),
+                )
+            self.topics[t.name] = info
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        info = self.topics.get(topic)
+        if info is None:
+            return None
+        p = info.partitions.get(partition)
+        if p is None or p.leader < 0 or p.leader not in self.brokers:
+            return None
+        return p.leader
+
+    def partition_count(self, topic: str) -> int | None:
+        info = self.topics.get(topic)
+        if info is None or not info.partitions:
+            return None
+        return len(info.partitions)
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in self._connecting.values():
+            task.cancel()
+        for conn in self._conns.values():
+            conn.close()
+        if self._bootstrap_conn is not None:
+            self._bootstrap_conn.close()
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refresh
+        await asyncio.sleep(0)

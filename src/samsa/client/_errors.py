@@ -1,0 +1,77 @@
+"""Client exceptions. Broker error codes become :class:`KafkaError` with Kafka's name."""
+
+from __future__ import annotations
+
+from samsa.protocol.errors import ErrorCode
+
+# Errors after which an idempotent or transactional producer cannot go on (rule 21).
+FATAL_PRODUCER_ERRORS = frozenset(
+    {
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+    }
+)
+
+
+class KafkaError(Exception):
+    """An error reported by a broker (``code`` is Kafka's error code) or by the client."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = int(code)
+        try:
+            self.name = ErrorCode(self.code).name
+        except ValueError:
+            self.name = f"ERROR_{self.code}"
+        super().__init__(f"{self.name} ({self.code})" + (f": {message}" if message else ""))
+
+    @property
+    def retriable(self) -> bool:
+        try:
+            return ErrorCode(self.code).retriable
+        except ValueError:
+            return False
+
+
+class KafkaConnectionError(KafkaError):
+    """The connection to a broker failed or was lost; outcome of in-flight requests unknown."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.NETWORK_EXCEPTION, message)
+
+    @property
+    def retriable(self) -> bool:
+        return True
+
+
+class KafkaTimeoutError(KafkaError):
+    """A request or a delivery did not complete in time."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
+
+
+class ProducerFencedError(KafkaError):
+    """Fatal: another producer with the same identity took over."""
+
+
+class ConfigError(ValueError):
+    """An unknown or invalid configuration property."""
+
+
+class ClosedError(RuntimeError):
+    """The client was closed."""
+
+
+class CorruptRecordError(KafkaError):
+    """A fetched batch failed its CRC-32C check."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+def raise_for(code: int, message: str = "") -> None:
+    if code:
+        raise KafkaError(code, message)

@@ -1,0 +1,910 @@
+"""The asyncio producer: accumulator, sender, idempotence and resumable identity.
+
+Theory of operation
+-------------------
+``send()`` never waits for the network. A record is partitioned (murmur2 of the key like
+the Java client, sticky for unkeyed records) and appended to the open batch of its
+partition, which closes when it reaches ``batch.size``. One sender task drains batches
+whose ``linger.ms`` elapsed (or that are full, or when flushing), groups them per leader
+broker into Produce requests (one batch per partition per request) and writes the requests
+in order on that broker's connection.
+
+Idempotence (rules 20-21 of kafka-semantics.md). The producer gets a producer id and epoch
+from InitProducerId. Each partition keeps, in ``pending``, the batches that have a sequence
+and are not yet acknowledged, ordered by sequence. A batch gets its sequence once, when it is
+first drained, and keeps it, with the same encoded bytes, on every retry. At most
+``max.in.flight.requests.per.connection`` (5) batches of a partition are in flight. When a
+request fails without a definite answer (connection reset, timeout) or with a retriable
+error, its batches go back to ``pending`` untouched; the sender then sends the lowest-sequence
+unresolved batch of that partition alone, and only when nothing else of the partition is in
+flight, so a retry can never overtake or be overtaken. The broker recognises a batch it
+already wrote (same first and last sequence among its last five) and answers with the
+original offset, so each record is written once and every future gets the real offset.
+
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID for the *next* expected batch (all earlier
+ones acknowledged) means the broker's state diverged from ours: the producer stops sending,
+waits for in-flight requests to finish, bumps its epoch locally (KIP-360; a new producer id
+from InitProducerId when the epoch is exhausted or the broker refused a bump) and renumbers
+that partition's unacknowledged batches from sequence 0. None of them can have been
+written, as the broker refused the first. Other partitions move to the new epoch (sequence
+0) once their own in-flight batches are resolved. The same renumbering follows a batch that
+failed for good (expired or non-retriable), which would otherwise leave a sequence gap.
+DUPLICATE_SEQUENCE_NUMBER is success without an offset. PRODUCER_FENCED and authorization
+errors are fatal: every pending future fails and further sends raise.
+
+Resumable identity. :meth:`AsyncProducer.state` gives (producer id, epoch, next sequence per
+partition). A producer created from it reuses the identity instead of asking for a new one.
+Before its first batch to such a partition it asks the leader (DescribeProducers) for the
+last sequence written under that identity; records whose sequence is at or below it were
+written by the previous incarnation after its checkpoint, so they are resolved as
+duplicates instead of being sent again. Sequences are per record, so this holds however the
+records are batched, as long as the records after the checkpoint are sent again in the same
+order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from samsa.client._aconn import AsyncConnection
+from samsa.client._cluster import Cluster
+from samsa.client._config import PRODUCER, Config
+from samsa.client._errors import (
+    FATAL_PRODUCER_ERRORS,
+    ClosedError,
+    ConfigError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+)
+from samsa.client._partitioner import StickyPartitioner, partition_for_key
+from samsa.client._types import ProducerState, RecordMetadata, TopicPartition
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import NewRecord, build_batch
+
+log = logging.getLogger("samsa.client.producer")
+
+SEQ_MOD = 1 << 31
+MAX_EPOCH = 32767
+_RECORD_OVERHEAD = 24  # rough bytes of framing per record, for batch.size accounting
+_REFRESH_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+    }
+)
+Headers = Sequence[tuple[str, bytes | None]] | dict[str, bytes | None] | None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Batch:
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "created",
+        "epoch",
+        "full",
+        "futures",
+        "in_flight",
+        "payload",
+        "producer_id",
+        "records",
+        "retry_at",
+        "size",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, created: float) -> None:
+        self.tp = tp
+        self.records: list[NewRecord] = []
+        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        self.size = 0
+        self.created = created
+        self.full = False
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.epoch = -1
+        self.payload: bytes | None = None
+        self.in_flight = False
+        self.attempts = 0
+        self.retry_at = 0.0
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.base_sequence + len(self.records) - 1) % SEQ_MOD
+
+    def __repr__(self) -> str:
+        return f"_Batch({self.tp}, seq={self.base_sequence}, n={len(self.records)})"
+
+
+class _Partition:
+    __slots__ = (
+        "epoch",
+        "in_flight",
+        "last_acked",
+        "next_seq",
+        "pending",
+        "producer_id",
+        "queue",
+        "skip",
+        "skip_known",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, producer_id: int, epoch: int, next_seq: int) -> None:
+        self.tp = tp
+        self.queue: collections.deque[_Batch] = collections.deque()  # no sequence yet
+        self.pending: list[_Batch] = []  # sequenced, unacknowledged, by sequence
+        self.in_flight = 0
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.next_seq = next_seq
+        self.last_acked = -1
+        self.skip = 0  # records already written by a previous incarnation (resume)
+        self.skip_known = True
+
+    def reset(self, producer_id: int, epoch: int) -> None:
+        """Renumber the unacknowledged batches from 0 under a new identity."""
+        self.producer_id = producer_id
+        self.epoch = epoch
+        seq = 0
+        for b in self.pending:
+            b.base_sequence = seq
+            b.producer_id = producer_id
+            b.epoch = epoch
+            b.payload = None
+            seq = (seq + len(b.records)) % SEQ_MOD
+        self.next_seq = seq
+        self.last_acked = -1
+        self.skip = 0
+        self.skip_known = True
+
+
+class AsyncProducer:
+    """Asyncio Kafka producer; idempotent by default. See the module docstring."""
+
+    def __init__(
+        self, config: dict[str, Any] | None = None, *, state: ProducerState | None = None
+    ) -> None:
+        self.config = c = Config(PRODUCER, config)
+        self.acks = c.acks()
+        self.idempotent = c.bool("enable.idempotence")
+        self.transactional_id: str | None = c["transactional.id"]
+        if self.acks != -1:
+            if self.idempotent and "enable.idempotence" in c.explicit:
+                raise ConfigError("enable.idempotence requires acks=all")
+            self.idempotent = False
+        if self.transactional_id is not None and not self.idempotent:
+            raise ConfigError("transactional.id requires enable.idempotence")
+        self.max_in_flight = c.int("max.in.flight.requests.per.connection")
+        if self.idempotent and not 1 <= self.max_in_flight <= 5:
+            raise ConfigError("idempotence needs max.in.flight.requests.per.connection in 1..5")
+        self.linger = c.seconds("linger.ms")
+        self.batch_size = c.int("batch.size")
+        self.codec = c.codec()
+        self.delivery_timeout = c.seconds("delivery.timeout.ms")
+        self.request_timeout = c.seconds("request.timeout.ms")
+        self.retry_backoff = c.seconds("retry.backoff.ms")
+        self.retry_backoff_max = c.seconds("retry.backoff.max.ms")
+        self.max_block = c.seconds("max.block.ms")
+        self.buffer_memory = c.int("buffer.memory")
+        self.cluster = Cluster(
+            c["bootstrap.servers"],
+            client_id=c["client.id"],
+            request_timeout=self.request_timeout,
+        )
+        self._partitioner = StickyPartitioner()
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._awaiting_metadata: dict[str, list[tuple[Any, ...]]] = {}
+        self.producer_id = -1
+        self.epoch = -1
+        self._resume = state
+        if state is not None:
+            if not self.idempotent:
+                raise ConfigError("a producer state can only resume an idempotent producer")
+            self.producer_id, self.epoch = state.producer_id, state.epoch
+        self._bump_partitions: set[TopicPartition] = set()
+        self._checking: set[TopicPartition] = set()
+        self._bump_requested = False
+        self._new_id_on_bump = False
+        self._fatal: KafkaError | None = None
+        self._buffered = 0
+        self._space = asyncio.Event()
+        self._space.set()
+        self._outstanding = 0  # batches not yet completed
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._wake = asyncio.Event()
+        self._flushing = 0
+        self._closing = False
+        self._closed = False
+        self._sender: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = False
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and get a producer id unless resuming one."""
+        if self._started:
+            return
+        self._started = True
+        if self.idempotent and self.producer_id < 0:
+            await self._init_producer_id()
+        elif self.idempotent:
+            await self.cluster.refresh([])
+        self._sender = asyncio.get_running_loop().create_task(self._run())
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush what is buffered (up to ``timeout`` seconds), then disconnect."""
+        if self._closed:
+            return
+        if self._started and self._fatal is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.flush(), timeout)
+        self._closing = True
+        self._closed = True
+        self._fail_all(ClosedError("producer closed"))
+        self._wake.set()
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(BaseException):
+                await self._sender
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await t
+        await self.cluster.close()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every record sent so far is acknowledged or failed."""
+        self._flushing += 1
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        finally:
+            self._flushing -= 1
+
+    def state(self) -> ProducerState:
+        """Producer id, epoch and next sequence per partition (meaningful after flush())."""
+        seqs: dict[TopicPartition, int] = {}
+        for tp, ps in self._partitions.items():
+            if (ps.producer_id, ps.epoch) == (self.producer_id, self.epoch):
+                seqs[tp] = (ps.next_seq + ps.skip) % SEQ_MOD
+        if self._resume is not None:
+            for tp, s in self._resume.sequences.items():
+                seqs.setdefault(tp, s)
+        return ProducerState(self.producer_id, self.epoch, seqs, self.transactional_id)
+
+    # --- sending ---------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue a record; the returned future resolves with its RecordMetadata."""
+        if not self._space.is_set():
+            try:
+                await asyncio.wait_for(self._space.wait(), self.max_block)
+            except TimeoutError:
+                raise KafkaTimeoutError("buffer.memory full for max.block.ms") from None
+        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        self.append(topic, value, key, partition, timestamp_ms, headers, fut)
+        return fut
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        **kwargs: Any,
+    ) -> RecordMetadata:
+        return await (await self.send(topic, value, key, **kwargs))
+
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Headers,
+        fut: asyncio.Future[RecordMetadata],
+    ) -> None:
+        """Add a record to its partition's open batch (loop thread; never blocks)."""
+        if self._fatal is not None:
+            fut.set_exception(self._fatal)
+            return
+        if self._closing:
+            fut.set_exception(ClosedError("producer closed"))
+            return
+        if not self._started:
+            fut.set_exception(ClosedError("producer not started"))
+            return
+        if isinstance(headers, dict):
+            headers = list(headers.items())
+        record = NewRecord(
+            value=value,
+            key=key,
+            timestamp=_now_ms() if timestamp_ms is None else timestamp_ms,
+            headers=tuple(headers or ()),
+        )
+        if topic in self._awaiting_metadata or self.cluster.partition_count(topic) is None:
+            waiting = self._awaiting_metadata.setdefault(topic, [])
+            waiting.append((record, partition, fut))
+            if len(waiting) == 1:
+                self._outstanding += 1  # flush() waits for the metadata too
+                self._idle.clear()
+                self._spawn(self._await_metadata(topic))
+            return
+        self._append_record(topic, record, partition, fut)
+
+    def _append_record(
+        self,
+        topic: str,
+        record: NewRecord,
+        partition: int | None,
+        fut: asyncio.Future[RecordMetadata],
+    ) -> None:
+        n = self.cluster.partition_count(topic)
+        assert n is not None
+        if partition is None:
+            if record.key is not None:
+                partition = partition_for_key(record.key, n)
+            else:
+                partition = self._partitioner.partition(topic, n)
+        elif not 0 <= partition < n:
+            fut.set_exception(
+                KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}"
+                )
+            )
+            return
+        tp = TopicPartition(topic, partition)
+        ps = self._partitions.get(tp)
+        if ps is None:
+            resumed = (
+                self._resume is not None
+                and tp in self._resume.sequences
+                and (self._resume.producer_id, self._resume.epoch) == (self.producer_id, self.epoch)
+            )
+            seq = self._resume.sequences[tp] if resumed and self._resume else 0
+            ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
+            ps.skip_known = not resumed
+        size = (
+            _RECORD_OVERHEAD
+            + len(record.key or b"")
+            + len(record.value or b"")
+            + sum(len(h) + len(v or b"") for h, v in record.headers)
+        )
+        batch = ps.queue[-1] if ps.queue else None
+        if batch is None or batch.full or (batch.size + size > self.batch_size and batch.records):
+            if batch is not None:
+                batch.full = True
+            batch = _Batch(tp, asyncio.get_running_loop().time())
+            ps.queue.append(batch)
+            self._outstanding += 1
+            self._idle.clear()
+        batch.records.append(record)
+        batch.futures.append(fut)
+        batch.size += size
+        self._buffered += size
+        if self._buffered >= self.buffer_memory:
+            self._space.clear()
+        if batch.size >= self.batch_size:
+            batch.full = True
+            self._wake.set()
+        elif len(batch.records) == 1 and (self.linger <= 0 or len(ps.queue) > 1):
+            self._wake.set()
+
+    async def _await_metadata(self, topic: str) -> None:
+        deadline = asyncio.get_running_loop().time() + self.max_block
+        error: KafkaError | None = None
+        while self.cluster.partition_count(topic) is None:
+            if asyncio.get_running_loop().time() > deadline:
+                error = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic} not in metadata after max.block.ms",
+                )
+                break
+            try:
+                await self.cluster.refresh([topic])
+            except KafkaError as exc:
+                log.debug("metadata for %s: %s", topic, exc)
+            if self.cluster.partition_count(topic) is None:
+                await asyncio.sleep(self.retry_backoff)
+        waiting = self._awaiting_metadata.pop(topic, [])
+        for record, partition, fut in waiting:
+            if fut.done():
+                continue
+            if error is not None or self._fatal is not None:
+                fut.set_exception(error or self._fatal)  # type: ignore[arg-type]
+            else:
+                self._append_record(topic, record, partition, fut)
+        self._batch_done()
+
+    # --- identity --------------------------------------------------------------------------
+
+    async def _init_producer_id(self, *, bump: bool = False) -> None:
+        """InitProducerId; with ``bump`` (KIP-360, v3+) for a transactional producer."""
+        deadline = asyncio.get_running_loop().time() + self.max_block
+        while True:
+            try:
+                conn = await self.cluster.any_connection()
+                v = conn.version(ApiKey.INIT_PRODUCER_ID, 0, 4)
+                req = make_request(
+                    ApiKey.INIT_PRODUCER_ID,
+                    v,
+                    "InitProducerIdRequest",
+                    transactional_id=self.transactional_id,
+                    transaction_timeout=self.config.int("transaction.timeout.ms"),
+                    producer_id=self.producer_id if bump else -1,
+                    producer_epoch=self.epoch if bump else -1,
+                )
+                resp = await conn.request(ApiKey.INIT_PRODUCER_ID, req, version=v)
+                code = int(resp.error_code)
+                if code == 0:
+                    self.producer_id = int(resp.producer_id)
+                    self.epoch = int(resp.producer_epoch)
+                    log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
+                    return
+                err = KafkaError(code, "InitProducerId")
+                if code in FATAL_PRODUCER_ERRORS or not err.retriable:
+                    raise err
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                err = exc
+            if asyncio.get_running_loop().time() > deadline:
+                raise err
+            await asyncio.sleep(self.retry_backoff)
+
+    def _request_bump(self, ps: _Partition, reason: str) -> None:
+        log.info("%s: epoch bump needed (%s)", ps.tp, reason)
+        self._bump_partitions.add(ps.tp)
+        self._bump_requested = True
+
+    async def _bump(self) -> None:
+        """Move to a new epoch (or producer id) and renumber the partitions that need it."""
+        if self._new_id_on_bump or self.epoch >= MAX_EPOCH:
+            self.producer_id, self.epoch = -1, -1
+            await self._init_producer_id()
+            self._new_id_on_bump = False
+        else:
+            self.epoch += 1
+        for tp in self._bump_partitions:
+            ps = self._partitions[tp]
+            ps.reset(self.producer_id, self.epoch)
+        self._bump_partitions.clear()
+        self._bump_requested = False
+
+    async def _check_resumed(self, ps: _Partition, conn: AsyncConnection) -> None:
+        """Find how many of a resumed partition's records the previous incarnation wrote."""
+        try:
+            if not conn.supports(ApiKey.DESCRIBE_PRODUCERS):
+                return
+            v = conn.version(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
+            req = make_request(
+                ApiKey.DESCRIBE_PRODUCERS,
+                v,
+                "DescribeProducersRequest",
+                topics=(
+                    make_request(
+                        ApiKey.DESCRIBE_PRODUCERS,
+                        v,
+                        "TopicRequest",
+                        name=ps.tp.topic,
+                        partition_indexes=(ps.tp.partition,),
+                    ),
+                ),
+            )
+            resp = await conn.request(ApiKey.DESCRIBE_PRODUCERS, req, version=v)
+            part = resp.topics[0].partitions[0]
+            if part.error_code:
+                raise KafkaError(int(part.error_code), "DescribeProducers")
+            for p in part.active_producers:
+                if int(p.producer_id) == ps.producer_id and int(p.producer_epoch) == ps.epoch:
+                    ahead = (int(p.last_sequence) + 1 - ps.next_seq) % SEQ_MOD
+                    if ahead < SEQ_MOD // 2:
+                        ps.skip = ahead
+                        log.info("%s: %d records already written before resume", ps.tp, ahead)
+        finally:
+            ps.skip_known = True
+            self._checking.discard(ps.tp)
+            self._wake.set()
+
+    # --- the sender ------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                self._wake.clear()
+                now = loop.time()
+                wake_at = now + 0.5
+                self._expire(now)
+                if self._bump_requested:
+                    if not any(ps.in_flight for ps in self._partitions.values()):
+                        try:
+                            await self._bump()
+                        except KafkaError as exc:
+                            self._set_fatal(exc)
+                            return
+                        continue
+                    await self._wait(wake_at - now)
+                    continue
+                requests: dict[int, list[_Batch]] = {}
+                for ps in self._partitions.values():
+                    when = self._ready_batch(ps, now, requests)
+                    if when is not None:
+                        wake_at = min(wake_at, when)
+                for node, batches in requests.items():
+                    self._send(node, batches)
+                await self._wait(max(0.0, wake_at - loop.time()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave futures hanging forever
+            log.exception("producer sender failed")
+            self._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"sender crashed: {exc}"))
+
+    async def _wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _ready_batch(
+        self, ps: _Partition, now: float, requests: dict[int, list[_Batch]]
+    ) -> float | None:
+        """Put ps's next sendable batch into ``requests``; return when to look again."""
+        if not ps.pending and not ps.queue:
+            return None
+        leader = self.cluster.leader(*ps.tp)
+        if leader is None:
+            self._spawn(self._refresh_metadata(ps.tp.topic))
+            return now + self.retry_backoff
+        conn = self.cluster._conns.get(leader)
+        if conn is None or conn.closed:
+            self._spawn(self._connect(leader))
+            return now + self.retry_backoff
+        if ps.in_flight >= self.max_in_flight:
+            return None
+        retry = next((b for b in ps.pending if not b.in_flight), None)
+        if retry is not None:
+            # Unresolved sequences: one batch at a time, lowest sequence first (rule 20).
+            if ps.in_flight:
+                return None
+            if retry.retry_at > now:
+                return retry.retry_at
+            requests.setdefault(leader, []).append(retry)
+            return None
+        if self.idempotent and (ps.producer_id, ps.epoch) != (self.producer_id, self.epoch):
+            if ps.pending:
+                return None  # old-epoch batches still unresolved
+            ps.reset(self.producer_id, self.epoch)
+        if not ps.queue:
+            return None
+        batch = ps.queue[0]
+        ready = (
+            batch.full
+            or len(ps.queue) > 1
+            or self._flushing
+            or self._closing
+            or now - batch.created >= self.linger
+        )
+        if not ready:
+            return batch.created + self.linger
+        if not ps.skip_known:
+            if ps.tp not in self._checking:
+                self._checking.add(ps.tp)
+                self._spawn(self._check_resumed(ps, conn))
+            return now + 0.5
+        ps.queue.popleft()
+        n = self.cluster.partition_count(ps.tp.topic) or 1
+        self._partitioner.batch_closed(ps.tp.topic, ps.tp.partition, n)
+        if ps.skip and not self._skip_written(ps, batch):
+            return now  # the whole batch was already written; look at the next one
+        if self.idempotent:
+            batch.base_sequence = ps.next_seq
+            batch.producer_id, batch.epoch = ps.producer_id, ps.epoch
+            ps.next_seq = (ps.next_seq + len(batch.records)) % SEQ_MOD
+        ps.pending.append(batch)
+        requests.setdefault(leader, []).append(batch)
+        return None
+
+    def _skip_written(self, ps: _Partition, batch: _Batch) -> bool:
+        """Resolve the records a previous incarnation wrote; False if none is left."""
+        k = min(ps.skip, len(batch.records))
+        for rec, fut in zip(batch.records[:k], batch.futures[:k], strict=True):
+            if not fut.done():
+                fut.set_result(RecordMetadata(*batch.tp, -1, rec.timestamp or -1, duplicate=True))
+        del batch.records[:k]
+        del batch.futures[:k]
+        ps.skip -= k
+        ps.next_seq = (ps.next_seq + k) % SEQ_MOD
+        if not batch.records:
+            self._release(batch)
+            return False
+        return True
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("producer task failed: %s", task.exception())
+        self._wake.set()
+
+    async def _connect(self, node: int) -> None:
+        try:
+            await self.cluster.connection(node)
+        except KafkaError as exc:
+            log.debug("connect to node %d: %s", node, exc)
+            await asyncio.sleep(self.retry_backoff)
+            await self._refresh_metadata(None)
+
+    async def _refresh_metadata(self, topic: str | None) -> None:
+        try:
+            await self.cluster.refresh([topic] if topic else [])
+        except KafkaError as exc:
+            log.debug("metadata refresh: %s", exc)
+            await asyncio.sleep(self.retry_backoff)
+
+    def _send(self, node: int, batches: list[_Batch]) -> None:
+        conn = self.cluster._conns[node]
+        v = conn.version(ApiKey.PRODUCE, 3, 9)
+        by_topic: dict[str, list[Any]] = {}
+        for b in batches:
+            if b.payload is None:
+                b.payload = build_batch(
+                    b.records,
+                    producer_id=b.producer_id,
+                    producer_epoch=b.epoch,
+                    base_sequence=b.base_sequence,
+                    transactional=False,
+                    compression=self.codec,
+                )
+            by_topic.setdefault(b.tp.topic, []).append(
+                make_request(
+                    ApiKey.PRODUCE,
+                    v,
+                    "PartitionProduceData",
+                    index=b.tp.partition,
+                    records=b.payload,
+                )
+            )
+            b.in_flight = True
+            b.attempts += 1
+            self._partitions[b.tp].in_flight += 1
+        req = make_request(
+            ApiKey.PRODUCE,
+            v,
+            "ProduceRequest",
+            transactional_id=None,
+            acks=self.acks,
+            timeout=int(self.request_timeout * 1000),
+            topic_data=tuple(
+                make_request(ApiKey.PRODUCE, v, "TopicProduceData", name=t, partition_data=tuple(p))
+                for t, p in by_topic.items()
+            ),
+        )
+        fut = conn.send_nowait(ApiKey.PRODUCE, req, version=v, expect_response=self.acks != 0)
+        self._spawn(self._complete(conn, fut, batches))
+
+    async def _complete(
+        self, conn: AsyncConnection, fut: asyncio.Future[Any], batches: list[_Batch]
+    ) -> None:
+        try:
+            await conn.drain()
+            resp = await conn.wait_response(fut, ApiKey.PRODUCE)
+        except KafkaError as exc:
+            for b in batches:
+                self._landed(b)
+                self._retry(b, exc)
+            return
+        finally:
+            self._wake.set()
+        if resp is None:  # acks=0
+            for b in batches:
+                self._landed(b)
+                self._succeed(b, -1, -1)
+            return
+        results: dict[TopicPartition, Any] = {}
+        for t in resp.responses:
+            for p in t.partition_responses:
+                results[TopicPartition(t.name, int(p.index))] = p
+        for b in batches:
+            self._landed(b)
+            p = results.get(b.tp)
+            if p is None:
+                self._retry(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "partition missing"))
+                continue
+            self._handle(b, p)
+
+    def _landed(self, b: _Batch) -> None:
+        b.in_flight = False
+        self._partitions[b.tp].in_flight -= 1
+
+    def _handle(self, b: _Batch, p: Any) -> None:
+        code = int(p.error_code)
+        ps = self._partitions[b.tp]
+        if b not in ps.pending:
+            return  # already failed (fatal error or expiry) while in flight
+        if code == ErrorCode.NONE:
+            append_time = -1
+            if getattr(p, "log_append_time", None) is not None:
+                append_time = int(p.log_append_time.timestamp() * 1000)
+            self._succeed(b, int(p.base_offset), append_time)
+            return
+        if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            self._succeed(b, -1, -1)
+            return
+        message = getattr(p, "error_message", None) or ""
+        err = KafkaError(code, message)
+        if code in FATAL_PRODUCER_ERRORS:
+            self._set_fatal(err)
+            return
+        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+            if ps.pending and ps.pending[0] is b and not self._bump_requested:
+                if b.base_sequence == 0 and b.epoch > 0 and b.epoch != self._first_epoch():
+                    self._new_id_on_bump = True  # the broker did not take our local bump
+                self._request_bump(ps, err.name)
+            self._retry(b, err)
+            return
+        if code == ErrorCode.INVALID_PRODUCER_EPOCH:
+            if b.base_sequence == 0 and b.epoch != self._first_epoch():
+                self._new_id_on_bump = True
+                if not self._bump_requested:
+                    self._request_bump(ps, err.name)
+                self._retry(b, err)
+                return
+            self._set_fatal(ProducerFencedError(code, message or "producer epoch is stale"))
+            return
+        if code in _REFRESH_ERRORS:
+            self._spawn(self._refresh_metadata(b.tp.topic))
+        if err.retriable or code in _REFRESH_ERRORS:
+            self._retry(b, err)
+            return
+        self._fail_batch(b, err)
+
+    def _first_epoch(self) -> int:
+        return self._resume.epoch if self._resume is not None else 0
+
+    def _succeed(self, b: _Batch, base_offset: int, append_time: int) -> None:
+        ps = self._partitions[b.tp]
+        with contextlib.suppress(ValueError):
+            ps.pending.remove(b)
+        if b.base_sequence >= 0:
+            ps.last_acked = b.last_sequence
+        for i, (rec, fut) in enumerate(zip(b.records, b.futures, strict=True)):
+            if not fut.done():
+                fut.set_result(
+                    RecordMetadata(
+                        b.tp.topic,
+                        b.tp.partition,
+                        base_offset + i if base_offset >= 0 else -1,
+                        append_time if append_time >= 0 else rec.timestamp or -1,
+                        duplicate=base_offset < 0 and self.acks != 0,
+                    )
+                )
+        self._release(b)
+
+    def _retry(self, b: _Batch, err: KafkaError) -> None:
+        """Back to pending, untouched, for another attempt in sequence order."""
+        ps = self._partitions[b.tp]
+        if b not in ps.pending:
+            return
+        if not self.idempotent and not err.retriable:
+            self._fail_batch(b, err)
+            return
+        loop = asyncio.get_running_loop()
+        backoff = min(self.retry_backoff * (2 ** max(0, b.attempts - 1)), self.retry_backoff_max)
+        b.retry_at = loop.time() + backoff
+        log.debug("%r: retry after %s", b, err)
+
+    def _fail_batch(self, b: _Batch, err: BaseException) -> None:
+        ps = self._partitions[b.tp]
+        if b in ps.pending:
+            ps.pending.remove(b)
+            if self.idempotent and not self._closing:
+                self._request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
+        for fut in b.futures:
+            if not fut.done():
+                fut.set_exception(err)
+        self._release(b)
+
+    def _release(self, b: _Batch) -> None:
+        self._buffered -= b.size
+        if self._buffered < self.buffer_memory:
+            self._space.set()
+        self._batch_done()
+
+    def _batch_done(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding <= 0:
+            self._outstanding = 0
+            self._idle.set()
+
+    def _expire(self, now: float) -> None:
+        for ps in self._partitions.values():
+            while ps.queue and now - ps.queue[0].created > self.delivery_timeout:
+                b = ps.queue.popleft()
+                for fut in b.futures:
+                    if not fut.done():
+                        fut.set_exception(KafkaTimeoutError("delivery.timeout.ms expired"))
+                self._release(b)
+            for b in list(ps.pending):
+                if not b.in_flight and now - b.created > self.delivery_timeout:
+                    self._fail_batch(b, KafkaTimeoutError("delivery.timeout.ms expired"))
+
+    def _set_fatal(self, err: KafkaError) -> None:
+        if self._fatal is None:
+            log.error("producer failed: %s", err)
+            self._fatal = err
+        self._fail_all(err)
+
+    def _fail_all(self, err: BaseException) -> None:
+        for ps in self._partitions.values():
+            for b in list(ps.pending) + list(ps.queue):
+                for fut in b.futures:
+                    if not fut.done():
+                        fut.set_exception(err)
+                self._release(b)
+            ps.pending.clear()
+            ps.queue.clear()
+        for waiting in self._awaiting_metadata.values():
+            for _rec, _p, fut in waiting:
+                if not fut.done():
+                    fut.set_exception(err)
+        self._wake.set()
+
+    # --- helpers for the sync facade ------------------------------------------------------
+
+    @property
+    def fatal_error(self) -> KafkaError | None:
+        return self._fatal
+
+    def on_delivery(
+        self,
+        fut: asyncio.Future[RecordMetadata],
+        callback: Callable[[BaseException | None, RecordMetadata | None], None],
+    ) -> None:
+        def done(f: asyncio.Future[RecordMetadata]) -> None:
+            if f.cancelled():
+                callback(KafkaConnectionError("cancelled"), None)
+            elif f.exception() is not None:
+                callback(f.exception(), None)
+            else:
+                callback(None, f.result())
+
+        fut.add_done_callback(done)

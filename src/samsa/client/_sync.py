@@ -1,0 +1,393 @@
+"""Synchronous facades: each runs its asyncio core on a private event loop thread.
+
+The facade methods hand work to the loop (``run_coroutine_threadsafe``) and wait for it.
+``Producer.produce`` does not wait: records go into an inbox that the loop drains in one
+call per burst, and delivery callbacks are served from :meth:`Producer.poll` /
+:meth:`Producer.flush` in the caller's thread, as confluent-kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import functools
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
+
+from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
+from samsa.client._consumer import AsyncConsumer
+from samsa.client._errors import ClosedError, KafkaError, KafkaTimeoutError
+from samsa.client._producer import AsyncProducer, Headers
+from samsa.client._types import (
+    ConsumerRecord,
+    NewTopic,
+    ProducerInfo,
+    ProducerState,
+    RecordMetadata,
+    TopicMetadata,
+    TopicPartition,
+)
+
+T = TypeVar("T")
+DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], None]
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self.loop.is_closed():
+            coro.close()
+            raise ClosedError("client is closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise KafkaTimeoutError("operation timed out") from None
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def start_core(name: str, make: Callable[[], Awaitable[T]]) -> tuple[LoopThread, T]:
+    lt = LoopThread(name)
+
+    async def build() -> T:
+        return await make()
+
+    try:
+        return lt, lt.run(build())
+    except BaseException:
+        lt.stop()
+        raise
+
+
+class Producer:
+    """Synchronous idempotent producer (see :class:`AsyncProducer`)."""
+
+    def __init__(
+        self, config: dict[str, Any] | None = None, *, state: ProducerState | None = None
+    ) -> None:
+        async def make() -> AsyncProducer:
+            core = AsyncProducer(config, state=state)
+            try:
+                await core.start()
+            except BaseException:
+                await core.close()
+                raise
+            return core
+
+        self._lt, self._core = start_core("samsa-producer", make)
+        self._lock = threading.Lock()
+        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._scheduled = False
+        self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
+        self._closed = False
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        headers: Headers = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue a record. The future (and ``on_delivery``, served by poll()/flush())
+        get its RecordMetadata with partition and offset."""
+        if self._closed:
+            raise ClosedError("producer is closed")
+        if isinstance(value, str):
+            value = value.encode()
+        if isinstance(key, str):
+            key = key.encode()
+        if not self._core._space.is_set():
+            self._lt.run(self._core._space.wait(), self._core.max_block)
+        cf: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        item = (topic, value, key, partition, timestamp, headers, cf, on_delivery)
+        with self._lock:
+            self._inbox.append(item)
+            if not self._scheduled:
+                self._scheduled = True
+                self._lt.call(self._drain_inbox)
+        return cf
+
+    def _drain_inbox(self) -> None:
+        with self._lock:
+            items = list(self._inbox)
+            self._inbox.clear()
+            self._scheduled = False
+        loop = self._lt.loop
+        for topic, value, key, partition, timestamp, headers, cf, cb in items:
+            fut: asyncio.Future[RecordMetadata] = loop.create_future()
+            fut.add_done_callback(functools.partial(self._delivered, cf, cb))
+            self._core.append(topic, value, key, partition, timestamp, headers, fut)
+
+    def _delivered(
+        self,
+        cf: concurrent.futures.Future[RecordMetadata],
+        cb: DeliveryCallback | None,
+        fut: asyncio.Future[RecordMetadata],
+    ) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            cf.set_exception(exc)
+            if cb is not None:
+                self._callbacks.put((cb, exc, None))
+        else:
+            cf.set_result(fut.result())
+            if cb is not None:
+                self._callbacks.put((cb, None, fut.result()))
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one."""
+        served = 0
+        try:
+            item = self._callbacks.get(timeout=timeout) if timeout > 0 else None
+        except queue.Empty:
+            return 0
+        while True:
+            if item is None:
+                try:
+                    item = self._callbacks.get_nowait()
+                except queue.Empty:
+                    return served
+            cb, err, md = item
+            cb(err, md)
+            served += 1
+            item = None
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait for every queued record's outcome and serve callbacks; returns how many
+        records are still undelivered (0 unless ``timeout`` expired)."""
+        self._wait_inbox_drained()
+        try:
+            self._lt.run(self._core.flush(), timeout)
+        except (KafkaTimeoutError, TimeoutError):
+            pass
+        self.poll()
+        return sum(
+            len(b.records)
+            for ps in self._core._partitions.values()
+            for b in list(ps.pending) + list(ps.queue)
+        )
+
+    def _wait_inbox_drained(self) -> None:
+        async def nothing() -> None:
+            return None
+
+        # call_soon order: once this runs, every earlier _drain_inbox has run.
+        self._lt.run(nothing())
+
+    def state(self) -> ProducerState:
+        """Producer id, epoch and next sequence per partition; call after flush()."""
+        self._wait_inbox_drained()
+
+        async def get() -> ProducerState:
+            return self._core.state()
+
+        return self._lt.run(get())
+
+    @property
+    def producer_id(self) -> int:
+        return self._core.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._core.epoch
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._wait_inbox_drained()
+            self._lt.run(self._core.close(timeout))
+        finally:
+            self._lt.stop()
+            self.poll()
+
+
+class Consumer:
+    """Synchronous consumer (see :class:`AsyncConsumer`)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        async def make() -> AsyncConsumer:
+            core = AsyncConsumer(config)
+            try:
+                await core.start()
+            except BaseException:
+                await core.close()
+                raise
+            return core
+
+        self._lt, self._core = start_core("samsa-consumer", make)
+        self._closed = False
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        async def run() -> T:
+            return fn()
+
+        return self._lt.run(run())
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        tps = list(partitions)
+        self._call(lambda: self._core.assign(tps))
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._call(self._core.assignment)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        names = list(topics)
+        self._call(lambda: self._core.subscribe(names))
+
+    def unsubscribe(self) -> None:
+        self._lt.run(self._core.unsubscribe())
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        self._call(lambda: self._core.seek(tp, offset))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._core.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        self._lt.run(self._core.seek_to_end(*tps))
+
+    def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        return self._lt.run(self._core.position(TopicPartition(*tp)))
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records available within ``timeout`` seconds (possibly none)."""
+        return self._lt.run(self._core.poll(int(timeout * 1000), max_records))
+
+    def consume(self, num_messages: int = 500, timeout: float = 1.0) -> list[ConsumerRecord]:
+        return self.poll(timeout, num_messages)
+
+    def getmany(
+        self, timeout: float = 1.0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        return self._lt.run(self._core.getmany(int(timeout * 1000), max_records))
+
+    def commit(
+        self, offsets: dict[TopicPartition, int] | None = None, *, asynchronous: bool = False
+    ) -> concurrent.futures.Future[None] | None:
+        """Commit positions (or ``offsets``); with ``asynchronous`` return a future."""
+        if asynchronous:
+            return asyncio.run_coroutine_threadsafe(self._core.commit(offsets), self._lt.loop)
+        self._lt.run(self._core.commit(offsets))
+        return None
+
+    def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return self._lt.run(self._core.committed(list(tps)))
+
+    def list_offsets(
+        self, tps: Iterable[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        return self._lt.run(self._core.list_offsets(list(tps), timestamp))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._lt.run(self._core.close(), 30)
+        finally:
+            self._lt.stop()
+
+
+class Admin:
+    """Synchronous admin client (see :class:`AsyncAdmin`)."""
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        async def make() -> AsyncAdmin:
+            core = AsyncAdmin(config)
+            try:
+                await core.start()
+            except BaseException:
+                await core.close()
+                raise
+            return core
+
+        self._lt, self._core = start_core("samsa-admin", make)
+        self._closed = False
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create_topics(
+        self, topics: Iterable[NewTopic], *, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        return self._lt.run(self._core.create_topics(list(topics), validate_only=validate_only))
+
+    def create_topic(self, name: str, num_partitions: int = 1, **config: str) -> None:
+        self._lt.run(self._core.create_topic(name, num_partitions, **config))
+
+    def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
+        return self._lt.run(self._core.delete_topics(list(names)))
+
+    def list_topics(self, *, internal: bool = False) -> list[str]:
+        return self._lt.run(self._core.list_topics(internal=internal))
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicMetadata]:
+        return self._lt.run(self._core.describe_topics(None if names is None else list(names)))
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, list[ProducerInfo]]:
+        return self._lt.run(self._core.describe_producers(list(partitions)))
+
+    def list_groups(self) -> list[GroupListing]:
+        return self._lt.run(self._core.list_groups())
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        return self._lt.run(self._core.describe_groups(list(group_ids)))
+
+    def describe_cluster(self) -> dict[str, Any]:
+        return self._lt.run(self._core.describe_cluster())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._lt.run(self._core.close(), 30)
+        finally:
+            self._lt.stop()

@@ -1,0 +1,110 @@
+"""Public value types of the client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a produced record landed. ``offset`` is -1 when the broker answered
+    DUPLICATE_SEQUENCE_NUMBER without an offset, or when a resumed producer skipped a
+    record its previous incarnation had already written (``duplicate`` is then True)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_type: int = 0  # 0 CreateTime, 1 LogAppendTime
+    producer_id: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """An idempotent producer's identity, enough to resume it in another process.
+
+    ``sequences`` maps (topic, partition) to the sequence the next record would get. Take
+    it with :meth:`Producer.state` after :meth:`Producer.flush`, store it atomically with
+    the input position it corresponds to, and pass it to ``Producer(config, state=...)``.
+    """
+
+    producer_id: int
+    epoch: int
+    sequences: dict[TopicPartition, int] = field(default_factory=dict)
+    transactional_id: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "producer_id": self.producer_id,
+            "epoch": self.epoch,
+            "transactional_id": self.transactional_id,
+            "sequences": [[tp.topic, tp.partition, s] for tp, s in self.sequences.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ProducerState:
+        seqs = data.get("sequences") or []
+        assert isinstance(seqs, list)
+        return cls(
+            producer_id=int(data["producer_id"]),  # type: ignore[call-overload]
+            epoch=int(data["epoch"]),  # type: ignore[call-overload]
+            sequences={TopicPartition(str(t), int(p)): int(s) for t, p, s in seqs},
+            transactional_id=data.get("transactional_id"),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: tuple[PartitionMetadata, ...]
+    topic_id: str | None = None
+    internal: bool = False
+    error: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One active producer on a partition, as DescribeProducers reports it."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    config: dict[str, str] = field(default_factory=dict)
