@@ -51,6 +51,7 @@ class _Pending:
     flexible_header: bool
     body: bytes | list[bytes] | None = None
     done: bool = False
+    task: asyncio.Future[Any] | None = None
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -71,6 +72,11 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        # Nobody will read these responses: stop long polls and the like now.
+        for entry in self.queue:
+            if entry.task is not None and not entry.task.done():
+                entry.task.cancel()
+        self.queue.clear()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -149,7 +155,7 @@ class KafkaConnection(asyncio.Protocol):
         else:
             entry = _Pending(correlation_id, flexible_header)
             self.queue.append(entry)
-            future = asyncio.ensure_future(result)
+            entry.task = future = asyncio.ensure_future(result)
             future.add_done_callback(lambda f, e=entry: self._on_done(e, f))
 
     def _enqueue(
@@ -158,6 +164,8 @@ class KafkaConnection(asyncio.Protocol):
         self.queue.append(_Pending(correlation_id, flexible_header, body, True))
 
     def _on_done(self, entry: _Pending, future: asyncio.Future[Any]) -> None:
+        if self.closed:
+            return
         if future.cancelled():
             self.close("request cancelled")
             return

@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import io
 import sys
+import typing
 from functools import cache
 from typing import Any
 
@@ -100,11 +101,51 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any
         entity, _size = _reader(api_key, version)(frame, offset)
     except Exception as exc:  # kio raises several types for malformed input
         raise FrameError(f"malformed {api_name(api_key)} v{version} request: {exc}") from exc
+    problem = _null_in_non_nullable(entity)
+    if problem is not None:
+        raise FrameError(f"malformed {api_name(api_key)} v{version} request: {problem} is null")
     # Bytes after the body are ignored, as Kafka does (it never checks for them).
     # librdkafka relies on it: its all-topics Metadata v9+ request keeps a 4-byte
     # placeholder where the compact array length (one varint byte) belongs, so the body
     # ends with 3 extra bytes.
     return entity
+
+
+def _null_in_non_nullable(entity: Any) -> str | None:
+    """kio reads a length of -1 as None even where the schema does not allow null (Kafka
+    rejects such a request); find the first such field so handlers never see one."""
+    for name, nullable, nested in _checked_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if nullable:
+                continue
+            return name
+        if nested:
+            for item in value if isinstance(value, tuple) else (value,):
+                problem = _null_in_non_nullable(item)
+                if problem is not None:
+                    return f"{name}.{problem}"
+    return None
+
+
+@cache
+def _checked_fields(cls: type[Any]) -> tuple[tuple[str, bool, bool], ...]:
+    """(name, nullable, holds entities) of the fields worth checking: the non-nullable ones
+    and those holding nested entities."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        types = [a for a in args if a is not type(None)] if nullable else [hint]
+        nested = any(
+            dataclasses.is_dataclass(typing.get_args(t)[0] if typing.get_origin(t) is tuple else t)
+            for t in types
+        )
+        if not nullable or nested:
+            out.append((f.name, nullable, nested))
+    return tuple(out)
 
 
 def encode_response(api_key: int, version: int, entity: Any) -> bytes:

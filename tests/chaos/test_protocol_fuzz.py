@@ -1,0 +1,224 @@
+"""Protocol fuzzing: mutated and random frames thrown at the broker's decoder and handlers.
+
+The broker runs in-process (same code as ``samsa broker``, a fake transport instead of a
+socket) so Hypothesis can try many frames quickly. For every frame the only allowed outcomes
+are a well-formed response with the request's correlation id, or the connection closed
+because the input is not valid Kafka. A handler crash (the "internal error" close), a hang,
+or a change to bytes already written fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from samsa.broker.broker import Broker
+from samsa.broker.config import BrokerConfig
+from samsa.broker.server import KafkaConnection
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.framing import FrameDecoder
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.testing import fetch_request, idempotent_batch, produce_request
+
+TOPIC = "fuzz"
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.aborted = False
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        for p in pieces:
+            self.written += p
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+
+class RecordingConnection(KafkaConnection):
+    reasons: list[str]
+
+    def close(self, reason: str) -> None:
+        self.reasons.append(reason)
+        super().close(reason)
+
+
+def _frame(api_key: int, version: int, entity: Any, correlation_id: int = 42) -> bytes:
+    conn = BlockingConnection.__new__(BlockingConnection)
+    conn.client_id = "fuzz"
+    return conn.encode(api_key, version, entity, correlation_id)
+
+
+def _seeds() -> list[bytes]:
+    batch = idempotent_batch(1, 0, 0, 3)
+    return [
+        _frame(ApiKey.PRODUCE, 9, produce_request({(TOPIC, 0): batch})),
+        _frame(ApiKey.PRODUCE, 7, produce_request({(TOPIC, 0): batch}, version=7)),
+        _frame(ApiKey.FETCH, 12, fetch_request({(TOPIC, 0): 0}, max_wait_ms=50)),
+        _frame(ApiKey.FETCH, 4, fetch_request({(TOPIC, 0): 0}, max_wait_ms=50, version=4)),
+        _frame(
+            ApiKey.METADATA,
+            12,
+            make_request(
+                ApiKey.METADATA,
+                12,
+                "MetadataRequest",
+                topics=(
+                    make_request(
+                        ApiKey.METADATA, 12, "MetadataRequestTopic", topic_id=None, name=TOPIC
+                    ),
+                ),
+                allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False,
+            ),
+        ),
+        _frame(
+            ApiKey.API_VERSIONS,
+            3,
+            make_request(
+                ApiKey.API_VERSIONS,
+                3,
+                "ApiVersionsRequest",
+                client_software_name="f",
+                client_software_version="1",
+            ),
+        ),
+        _frame(
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            make_request(
+                ApiKey.INIT_PRODUCER_ID,
+                4,
+                "InitProducerIdRequest",
+                transactional_id=None,
+                transaction_timeout=1000,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+        ),
+        _frame(
+            ApiKey.DESCRIBE_PRODUCERS,
+            0,
+            make_request(
+                ApiKey.DESCRIBE_PRODUCERS,
+                0,
+                "DescribeProducersRequest",
+                topics=(
+                    make_request(
+                        ApiKey.DESCRIBE_PRODUCERS,
+                        0,
+                        "TopicRequest",
+                        name=TOPIC,
+                        partition_indexes=(0, 5),
+                    ),
+                ),
+            ),
+        ),
+    ]
+
+
+SEEDS = _seeds()
+
+mutations = st.one_of(
+    # flip bytes of a valid frame
+    st.tuples(
+        st.sampled_from(SEEDS),
+        st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=8),
+    ).map(lambda t: _flip(*t)),
+    # cut a valid frame short, or extend it, keeping or fixing its size prefix
+    st.tuples(st.sampled_from(SEEDS), st.integers(0, 400), st.booleans()).map(lambda t: _cut(*t)),
+    # random bodies behind a correct size prefix
+    st.binary(min_size=0, max_size=300).map(lambda b: struct.pack(">i", len(b)) + b),
+    # random bytes, size prefix and all
+    st.binary(min_size=1, max_size=64),
+)
+
+
+def _flip(frame: bytes, flips: list[tuple[int, int]]) -> bytes:
+    data = bytearray(frame)
+    for pos, value in flips:
+        data[4 + pos % (len(data) - 4)] = value
+    return bytes(data)
+
+
+def _cut(frame: bytes, n: int, fix_size: bool) -> bytes:
+    body = frame[4 : 4 + max(0, len(frame) - 4 - n)] if n % 2 == 0 else frame[4:] + bytes(n)
+    size = len(body) if fix_size else struct.unpack(">i", frame[:4])[0]
+    return struct.pack(">i", size) + body
+
+
+@pytest.fixture(scope="module")
+def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    data_dir: Path = tmp_path_factory.mktemp("fuzz")
+    loop = asyncio.new_event_loop()
+    broker = Broker(BrokerConfig(data_dir=data_dir, socket_request_max_bytes=1 << 20))
+    broker.start()
+    broker.create_topic(TOPIC, 2)
+    partition = broker.topics.get_partition(TOPIC, 0)
+    assert partition is not None
+    from samsa.protocol.records import validate_produce_batch
+
+    for seq in range(0, 30, 3):
+        assert (
+            broker.append(partition, validate_produce_batch(idempotent_batch(77, 0, seq, 3))).error
+            == 0
+        )
+    original = b"".join(partition.log.read(0, 1 << 30).chunks)
+    yield loop, broker, partition, original
+    broker.close()
+    loop.close()
+
+
+@settings(
+    max_examples=int(os.environ.get("SAMSA_FUZZ_EXAMPLES", "400")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(frame=mutations)
+def test_mutated_frames_get_a_response_or_a_closed_connection(fuzz_env: Any, frame: bytes) -> None:
+    loop, broker, partition, original = fuzz_env
+    if len(frame) >= 6:
+        (api_key,) = struct.unpack_from(">h", frame, 4)
+        assume(api_key != ApiKey.DELETE_TOPICS)  # deleting the topic is legitimate, not damage
+    conn = RecordingConnection(broker)
+    conn.reasons = []
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+
+    async def drive() -> None:
+        conn.data_received(frame)
+        # Give awaiting handlers (long polls, flushes) a bounded time to answer.
+        for _ in range(40):
+            if conn.closed or not conn.queue:
+                break
+            await asyncio.sleep(0.005)
+        conn.connection_lost(None)  # cancels whatever still waits
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(asyncio.wait_for(drive(), 5))
+    assert "internal error" not in conn.reasons, conn.reasons
+    if transport.written:
+        responses = FrameDecoder(1 << 30).feed(bytes(transport.written))
+        assert responses, "a partial response frame was written"
+        for response in responses:
+            assert len(response) >= 4
+    # Bytes already written are untouched (appends after them are allowed).
+    now = b"".join(partition.log.read(0, 1 << 30).chunks)
+    assert now[: len(original)] == original
