@@ -1,0 +1,58 @@
+"""DescribeGroups: state, protocol and members (metadata and assignment when Stable)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.DESCRIBE_GROUPS
+NO_OPERATIONS = -(2**31)  # authorized operations were not asked for
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    groups = []
+    for gid in request.groups:
+        d = broker.groups.describe_group(gid)
+        error, message = d.error, None
+        if v >= 6 and d.state == "Dead":
+            # v6 (KIP-1043) says so instead of describing a Dead group.
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid} not found"
+        members = tuple(
+            make(
+                K,
+                v,
+                "DescribedGroupMember",
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in d.members
+        )
+        groups.append(
+            make(
+                K,
+                v,
+                "DescribedGroup",
+                error_code=error,
+                error_message=message,
+                group_id=gid,
+                group_state=d.state,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol,
+                members=members,
+                authorized_operations=NO_OPERATIONS,
+            )
+        )
+    return encode_response(
+        K, v, make(K, v, "DescribeGroupsResponse", throttle_time=0, groups=tuple(groups))
+    )

@@ -1,0 +1,66 @@
+"""FindCoordinator: this broker coordinates every group and every transactional id.
+
+v0-3 ask about one key; v4+ batch them in ``coordinator_keys``. Asking for a group
+coordinator creates ``__consumer_offsets`` on first use, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.topics import TopicError
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.FIND_COORDINATOR
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
+    error = ErrorCode.NONE
+    message: str | None = None
+    if key_type == GROUP_KEY_TYPE:
+        try:
+            broker.groups.ensure_topic()
+        except TopicError as exc:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)
+    elif key_type != TRANSACTION_KEY_TYPE:
+        error, message = ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
+    host, port = broker.config.advertised
+    node = broker.node_id if error == ErrorCode.NONE else -1
+    if v < 4:
+        response = make(
+            K,
+            v,
+            "FindCoordinatorResponse",
+            throttle_time=0,
+            error_code=error,
+            error_message=message,
+            node_id=node,
+            host=host if node >= 0 else "",
+            port=port if node >= 0 else -1,
+        )
+    else:
+        coordinators = tuple(
+            make(
+                K,
+                v,
+                "Coordinator",
+                key=key,
+                node_id=node,
+                host=host if node >= 0 else "",
+                port=port if node >= 0 else -1,
+                error_code=error,
+                error_message=message,
+            )
+            for key in request.coordinator_keys
+        )
+        response = make(K, v, "FindCoordinatorResponse", throttle_time=0, coordinators=coordinators)
+    return encode_response(K, v, response)

@@ -1,0 +1,98 @@
+"""OffsetFetch: a group's committed offsets (v0-7 one group; v8+ a batch of groups).
+
+Partitions without a committed offset answer -1 with no error, as Kafka does. With
+transactional offsets still pending (their transaction undecided), ``require_stable``
+(v7+) gets UNSTABLE_OFFSET_COMMIT for the partition; without it the last committed offset.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.coordinator.group_coordinator import FetchedOffset
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.OFFSET_FETCH
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    if v < 8:
+        stable = getattr(request, "require_stable", False)
+        fetched = _fetch(broker, request.group_id, request.topics, stable)
+        topic_cls, part_cls = "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"
+        response = make(
+            K,
+            v,
+            "OffsetFetchResponse",
+            throttle_time=0,
+            error_code=ErrorCode.NONE,
+            topics=_topics(v, fetched, topic_cls, part_cls),
+        )
+        return encode_response(K, v, response)
+    groups = tuple(
+        make(
+            K,
+            v,
+            "OffsetFetchResponseGroup",
+            group_id=g.group_id,
+            error_code=ErrorCode.NONE,
+            topics=_topics(
+                v,
+                _fetch(broker, g.group_id, g.topics, request.require_stable),
+                "OffsetFetchResponseTopics",
+                "OffsetFetchResponsePartitions",
+            ),
+        )
+        for g in request.groups
+    )
+    return encode_response(K, v, make(K, v, "OffsetFetchResponse", throttle_time=0, groups=groups))
+
+
+def _fetch(
+    broker: Broker, group_id: str, topics: Any, require_stable: bool = False
+) -> list[FetchedOffset]:
+    wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
+    fetched: list[FetchedOffset] = broker.groups.fetch_offsets(group_id, wanted)
+    if not require_stable:
+        return fetched
+    pending = broker.groups.txn_offsets
+    return [
+        FetchedOffset(f.topic, f.partition, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        if pending.is_pending(group_id, f.topic, f.partition)
+        else f
+        for f in fetched
+    ]
+
+
+def _topics(v: int, fetched: list[FetchedOffset], topic_cls: str, part_cls: str) -> tuple[Any, ...]:
+    by_topic: dict[str, list[FetchedOffset]] = {}
+    for f in fetched:
+        by_topic.setdefault(f.topic, []).append(f)
+    return tuple(
+        make(
+            K,
+            v,
+            topic_cls,
+            name=name,
+            partitions=tuple(
+                make(
+                    K,
+                    v,
+                    part_cls,
+                    partition_index=f.partition,
+                    committed_offset=f.offset,
+                    committed_leader_epoch=f.leader_epoch,
+                    metadata=f.metadata,
+                    error_code=f.error,
+                )
+                for f in parts
+            ),
+        )
+        for name, parts in by_topic.items()
+    )

@@ -1,0 +1,337 @@
+"""The group coordinator as a pure state machine: transitions, fencing, static membership,
+timers and retention with fake time, and replay equivalence."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from samsa.coordinator.group import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
+from samsa.coordinator.group_coordinator import (
+    CoordinatorRecord,
+    GroupConfig,
+    GroupCoordinator,
+    JoinRequest,
+    JoinResult,
+    OffsetToCommit,
+    Outcome,
+    Pending,
+    Reply,
+    SyncResult,
+)
+from samsa.coordinator.offsets_records import GroupMetadataKey, GroupMetadataValue
+from samsa.protocol.errors import ErrorCode as E
+
+G = "group"
+SUB = b"\x00\x01\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"  # consumer protocol: topic "t"
+
+
+class Harness:
+    """Runs outcomes as the runtime does: records are 'appended' (kept) then replayed."""
+
+    def __init__(self, **config: Any) -> None:
+        ids = itertools.count(1)
+        cfg = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 10, **config}
+        self.c = GroupCoordinator(GroupConfig(**cfg), new_member_id=lambda p: f"{p}-{next(ids)}")
+        self.log: list[CoordinatorRecord] = []
+        self.replies: dict[tuple[str, str], Any] = {}
+        self.now = 1_000_000
+
+    def run(self, outcome: Outcome) -> Any:
+        for r in outcome.records:
+            self.log.append(r)
+            self.c.replay(r, self.now)
+        for ev in self.c.take_outbox():
+            if isinstance(ev, Reply):
+                self.replies[(ev.kind, ev.member_id)] = ev.result
+        return outcome.response
+
+    def join(
+        self,
+        member_id: str = "",
+        *,
+        instance: str | None = None,
+        client: str = "c",
+        session: int = 1000,
+        rebalance: int = 5000,
+        protocols: tuple[tuple[str, bytes], ...] = (("range", SUB),),
+        v4: bool = True,
+    ) -> Any:
+        req = JoinRequest(
+            G,
+            member_id,
+            instance,
+            client,
+            "/127.0.0.1",
+            session,
+            rebalance,
+            "consumer",
+            protocols,
+            v4,
+        )
+        result = self.run(self.c.join_group(req, self.now))
+        if isinstance(result, Pending):
+            return self.replies.pop(("join", result.member_id), result)
+        return result
+
+    def join_new(self, **kw: Any) -> Any:
+        first = self.join(**kw)
+        if isinstance(first, JoinResult) and first.error == E.MEMBER_ID_REQUIRED:
+            return self.join(first.member_id, **kw)
+        return first
+
+    def sync(
+        self,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes] | None = None,
+        instance: str | None = None,
+    ) -> Any:
+        result = self.run(
+            self.c.sync_group(
+                G, generation, member_id, instance, "consumer", None, assignments or {}, self.now
+            )
+        )
+        if isinstance(result, Pending):
+            return self.replies.pop(("sync", member_id), result)
+        return result
+
+    def heartbeat(self, member_id: str, generation: int, instance: str | None = None) -> E:
+        return self.run(self.c.heartbeat(G, generation, member_id, instance, self.now))  # type: ignore[no-any-return]
+
+    def commit(self, member_id: str, generation: int, offset: int = 5, group: str = G) -> E:
+        errors = self.run(
+            self.c.commit_offsets(
+                group, generation, member_id, None, [OffsetToCommit("t", 0, offset)], self.now
+            )
+        )
+        return errors[("t", 0)]  # type: ignore[no-any-return]
+
+    def tick(self, advance_ms: int) -> None:
+        self.now += advance_ms
+        self.run(self.c.tick(self.now))
+
+    @property
+    def group(self) -> Any:
+        return self.c.groups[G]
+
+    def stable_group_of_one(self) -> str:
+        first = self.join()
+        assert first.error == E.MEMBER_ID_REQUIRED and first.member_id  # KIP-394, v4+
+        j = self.join(first.member_id)
+        assert j.error == E.NONE and j.generation == 1 and j.leader == j.member_id
+        s = self.sync(j.member_id, 1, {j.member_id: b"A1"})
+        assert s == SyncResult(E.NONE, "consumer", "range", b"A1")
+        return j.member_id  # type: ignore[no-any-return]
+
+
+def test_states_and_their_valid_previous_states() -> None:
+    assert VALID_PREVIOUS_STATES[GroupState.STABLE] == {GroupState.COMPLETING_REBALANCE}
+    assert VALID_PREVIOUS_STATES[GroupState.EMPTY] == {GroupState.PREPARING_REBALANCE}
+    h = Harness()
+    h.stable_group_of_one()
+    with pytest.raises(IllegalStateTransition):
+        h.group.transition_to(GroupState.COMPLETING_REBALANCE, 0)
+
+
+def test_join_sync_and_a_second_member_rebalances() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    assert h.group.state == GroupState.STABLE
+
+    b_first = h.join()
+    b_pending = h.join(b_first.member_id)
+    assert isinstance(b_pending, Pending)
+    assert h.group.state == GroupState.PREPARING_REBALANCE
+    assert h.heartbeat(a, 1) == E.REBALANCE_IN_PROGRESS
+    assert h.commit(a, 1) == E.NONE  # commits before rejoining are still allowed
+
+    ja = h.join(a)  # everyone has rejoined: the join phase completes at once
+    assert ja.generation == 2 and ja.leader == a and len(ja.members) == 2
+    jb = h.replies.pop(("join", b_first.member_id))
+    assert jb.generation == 2 and jb.members == ()
+    assert h.group.state == GroupState.COMPLETING_REBALANCE
+    assert h.commit(a, 2) == E.REBALANCE_IN_PROGRESS
+
+    assert isinstance(h.sync(b_first.member_id, 2), Pending)  # waits for the leader
+    records_before = len(h.log)
+    sa = h.sync(a, 2, {a: b"PA", b_first.member_id: b"PB"})
+    assert sa.assignment == b"PA"
+    assert h.replies.pop(("sync", b_first.member_id)).assignment == b"PB"
+    # Stable only once the assignment record was replayed.
+    assert isinstance(h.log[records_before].value, GroupMetadataValue)
+    assert h.group.state == GroupState.STABLE
+    assert h.heartbeat(a, 2) == E.NONE
+
+
+def test_generation_and_member_fencing() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    assert h.commit(a, 0) == E.ILLEGAL_GENERATION
+    assert h.commit("stranger", 1) == E.UNKNOWN_MEMBER_ID
+    assert h.commit("", -1) == E.UNKNOWN_MEMBER_ID  # "simple" commits only for Empty groups
+    assert h.heartbeat(a, 7) == E.ILLEGAL_GENERATION
+    assert h.heartbeat("stranger", 1) == E.UNKNOWN_MEMBER_ID
+    assert h.sync(a, 9) == SyncResult(E.ILLEGAL_GENERATION)
+    assert h.join("stranger").error == E.UNKNOWN_MEMBER_ID
+    assert h.commit(a, 1) == E.NONE
+    # An unknown group accepts simple commits (and is created by their replay) ...
+    assert h.commit("", -1, group="simple") == E.NONE
+    assert h.c.groups["simple"].offsets[("t", 0)].offset == 5
+    # ... but a generation from another life is refused.
+    assert h.commit("m", 3, group="unknown") == E.ILLEGAL_GENERATION
+
+
+def test_leave_empties_the_group_and_bumps_the_generation() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    top, results = h.run(h.c.leave_group(G, [(a, None)], h.now))
+    assert top == E.NONE and results == [(a, None, E.NONE)]
+    assert h.group.state == GroupState.EMPTY and h.group.generation == 2
+    stored = h.log[-1]
+    assert stored.key == GroupMetadataKey(G) and stored.value.members == ()
+    assert h.commit("", -1) == E.NONE  # now the group only stores offsets
+
+
+def test_session_timeout_removes_a_silent_member() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    b = h.join()
+    b = h.join(b.member_id)
+    assert isinstance(b, Pending)
+    h.join(a)
+    h.sync(b.member_id, 2)
+    h.sync(a, 2, {})
+    assert h.group.state == GroupState.STABLE
+    h.tick(600)
+    assert h.heartbeat(a, 2) == E.NONE  # a is alive, b says nothing
+    h.tick(600)  # b's 1000 ms session is over
+    assert b.member_id not in h.group.members
+    assert h.group.state == GroupState.PREPARING_REBALANCE
+    ja = h.join(a)
+    assert ja.generation == 3 and [m.member_id for m in ja.members] == [a]
+
+
+def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    b = h.join()
+    assert isinstance(h.join(b.member_id), Pending)
+    h.tick(900)
+    h.heartbeat(a, 1)  # a heartbeats but never rejoins
+    h.tick(900)
+    h.heartbeat(a, 1)
+    assert h.group.state == GroupState.PREPARING_REBALANCE
+    h.tick(5000 - 1800)  # the rebalance timeout of the phase
+    jb = h.replies.pop(("join", b.member_id))
+    assert jb.generation == 2 and jb.leader == b.member_id
+    assert list(h.group.members) == [b.member_id]
+
+
+def test_static_member_rejoins_without_rebalance_and_fences_its_old_self() -> None:
+    h = Harness()
+    j = h.join_new(instance="i-1")
+    assert j.member_id.startswith("i-1-")  # static members need no MEMBER_ID_REQUIRED
+    h.sync(j.member_id, 1, {j.member_id: b"X"})
+    again = h.join(instance="i-1")  # a restarted instance, same instance id
+    assert again.error == E.NONE and again.generation == 1 and again.member_id != j.member_id
+    assert h.group.state == GroupState.STABLE  # no rebalance
+    assert isinstance(h.log[-1].value, GroupMetadataValue)  # the new member id is stored
+    assert h.heartbeat(j.member_id, 1, "i-1") == E.FENCED_INSTANCE_ID
+    assert h.sync(j.member_id, 1, instance="i-1") == SyncResult(E.FENCED_INSTANCE_ID)
+    assert h.heartbeat(again.member_id, 1, "i-1") == E.NONE
+    assert h.sync(again.member_id, 1, instance="i-1").assignment == b"X"
+
+
+def test_initial_rebalance_delay_collects_members() -> None:
+    h = Harness(initial_rebalance_delay_ms=100)
+    a = h.join(v4=False)
+    b = h.join(v4=False)
+    assert isinstance(a, Pending) and isinstance(b, Pending)
+    h.tick(100)  # a member arrived during the delay: wait once more
+    assert h.group.state == GroupState.PREPARING_REBALANCE
+    h.tick(100)
+    ra = h.replies.pop(("join", a.member_id))
+    assert ra.generation == 1 and len(ra.members) == 2
+
+
+def test_inconsistent_protocols_and_session_bounds() -> None:
+    h = Harness()
+    h.stable_group_of_one()
+    assert h.join(protocols=(("other", b""),)).error == E.INCONSISTENT_GROUP_PROTOCOL
+    assert h.join(session=1).error == E.INVALID_SESSION_TIMEOUT
+
+
+def test_offsets_retention_with_fake_time() -> None:
+    h = Harness(offsets_retention_ms=5000, offsets_retention_check_interval_ms=100)
+    assert h.commit("", -1, group="simple") == E.NONE
+    first = h.join(session=60_000)
+    a = h.join(first.member_id, session=60_000).member_id
+    h.sync(a, 1)
+    assert h.commit(a, 1) == E.NONE
+    h.tick(100)  # arms the check
+    h.tick(5000)
+    assert "simple" not in h.c.groups  # its offset is older than retention: gone, group too
+    assert h.group.offsets  # a group with members keeps its offsets
+    h.run(h.c.leave_group(G, [(a, None)], h.now))
+    h.tick(4000)
+    assert h.group.offsets  # Empty for 4 s: kept
+    h.tick(1000)
+    assert G not in h.c.groups  # Empty for the retention: offsets expired, group deleted
+
+
+def test_delete_groups_and_offsets() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    h.commit(a, 1)
+    h.run(h.c.commit_offsets(G, 1, a, None, [OffsetToCommit("other", 0, 1)], h.now))
+    assert h.run(h.c.delete_groups([G, "nope"], h.now)) == {
+        G: E.NON_EMPTY_GROUP,
+        "nope": E.GROUP_ID_NOT_FOUND,
+    }
+    top, errors = h.run(h.c.delete_offsets(G, [("t", [0]), ("other", [0])], h.now))
+    assert top == E.NONE
+    assert errors == {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("other", 0): E.NONE}
+    assert ("other", 0) not in h.group.offsets
+    h.run(h.c.leave_group(G, [(a, None)], h.now))
+    assert h.run(h.c.delete_groups([G], h.now)) == {G: E.NONE}
+    assert G not in h.c.groups
+    assert h.c.describe_group(G).state == "Dead"
+
+
+def test_replay_rebuilds_the_same_durable_state() -> None:
+    h = Harness()
+    a = h.stable_group_of_one()
+    h.commit(a, 1, offset=10)
+    b = h.join()
+    h.join(b.member_id)
+    h.join(a)
+    h.sync(b.member_id, 2)
+    h.sync(a, 2, {a: b"A", b.member_id: b"B"})
+    h.commit(b.member_id, 2, offset=20)
+    static = h.join(instance="s-1")
+    assert isinstance(static, Pending)
+    h.commit("", -1, group="simple", offset=3)
+    h.run(h.c.commit_offsets("simple", -1, "", None, [OffsetToCommit("x", 1, 4, 2, "m")], h.now))
+    h.join(a)
+    h.join(b.member_id)
+    h.sync(a, 3, {a: b"A3", b.member_id: b"B3", static.member_id: b"S3"})
+    h.sync(b.member_id, 3)
+    h.run(h.c.leave_group("simple", [], h.now))
+    live = h.c.durable_state()
+    assert live[G]["state"] == "Stable" and live[G]["generation"] == 3
+
+    fresh = GroupCoordinator(h.c.config)
+    fresh.begin_load()
+    for r in h.log:
+        fresh.replay(r, h.now)
+    fresh.end_load()
+    assert fresh.durable_state() == live
+    # The loaded group serves its members: same generation, assignments intact.
+    assert fresh.heartbeat(G, 3, a, None, h.now).response == E.NONE
+    assert (
+        fresh.sync_group(G, 3, b.member_id, None, None, None, {}, h.now).response.assignment
+        == b"B3"
+    )
