@@ -11,12 +11,17 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from samsa.broker.config import BrokerConfig
 from samsa.broker.flusher import Flusher
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topics import Partition, TopicError, TopicManager
+from samsa.coordinator.group_coordinator import GroupConfig
+from samsa.coordinator.runtime import GroupCoordinatorRuntime
+from samsa.coordinator.transaction_coordinator import TxnConfig
+from samsa.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from samsa.log.log import AppendResult, Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import RecordBatchView
@@ -44,7 +49,21 @@ class Broker:
         self.topics = TopicManager(self.data_dir, self.log_config)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher = Flusher()
+        # Called as (topic, partition, producer id, committed) after each marker is written.
+        self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         self._expiry_task: asyncio.Task[None] | None = None
+        # Group coordinator (issue 4): state rebuilt from __consumer_offsets at start().
+        self.groups = GroupCoordinatorRuntime(self.topics, _group_config(config), now_ms)
+        # Transaction coordinator (issue 5): state rebuilt from __transaction_state.
+        self.transactions = TransactionCoordinatorRuntime(
+            self.topics,
+            _txn_config(config),
+            self.producer_ids.allocate,
+            self.write_txn_marker,
+            now_ms,
+            self.groups,
+        )
+        self.txn_marker_listeners.append(self.transactions.on_marker)
 
     @property
     def node_id(self) -> int:
@@ -52,9 +71,13 @@ class Broker:
 
     def start(self) -> None:
         self.topics.load(now_ms())
+        self.groups.load()
+        self.transactions.load()
 
     def start_background_tasks(self) -> None:
         self._expiry_task = asyncio.get_running_loop().create_task(self._expire_producers())
+        self.groups.start()
+        self.transactions.start()
 
     async def _expire_producers(self) -> None:
         interval = self.config.producer_id_expiration_check_interval_ms / 1000
@@ -67,6 +90,8 @@ class Broker:
     def close(self) -> None:
         if self._expiry_task is not None:
             self._expiry_task.cancel()
+        self.transactions.close()
+        self.groups.close()
         self.topics.close(now_ms())
         log.info("broker closed: logs flushed, producer-state snapshots written")
 
@@ -104,11 +129,59 @@ class Broker:
             partition.notify()
         return result
 
+    def write_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> ErrorCode:
+        """Write a transaction's COMMIT/ABORT marker to one partition (rule 16), then tell the
+        listeners (the group coordinator makes transactional offsets visible on commit)."""
+        p = self.topics.get_partition(topic, partition)
+        if p is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        result = p.log.append_end_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, now_ms()
+        )
+        if result.error == ErrorCode.NONE:
+            p.notify()
+            for listener in self.txn_marker_listeners:
+                listener(topic, partition, producer_id, commit)
+        return result.error
+
     def needs_flush(self, plog: Log) -> bool:
         return plog.unflushed_messages >= self.config.log_flush_interval_messages
 
     def flush(self, plog: Log) -> asyncio.Future[None]:
         return self.flusher.flush(plog)
+
+
+def _group_config(config: BrokerConfig) -> GroupConfig:
+    return GroupConfig(
+        num_partitions=config.offsets_topic_num_partitions,
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms=config.group_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_max_session_timeout_ms,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+    )
+
+
+def _txn_config(config: BrokerConfig) -> TxnConfig:
+    return TxnConfig(
+        num_partitions=config.transaction_state_log_num_partitions,
+        max_timeout_ms=config.transaction_max_timeout_ms,
+        id_expiration_ms=config.transactional_id_expiration_ms,
+        abort_timed_out_interval_ms=(
+            config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        ),
+        remove_expired_interval_ms=(
+            config.transaction_remove_expired_transaction_cleanup_interval_ms
+        ),
+    )
 
 
 def _load_cluster_id(data_dir: Path, broker_id: int) -> str:

@@ -28,6 +28,21 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.dirs": "data_dir",
     "log.dir": "data_dir",
     "default.replication.factor": "default_replication_factor",
+    "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
+    "group.min.session.timeout.ms": "group_min_session_timeout_ms",
+    "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "offsets.retention.minutes": "offsets_retention_minutes",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms"
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transaction_remove_expired_transaction_cleanup_interval_ms"
+    ),
 }
 
 
@@ -54,6 +69,17 @@ class BrokerConfig:
     log_flush_interval_messages: int = LONG_MAX
     message_max_bytes: int = 1_048_588
     socket_request_max_bytes: int = 104_857_600
+    offsets_topic_num_partitions: int = 50
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_minutes: int = 10080  # 7 days
+    offsets_retention_check_interval_ms: int = 600_000
+    transaction_state_log_num_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 604_800_000  # 7 days
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
 
     @property
     def advertised(self) -> tuple[str, int]:

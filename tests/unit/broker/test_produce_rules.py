@@ -155,10 +155,12 @@ def test_every_produce_version_round_trips(conn: BlockingConnection, topic: str)
         assert int(resp.responses[0].partition_responses[0].base_offset) == v - 3
 
 
-def test_init_producer_id_gives_fresh_ids_and_refuses_transactional_ids(
+def test_init_producer_id_gives_fresh_ids_and_bumps_transactional_epochs(
     conn: BlockingConnection,
 ) -> None:
     ids = {init_producer_id(conn)[1] for _ in range(5)}
     assert len(ids) == 5
-    code, _, _ = init_producer_id(conn, "txn-1")
-    assert code != 0
+    # A transactional id keeps its producer id; each InitProducerId bumps the epoch (rule 10).
+    code, pid, epoch = init_producer_id(conn, "txn-1")
+    assert code == 0 and pid not in ids
+    assert init_producer_id(conn, "txn-1") == (0, pid, epoch + 1)

@@ -8,17 +8,34 @@ schemas define.
 from __future__ import annotations
 
 from samsa.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     api_versions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_groups,
     describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
+    find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
+    list_transactions,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     produce,
+    sync_group,
+    txn_offset_commit,
 )
 from samsa.broker.handlers._base import Api, RequestContext
 from samsa.protocol.messages import ApiKey
@@ -37,6 +54,25 @@ APIS: dict[int, Api] = {
         Api(ApiKey.DESCRIBE_CONFIGS, 1, 4, describe_configs.handle),
         Api(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle),
         Api(ApiKey.DESCRIBE_PRODUCERS, 0, 0, describe_producers.handle),
+        Api(ApiKey.FIND_COORDINATOR, 0, 6, find_coordinator.handle),
+        Api(ApiKey.JOIN_GROUP, 0, 9, join_group.handle),
+        Api(ApiKey.SYNC_GROUP, 0, 5, sync_group.handle),
+        Api(ApiKey.HEARTBEAT, 0, 4, heartbeat.handle),
+        Api(ApiKey.LEAVE_GROUP, 0, 5, leave_group.handle),
+        Api(ApiKey.OFFSET_COMMIT, 2, 9, offset_commit.handle),
+        Api(ApiKey.OFFSET_FETCH, 1, 9, offset_fetch.handle),
+        Api(ApiKey.LIST_GROUPS, 0, 5, list_groups.handle),
+        Api(ApiKey.DESCRIBE_GROUPS, 0, 6, describe_groups.handle),
+        Api(ApiKey.DELETE_GROUPS, 0, 2, delete_groups.handle),
+        Api(ApiKey.OFFSET_DELETE, 0, 0, offset_delete.handle),
+        # Transactions, TV1 only: EndTxn v5 / TxnOffsetCommit v5 / AddPartitionsToTxn v4+
+        # belong to KIP-890's TV2 and the broker-to-broker verification form.
+        Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, add_partitions_to_txn.handle),
+        Api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, add_offsets_to_txn.handle),
+        Api(ApiKey.END_TXN, 0, 4, end_txn.handle),
+        Api(ApiKey.TXN_OFFSET_COMMIT, 0, 4, txn_offset_commit.handle),
+        Api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions.handle),
+        Api(ApiKey.LIST_TRANSACTIONS, 0, 2, list_transactions.handle),
     )
 }
 api_versions.SUPPORTED.update(APIS)

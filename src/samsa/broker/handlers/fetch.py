@@ -102,7 +102,10 @@ def _read_all(
                     read.high_watermark,
                     read.last_stable_offset,
                     read.log_start_offset,
-                    [] if read_committed else None,
+                    # Rule 17: aborted transactions overlapping what may be returned.
+                    plog.aborted_transactions(req.fetch_offset, read.last_stable_offset)
+                    if read_committed
+                    else None,
                     read.chunks,
                     read.size,
                 )

@@ -1,8 +1,8 @@
-"""InitProducerId without a transactional id: a fresh producer id, epoch 0, every time.
+"""InitProducerId. Without a transactional id: a fresh producer id, epoch 0, every time.
 
 KIP-360 callers (v3+) that send their current producer id and epoch to bump it get a new
-producer id as well, which is what Kafka does for a non-transactional producer. Transactional
-ids come with the transaction coordinator; until then they are refused with a clear error.
+producer id as well, which is what Kafka does for a non-transactional producer. With a
+transactional id the transaction coordinator answers (epoch bump, fencing, KIP-360).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ K = ApiKey.INIT_PRODUCER_ID
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     if request.transactional_id is not None:
-        code, pid, epoch = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
+        code, pid, epoch = _transactional(broker, request)
     else:
         code, pid, epoch = ErrorCode.NONE, broker.producer_ids.allocate(), 0
     return encode_response(
@@ -38,3 +38,15 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             producer_epoch=epoch,
         ),
     )
+
+
+def _transactional(broker: Broker, request: Any) -> tuple[ErrorCode, int, int]:
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if (pid == -1) != (epoch == -1):
+        return ErrorCode.INVALID_REQUEST, -1, -1
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    result = broker.transactions.init_producer_id(
+        request.transactional_id, timeout_ms, None if pid == -1 else (pid, epoch)
+    )
+    return result.error, result.producer_id, result.producer_epoch

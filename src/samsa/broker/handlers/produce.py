@@ -22,28 +22,14 @@ if TYPE_CHECKING:
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
-    if request.transactional_id is not None:
-        # Transactions arrive with the transaction coordinator; until then refuse clearly.
-        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        results = [
-            (
-                t.name,
-                [
-                    ProducePartitionResult(
-                        p.index, code, error_message="transactions are not supported yet"
-                    )
-                    for p in t.partition_data
-                ],
-            )
-            for t in request.topic_data
-        ]
-        return None if request.acks == 0 else encode_produce_response(ctx.version, results)
     to_flush: set[Log] = set()
     results = []
     for topic in request.topic_data:
         partitions = []
         for pdata in topic.partition_data:
-            partitions.append(_append_one(broker, topic.name, pdata, to_flush))
+            partitions.append(
+                _append_one(broker, topic.name, pdata, to_flush, request.transactional_id)
+            )
         results.append((topic.name, partitions))
     if request.acks == 0:
         if to_flush:
@@ -62,7 +48,11 @@ async def _after_flush(broker: Broker, logs: set[Log], body: bytes) -> bytes:
 
 
 def _append_one(
-    broker: Broker, topic: str, pdata: Any, to_flush: set[Log]
+    broker: Broker,
+    topic: str,
+    pdata: Any,
+    to_flush: set[Log],
+    transactional_id: str | None = None,
 ) -> ProducePartitionResult:
     index = pdata.index
     partition = broker.partition_or_error(topic, index, auto_create=True)
@@ -75,6 +65,19 @@ def _append_one(
         batch = validate_produce_batch(records)
     except InvalidBatchError as exc:
         return ProducePartitionResult(index, exc.code, error_message=str(exc))
+    if batch.is_transactional:
+        # Rule 19 (KIP-890 part 1): only into a partition of the producer's open transaction.
+        code = (
+            broker.transactions.verify(
+                transactional_id, batch.producer_id, batch.producer_epoch, (topic, index)
+            )
+            if transactional_id is not None
+            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+        if code != ErrorCode.NONE:
+            return ProducePartitionResult(
+                index, code, error_message=f"transactional batch refused: {code.name}"
+            )
     result = broker.append(partition, batch)
     plog = partition.log
     if result.error != ErrorCode.NONE:

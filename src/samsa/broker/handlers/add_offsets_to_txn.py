@@ -1,0 +1,24 @@
+"""AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition to the transaction, so
+its TxnOffsetCommit offsets are decided by the transaction's marker (rule 15)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.ADD_OFFSETS_TO_TXN
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    code = broker.transactions.add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+    )
+    return encode_response(
+        K, v, make(K, v, "AddOffsetsToTxnResponse", throttle_time=0, error_code=code)
+    )

@@ -1,0 +1,23 @@
+"""EndTxn: commit or abort. Answered once the Prepare record is durable; the markers and the
+Complete record follow in the background (rule 16). TV1 only: the epoch is not bumped, so
+the response's producer id/epoch (v5) are not used."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.END_TXN
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    code = broker.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
+    return encode_response(K, v, make(K, v, "EndTxnResponse", throttle_time=0, error_code=code))

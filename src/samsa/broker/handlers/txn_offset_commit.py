@@ -1,0 +1,61 @@
+"""TxnOffsetCommit: stage a transaction's consumer offsets; the commit marker on the group's
+``__consumer_offsets`` partition makes them visible, an abort drops them (rule 15)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.TXN_OFFSET_COMMIT
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    offsets = [
+        (
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata,
+        )
+        for t in request.topics
+        for p in t.partitions
+    ]
+    errors = broker.transactions.commit_offsets(
+        request.transactional_id,
+        request.group_id,
+        request.producer_id,
+        request.producer_epoch,
+        getattr(request, "generation_id", -1),
+        getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None),
+        offsets,
+    )
+    topics = tuple(
+        make(
+            K,
+            v,
+            "TxnOffsetCommitResponseTopic",
+            name=t.name,
+            partitions=tuple(
+                make(
+                    K,
+                    v,
+                    "TxnOffsetCommitResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=errors[(t.name, p.partition_index)],
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in request.topics
+    )
+    return encode_response(
+        K, v, make(K, v, "TxnOffsetCommitResponse", throttle_time=0, topics=topics)
+    )

@@ -1,0 +1,174 @@
+"""``samsa transactions list|describe TXN_ID``: the transaction coordinator's view
+(kafka-transactions list / describe), over raw ListTransactions / DescribeTransactions.
+
+The broker addressed is asked directly: a samsa broker coordinates every transactional id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from samsa.broker.config import parse_host_port
+from samsa.cli._clientutil import add_bootstrap
+from samsa.client._connection import BlockingConnection, ConnectionClosed
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.framing import split_response
+from samsa.protocol.messages import ApiKey, make_request
+
+
+def _connect(args: argparse.Namespace) -> BlockingConnection:
+    host, port = parse_host_port(args.bootstrap_server.split(",")[0])
+    return BlockingConnection(
+        host, port, client_id="samsa-cli", timeout=args.command_timeout_ms / 1000
+    )
+
+
+def _list(args: argparse.Namespace) -> int:
+    v = 1
+    req = make_request(
+        ApiKey.LIST_TRANSACTIONS,
+        v,
+        "ListTransactionsRequest",
+        state_filters=tuple(args.state or ()),
+        producer_id_filters=tuple(args.producer_id or ()),
+        duration_filter=args.duration_ms,
+    )
+    with _connect(args) as conn:
+        resp = conn.request(ApiKey.LIST_TRANSACTIONS, v, req)
+    if resp.error_code != ErrorCode.NONE:
+        print(f"samsa transactions list: error: {ErrorCode(resp.error_code).name}", file=sys.stderr)
+        return 1
+    for s in resp.unknown_state_filters:
+        print(f"samsa transactions list: unknown state {s!r}", file=sys.stderr)
+    print("TRANSACTIONAL_ID\tPRODUCER_ID\tSTATE")
+    for t in resp.transaction_states:
+        print(f"{t.transactional_id}\t{t.producer_id}\t{t.transaction_state}")
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    v = 0
+    req = make_request(
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        v,
+        "DescribeTransactionsRequest",
+        transactional_ids=(args.transactional_id,),
+    )
+    with _connect(args) as conn:
+        cid = conn.send(ApiKey.DESCRIBE_TRANSACTIONS, v, req)
+        frame = conn.receive_frame()
+    got, pos = split_response(frame, True)
+    if got != cid:
+        raise ValueError(f"correlation id {got} does not match {cid}")
+    (s,) = _parse_describe(frame, pos)
+    if s.error != ErrorCode.NONE:
+        name = ErrorCode(s.error).name
+        print(f"samsa transactions describe: {args.transactional_id}: {name}", file=sys.stderr)
+        return 1
+    started = (
+        "-"
+        if s.start_ms < 0
+        else datetime.fromtimestamp(s.start_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    )
+    partitions = ",".join(f"{t}-{p}" for t, p in s.partitions) or "-"
+    print("TRANSACTIONAL_ID\tPRODUCER_ID\tEPOCH\tSTATE\tTIMEOUT_MS\tSTARTED\tPARTITIONS")
+    print(
+        f"{s.transactional_id}\t{s.producer_id}\t{s.epoch}\t{s.state}"
+        f"\t{s.timeout_ms}\t{started}\t{partitions}"
+    )
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Described:
+    error: int
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_ms: int
+    producer_id: int
+    epoch: int
+    partitions: list[tuple[str, int]]
+
+
+def _parse_describe(buf: bytes, pos: int) -> list[_Described]:
+    """DescribeTransactions v0 by hand: kio refuses the -1 start time Kafka sends for a
+    transactional id between transactions."""
+
+    def uvarint() -> int:
+        nonlocal pos
+        shift = result = 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+
+    def fixed(fmt: str) -> int:
+        nonlocal pos
+        (value,) = struct.unpack_from(fmt, buf, pos)
+        pos += struct.calcsize(fmt)
+        return int(value)
+
+    def string() -> str:
+        nonlocal pos
+        n = uvarint() - 1
+        out = buf[pos : pos + max(n, 0)].decode()
+        pos += max(n, 0)
+        return out
+
+    def skip_tags() -> None:
+        nonlocal pos
+        for _ in range(uvarint()):
+            uvarint()
+            pos += uvarint()
+
+    fixed(">i")  # throttle time
+    states = []
+    for _ in range(uvarint() - 1):
+        error = fixed(">h")
+        tid, state = string(), string()
+        timeout, start, pid, epoch = fixed(">i"), fixed(">q"), fixed(">q"), fixed(">h")
+        parts = []
+        for _t in range(uvarint() - 1):
+            topic = string()
+            parts += [(topic, fixed(">i")) for _p in range(uvarint() - 1)]
+            skip_tags()
+        skip_tags()
+        states.append(_Described(error, tid, state, timeout, start, pid, epoch, parts))
+    return states
+
+
+def _guarded(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args))
+        except (OSError, ConnectionClosed, ValueError) as exc:
+            print(f"samsa transactions: error: {exc}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("transactions", help="list or describe transactions")
+    tsub = p.add_subparsers(dest="action", required=True)
+    lp = tsub.add_parser("list", help="transactional ids, producer ids and states")
+    lp.add_argument("--state", action="append", help="keep this state (repeatable)")
+    lp.add_argument("--producer-id", type=int, action="append", help="keep this producer id")
+    lp.add_argument(
+        "--duration-ms", type=int, default=-1, help="keep transactions running longer than this"
+    )
+    add_bootstrap(lp)
+    lp.set_defaults(func=_guarded(_list))
+    dp = tsub.add_parser("describe", help="one transactional id in detail")
+    dp.add_argument("transactional_id")
+    add_bootstrap(dp)
+    dp.set_defaults(func=_guarded(_describe))

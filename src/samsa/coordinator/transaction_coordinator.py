@@ -1,0 +1,480 @@
+"""The transaction coordinator's operations, as a pure state machine over :class:`TxnMetadata`.
+
+Theory of operation
+-------------------
+Each operation (``init_producer_id``, ``add_partitions``, ``end_txn``, ``complete``, ``tick``)
+takes the request and ``now_ms`` and returns an :class:`Outcome`: the ``__transaction_state``
+records to write, the response, and the marker jobs to run once the records are durable. An
+operation never changes state itself: it computes the transactional id's *next* metadata on
+a copy and emits it as a record; the runtime (``txn_runtime.py``) appends the records and
+then ``replay``\\s them, the only way state changes. A coordinator rebuilt by replaying the
+topic therefore holds the same durable state as the one that wrote it, and start-up is
+exactly that replay (``begin_load``/``replay``/``end_load``).
+
+Ending a transaction is three steps (rule 16): the Prepare{Commit,Abort} record (after which
+the decision is final and the client is answered), a COMMIT/ABORT marker on every partition
+of the transaction (a :class:`MarkerJob` the runtime carries out), then ``complete`` writes
+Complete{Commit,Abort}. While a transaction is in a Prepare state the id is busy: its
+requests get CONCURRENT_TRANSACTIONS and the client retries. A coordinator that restarts
+with an id in a Prepare state finds its job in ``pending_marker_jobs`` and finishes it.
+
+Fencing (rule 10): every InitProducerId bumps the epoch. An Ongoing transaction of the old
+instance is first aborted at a bumped epoch (PrepareEpochFence -> PrepareAbort, the bump
+written with the PrepareAbort record so markers carry it and every partition fences the old
+epoch); the caller gets CONCURRENT_TRANSACTIONS and its retry bumps the epoch again. Timed
+out transactions (rule 18) take the same path from ``tick``.
+
+KIP-890 part 2 ("bump the epoch at every commit") needs only :meth:`_end_epoch` to return
+``epoch + 1`` for clients speaking TV2 and EndTxn v5 to answer it; the Prepare record then
+carries the new epoch, as the fence path already does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from samsa.coordinator.offsets_records import partition_for
+from samsa.coordinator.transaction import (
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TopicPartition,
+    TxnMetadata,
+    TxnState,
+    is_epoch_exhausted,
+)
+from samsa.coordinator.txn_records import TransactionLogValue
+from samsa.protocol.errors import ErrorCode
+
+E = ErrorCode
+S = TxnState
+
+
+@dataclass(frozen=True, slots=True)
+class TxnConfig:
+    num_partitions: int = 50  # transaction.state.log.num.partitions
+    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
+    abort_timed_out_interval_ms: int = 10_000  # ...abort.timed.out.transaction.cleanup.interval.ms
+    remove_expired_interval_ms: int = 3_600_000  # ...remove.expired.transaction.cleanup.interval.ms
+    coordinator_epoch: int = 0  # one broker: the state partitions never change leader
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    transactional_id: str
+    value: TransactionLogValue | None  # None: tombstone
+    # Not in Kafka's record: a live coordinator remembers it for KIP-360 retries.
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerJob:
+    """Write COMMIT/ABORT markers to ``partitions`` and then complete the transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InitPidResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDescription:
+    transactional_id: str
+    error: ErrorCode
+    state: str = ""
+    timeout_ms: int = 0
+    start_timestamp_ms: int = 0  # Kafka's default for an unknown id (-1: not started)
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    records: list[TxnRecord]
+    response: Any
+    markers: list[MarkerJob] = field(default_factory=list)
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TxnConfig, allocate_producer_id: Callable[[], int]) -> None:
+        self.config = config
+        self._allocate = allocate_producer_id
+        self.txns: dict[str, TxnMetadata] = {}
+        self._loading = False
+        self._next_timeout_check_ms: int | None = None
+        self._next_expiry_check_ms: int | None = None
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.config.num_partitions)
+
+    # == InitProducerId ===========================================================================
+
+    def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected: tuple[int, int] | None,
+        now_ms: int,
+    ) -> Outcome:
+        """``expected`` is KIP-360's (producer id, epoch) of InitProducerId v3+, or None."""
+        if not transactional_id:
+            return Outcome([], InitPidResult(E.INVALID_REQUEST))
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return Outcome([], InitPidResult(E.INVALID_TRANSACTION_TIMEOUT))
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            # Only a base to compute the first record from: it exists once that is replayed.
+            meta = TxnMetadata(
+                transactional_id,
+                self._allocate(),
+                NO_PRODUCER_EPOCH,
+                timeout_ms,
+                S.EMPTY,
+                last_update_timestamp_ms=now_ms,
+            )
+        if expected is not None and not _is_valid_producer_id(meta, expected):
+            return Outcome([], InitPidResult(E.PRODUCER_FENCED))
+        if meta.state.is_prepare:
+            return Outcome([], InitPidResult(E.CONCURRENT_TRANSACTIONS))
+        if meta.state == S.ONGOING:
+            # Abort the old instance's transaction at a bumped epoch first; the client retries
+            # and its retry bumps again (possibly rotating the producer id if exhausted).
+            outcome = self._fence_and_abort(meta, now_ms)
+            outcome.response = InitPidResult(E.CONCURRENT_TRANSACTIONS)
+            return outcome
+        new = meta.copy()
+        if is_epoch_exhausted(meta.producer_epoch) and (
+            expected is None or expected[1] == meta.producer_epoch
+        ):
+            new.producer_id = self._allocate()
+            new.producer_epoch = 0
+            new.previous_producer_id = meta.producer_id
+            new.last_producer_epoch = (
+                meta.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
+            )
+        else:
+            bumped = meta.producer_epoch + 1
+            new.previous_producer_id = NO_PRODUCER_ID
+            if expected is None:
+                new.producer_epoch, new.last_producer_epoch = bumped, NO_PRODUCER_EPOCH
+            elif meta.producer_epoch == NO_PRODUCER_EPOCH or expected[1] == meta.producer_epoch:
+                new.producer_epoch, new.last_producer_epoch = bumped, meta.producer_epoch
+            elif expected[1] == meta.last_producer_epoch:
+                # A retry of a bump whose answer was lost: the current epoch again.
+                new.last_producer_epoch = meta.last_producer_epoch
+            else:
+                return Outcome([], InitPidResult(E.PRODUCER_FENCED))
+        new.transition(S.EMPTY)
+        new.timeout_ms = timeout_ms
+        new.partitions = set()
+        new.start_timestamp_ms = -1
+        new.last_update_timestamp_ms = now_ms
+        return Outcome(
+            [self._record(new)], InitPidResult(E.NONE, new.producer_id, new.producer_epoch)
+        )
+
+    # == AddPartitionsToTxn / AddOffsetsToTxn =====================================================
+
+    def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        now_ms: int,
+    ) -> Outcome:
+        """Response: one error code for every partition of the request."""
+        meta = self.txns.get(transactional_id)
+        error = self._check_producer(meta, producer_id, producer_epoch)
+        if error != E.NONE:
+            return Outcome([], error)
+        assert meta is not None
+        if meta.state.is_prepare:
+            return Outcome([], E.CONCURRENT_TRANSACTIONS)
+        if meta.state == S.PREPARE_EPOCH_FENCE:
+            return Outcome([], E.CONCURRENT_TRANSACTIONS)
+        wanted = set(partitions)
+        if meta.state == S.ONGOING and wanted <= meta.partitions:
+            return Outcome([], E.NONE)  # nothing new: no record
+        new = meta.copy()
+        if meta.state != S.ONGOING:
+            new.start_timestamp_ms = now_ms
+        new.transition(S.ONGOING)
+        new.partitions |= wanted
+        new.previous_producer_id = NO_PRODUCER_ID
+        new.last_update_timestamp_ms = now_ms
+        return Outcome([self._record(new)], E.NONE)
+
+    def offsets_partition(self, group_id: str, offsets_partitions: int) -> TopicPartition:
+        """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for ``group_id``."""
+        return ("__consumer_offsets", partition_for(group_id, offsets_partitions))
+
+    # == EndTxn ===================================================================================
+
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> Outcome:
+        meta = self.txns.get(transactional_id)
+        error = self._check_producer(meta, producer_id, producer_epoch)
+        if error != E.NONE:
+            return Outcome([], error)
+        assert meta is not None
+        state = meta.state
+        if state == S.ONGOING:
+            return self._prepare_end(meta, commit, self._end_epoch(meta), now_ms)
+        if state == S.COMPLETE_COMMIT:
+            return Outcome([], E.NONE if commit else E.INVALID_TXN_STATE)
+        if state == S.COMPLETE_ABORT:
+            return Outcome([], E.INVALID_TXN_STATE if commit else E.NONE)
+        if state == S.PREPARE_COMMIT:
+            return Outcome([], E.CONCURRENT_TRANSACTIONS if commit else E.INVALID_TXN_STATE)
+        if state == S.PREPARE_ABORT:
+            return Outcome([], E.INVALID_TXN_STATE if commit else E.CONCURRENT_TRANSACTIONS)
+        return Outcome([], E.INVALID_TXN_STATE)  # Empty (nothing to end)
+
+    def _end_epoch(self, meta: TxnMetadata) -> int:
+        """The epoch the Prepare record carries. TV1: unchanged. (KIP-890 part 2: + 1.)"""
+        return meta.producer_epoch
+
+    def _prepare_end(self, meta: TxnMetadata, commit: bool, epoch: int, now_ms: int) -> Outcome:
+        new = meta.copy()
+        new.transition(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+        new.producer_epoch = epoch
+        new.previous_producer_id = NO_PRODUCER_ID
+        new.last_update_timestamp_ms = now_ms
+        return Outcome([self._record(new)], E.NONE, [_job(new)])
+
+    def _fence_and_abort(self, meta: TxnMetadata, now_ms: int) -> Outcome:
+        new = meta.copy()
+        new.transition(S.PREPARE_EPOCH_FENCE)  # in memory only, as in Kafka
+        # At the int16 ceiling the epoch cannot grow; the abort still goes through.
+        epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else MAX_EPOCH
+        new.last_producer_epoch = NO_PRODUCER_EPOCH  # no retry may resurrect the old epoch
+        return self._prepare_end(new, False, epoch, now_ms)
+
+    def complete(self, job: MarkerJob, now_ms: int) -> Outcome:
+        """All markers of ``job`` are written: Complete{Commit,Abort}."""
+        meta = self.txns.get(job.transactional_id)
+        want = S.PREPARE_COMMIT if job.commit else S.PREPARE_ABORT
+        if (
+            meta is None
+            or meta.state != want
+            or meta.producer_id != job.producer_id
+            or meta.producer_epoch != job.producer_epoch
+        ):
+            return Outcome([], E.NONE)  # already completed (a duplicate job)
+        new = meta.copy()
+        new.transition(S.COMPLETE_COMMIT if job.commit else S.COMPLETE_ABORT)
+        new.partitions = set()
+        new.last_update_timestamp_ms = now_ms
+        return Outcome([self._record(new)], E.NONE)
+
+    def pending_marker_jobs(self) -> list[MarkerJob]:
+        """Transactions decided but not completed (after a restart: finish them)."""
+        return [_job(m) for m in self.txns.values() if m.state.is_prepare]
+
+    # == produce / TxnOffsetCommit verification (rule 19) ==========================================
+
+    def verify(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+    ) -> ErrorCode:
+        """May this transactional batch be written to ``partition``? Only if the producer is
+        current and the partition is part of its Ongoing transaction (KIP-890 part 1)."""
+        meta = self.txns.get(transactional_id) if transactional_id else None
+        if meta is None or meta.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch != meta.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if meta.state != S.ONGOING or partition not in meta.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
+
+    # == admin ====================================================================================
+
+    def describe(self, transactional_ids: Iterable[str]) -> list[TxnDescription]:
+        out = []
+        for tid in transactional_ids:
+            meta = self.txns.get(tid)
+            if meta is None:
+                out.append(TxnDescription(tid, E.TRANSACTIONAL_ID_NOT_FOUND))
+                continue
+            out.append(
+                TxnDescription(
+                    tid,
+                    E.NONE,
+                    meta.state.display,
+                    meta.timeout_ms,
+                    meta.start_timestamp_ms,
+                    meta.producer_id,
+                    meta.producer_epoch,
+                    tuple(sorted(meta.partitions)),
+                )
+            )
+        return out
+
+    def list(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int = -1,
+        pattern: str | None = None,
+        now_ms: int = 0,
+    ) -> tuple[ErrorCode, list[str], list[TxnListing]]:
+        """(error, unknown state filters, listings). Filters combine with AND; a duration
+        keeps transactions running for longer than it (never one that has not started); a
+        pattern must match the whole id."""
+        unknown = [s for s in states if TxnState.from_name(s) is None]
+        wanted = {st for s in states if (st := TxnState.from_name(s)) is not None}
+        pids = set(producer_ids)
+        regex = None
+        if pattern:
+            try:
+                regex = re.compile(pattern)
+            except re.error:
+                return E.INVALID_REGULAR_EXPRESSION, unknown, []
+        out = []
+        for tid, m in sorted(self.txns.items()):
+            if states and m.state not in wanted:
+                continue
+            if pids and m.producer_id not in pids:
+                continue
+            if duration_ms >= 0 and (
+                m.start_timestamp_ms < 0 or now_ms - m.start_timestamp_ms <= duration_ms
+            ):
+                continue
+            if regex is not None and regex.fullmatch(tid) is None:
+                continue
+            out.append(TxnListing(tid, m.producer_id, m.state.display))
+        return E.NONE, unknown, out
+
+    # == timers ===================================================================================
+
+    def tick(self, now_ms: int) -> Outcome:
+        """Abort transactions past their timeout (rule 18) and expire idle transactional ids."""
+        cfg = self.config
+        outcome = Outcome([], None)
+        if self._next_timeout_check_ms is None or now_ms >= self._next_timeout_check_ms:
+            self._next_timeout_check_ms = now_ms + cfg.abort_timed_out_interval_ms
+            for meta in self.timed_out(now_ms):
+                fenced = self._fence_and_abort(meta, now_ms)
+                outcome.records += fenced.records
+                outcome.markers += fenced.markers
+        if self._next_expiry_check_ms is None or now_ms >= self._next_expiry_check_ms:
+            self._next_expiry_check_ms = now_ms + cfg.remove_expired_interval_ms
+            for meta in list(self.txns.values()):
+                if (
+                    meta.state.expiration_allowed
+                    and meta.last_update_timestamp_ms + cfg.id_expiration_ms <= now_ms
+                ):
+                    meta.copy().transition(S.DEAD)  # checks the transition is legal
+                    outcome.records.append(TxnRecord(meta.transactional_id, None))
+        return outcome
+
+    def timed_out(self, now_ms: int) -> list[TxnMetadata]:
+        return [
+            m
+            for m in self.txns.values()
+            if m.state == S.ONGOING and m.start_timestamp_ms + m.timeout_ms < now_ms
+        ]
+
+    # == replay ===================================================================================
+
+    def begin_load(self) -> None:
+        self._loading = True
+
+    def end_load(self) -> None:
+        self._loading = False
+
+    def replay(self, record: TxnRecord) -> None:
+        """Apply one ``__transaction_state`` record: the only way state changes."""
+        tid = record.transactional_id
+        if record.value is None:
+            self.txns.pop(tid, None)  # Dead: the id expired
+            return
+        meta = TxnMetadata.from_value(tid, record.value)
+        if not self._loading:
+            meta.last_producer_epoch = record.last_producer_epoch
+        self.txns[tid] = meta
+
+    def durable_state(self) -> dict[str, tuple[Any, ...]]:
+        """What the log must rebuild: everything but the in-memory KIP-360 retry epoch."""
+        return {
+            tid: (
+                m.producer_id,
+                m.producer_epoch,
+                m.timeout_ms,
+                m.state,
+                tuple(sorted(m.partitions)),
+                m.start_timestamp_ms,
+                m.last_update_timestamp_ms,
+                m.previous_producer_id,
+            )
+            for tid, m in sorted(self.txns.items())
+        }
+
+    # == helpers ==================================================================================
+
+    @staticmethod
+    def _check_producer(
+        meta: TxnMetadata | None, producer_id: int, producer_epoch: int
+    ) -> ErrorCode:
+        if meta is None or meta.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch != meta.producer_epoch:
+            return E.PRODUCER_FENCED
+        return E.NONE
+
+    @staticmethod
+    def _record(meta: TxnMetadata) -> TxnRecord:
+        return TxnRecord(meta.transactional_id, meta.to_value(), meta.last_producer_epoch)
+
+
+def _job(meta: TxnMetadata) -> MarkerJob:
+    return MarkerJob(
+        meta.transactional_id,
+        meta.producer_id,
+        meta.producer_epoch,
+        meta.state == S.PREPARE_COMMIT,
+        tuple(sorted(meta.partitions)),
+    )
+
+
+def _is_valid_producer_id(meta: TxnMetadata, expected: tuple[int, int]) -> bool:
+    """KIP-360: a request naming a producer id/epoch is only served for the current producer
+    id, a fresh id (no epoch yet), or the id just rotated away from at an exhausted epoch (a
+    retry of the rotation)."""
+    pid, epoch = expected
+    return (
+        meta.producer_epoch == NO_PRODUCER_EPOCH
+        or pid == meta.producer_id
+        or (pid == meta.previous_producer_id and is_epoch_exhausted(epoch))
+    )

@@ -1,0 +1,250 @@
+"""Crash the broker (SIGKILL, or the runtime's fault hook exiting at once) in each phase of a
+transaction; after a restart every transaction ends as decided and is never half-visible.
+
+A raw-protocol transactional producer writes to 3 partitions, so the test controls exactly
+where the broker dies:
+
+* ongoing: killed with the transaction open. After the restart it is still Ongoing (replayed
+  from ``__transaction_state``), read_committed sees nothing of it, and the coordinator's
+  timeout aborts it: its data never appears, later transactions do;
+* after PrepareCommit, before any marker (``SAMSA_TXN_FAULT=after-prepare``): the commit was
+  decided; the restarted coordinator writes the markers and the data appears on every
+  partition;
+* between markers (``SAMSA_TXN_FAULT=after-first-marker``): one partition has its COMMIT
+  marker, two do not; after the restart all three do.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from conftest import BrokerProcess
+from samsa.client._connection import BlockingConnection, ConnectionClosed
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import NewRecord, build_batch
+from samsa.testing import create_topic
+
+TOPIC = "txn-crash"
+PARTITIONS = 3
+OVERRIDES = {
+    "transaction.state.log.num.partitions": "2",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+}
+T = 15.0
+
+
+def _conn(port: int) -> BlockingConnection:
+    return BlockingConnection("127.0.0.1", port, timeout=5.0)
+
+
+def _init(conn: BlockingConnection, txn_id: str, timeout_ms: int = 60_000) -> tuple[int, int]:
+    v = 4
+    deadline = time.monotonic() + T
+    while True:
+        resp = conn.request(
+            ApiKey.INIT_PRODUCER_ID,
+            v,
+            make_request(
+                ApiKey.INIT_PRODUCER_ID,
+                v,
+                "InitProducerIdRequest",
+                transactional_id=txn_id,
+                transaction_timeout=timeout_ms,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+        )
+        if resp.error_code != ErrorCode.CONCURRENT_TRANSACTIONS:
+            assert resp.error_code == ErrorCode.NONE
+            return int(resp.producer_id), int(resp.producer_epoch)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _add_partitions(conn: BlockingConnection, txn_id: str, pid: int, epoch: int) -> None:
+    v = 3
+    req = make_request(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        v,
+        "AddPartitionsToTxnRequest",
+        v3_and_below_transactional_id=txn_id,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(
+            make_request(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                v,
+                "AddPartitionsToTxnTopic",
+                name=TOPIC,
+                partitions=tuple(range(PARTITIONS)),
+            ),
+        ),
+    )
+    resp = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, v, req)
+    for t in resp.results_by_topic_v3_and_below:
+        for p in t.results_by_partition:
+            assert p.partition_error_code == ErrorCode.NONE
+
+
+def _produce(
+    conn: BlockingConnection, txn_id: str, pid: int, epoch: int, seq: int, tag: bytes
+) -> None:
+    v = 9
+    parts = tuple(
+        make_request(
+            ApiKey.PRODUCE,
+            v,
+            "PartitionProduceData",
+            index=p,
+            records=build_batch(
+                [
+                    NewRecord(value=b"%s-%d-%d" % (tag, p, i), timestamp=int(time.time() * 1000))
+                    for i in range(3)
+                ],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
+                transactional=True,
+            ),
+        )
+        for p in range(PARTITIONS)
+    )
+    req = make_request(
+        ApiKey.PRODUCE,
+        v,
+        "ProduceRequest",
+        transactional_id=txn_id,
+        acks=-1,
+        timeout=10_000,
+        topic_data=(
+            make_request(ApiKey.PRODUCE, v, "TopicProduceData", name=TOPIC, partition_data=parts),
+        ),
+    )
+    resp = conn.request(ApiKey.PRODUCE, v, req)
+    for p in resp.responses[0].partition_responses:
+        assert p.error_code == ErrorCode.NONE, p
+
+
+def _end(conn: BlockingConnection, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+    v = 3
+    req = make_request(
+        ApiKey.END_TXN,
+        v,
+        "EndTxnRequest",
+        transactional_id=txn_id,
+        producer_id=pid,
+        producer_epoch=epoch,
+        committed=commit,
+    )
+    return int(conn.request(ApiKey.END_TXN, v, req).error_code)
+
+
+def _describe(port: int, txn_id: str) -> tuple[str, int]:
+    v = 0
+    req = make_request(
+        ApiKey.DESCRIBE_TRANSACTIONS, v, "DescribeTransactionsRequest", transactional_ids=(txn_id,)
+    )
+    with _conn(port) as conn:
+        [state] = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, v, req).transaction_states
+    return str(state.transaction_state), int(state.producer_epoch)
+
+
+def _read_committed(bootstrap: str, expect: int) -> list[bytes]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + T
+    quiet_until = None
+    while time.monotonic() < deadline:
+        m = c.poll(0.1)
+        if m is None:
+            if len(out) >= expect:
+                quiet_until = quiet_until or time.monotonic() + 0.5
+                if time.monotonic() > quiet_until:
+                    break
+            continue
+        assert m.error() is None, m.error()
+        out.append(m.value())
+    c.close()
+    return out
+
+
+def _values(tag: bytes) -> set[bytes]:
+    return {b"%s-%d-%d" % (tag, p, i) for p in range(PARTITIONS) for i in range(3)}
+
+
+def _wait_state(port: int, txn_id: str, state: str) -> None:
+    deadline = time.monotonic() + T
+    while _describe(port, txn_id)[0] != state:
+        assert time.monotonic() < deadline, _describe(port, txn_id)
+        time.sleep(0.05)
+
+
+def test_killed_while_ongoing_then_timed_out(broker_factory: type[BrokerProcess]) -> None:
+    b = broker_factory(overrides=OVERRIDES).start()
+    with _conn(b.port) as conn:
+        assert create_topic(conn, TOPIC, PARTITIONS) == 0
+        pid, epoch = _init(conn, "crash-ongoing", timeout_ms=3000)
+        _add_partitions(conn, "crash-ongoing", pid, epoch)
+        _produce(conn, "crash-ongoing", pid, epoch, 0, b"open")
+    b.kill()
+    b.start()
+    assert _describe(b.port, "crash-ongoing") == ("Ongoing", epoch)
+    # Another transaction commits behind the open one: held back by the last stable offset.
+    with _conn(b.port) as conn:
+        pid2, epoch2 = _init(conn, "crash-after")
+        _add_partitions(conn, "crash-after", pid2, epoch2)
+        _produce(conn, "crash-after", pid2, epoch2, 0, b"after")
+        assert _end(conn, "crash-after", pid2, epoch2, True) == 0
+    assert _read_committed(b.bootstrap, 0) == []
+    # The timeout fences and aborts it (epoch + 1); then the committed one shows.
+    _wait_state(b.port, "crash-ongoing", "CompleteAbort")
+    assert _describe(b.port, "crash-ongoing")[1] == epoch + 1
+    assert set(_read_committed(b.bootstrap, 9)) == _values(b"after")
+    b.kill()
+    b.start()
+    got = _read_committed(b.bootstrap, 9)
+    assert sorted(got) == sorted(_values(b"after"))
+
+
+@pytest.mark.parametrize("fault", ["after-prepare", "after-first-marker"])
+def test_killed_during_commit_completes_after_restart(
+    broker_factory: type[BrokerProcess], monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    b = broker_factory(overrides=OVERRIDES)
+    monkeypatch.setenv("SAMSA_TXN_FAULT", fault)
+    b.start()
+    monkeypatch.delenv("SAMSA_TXN_FAULT")
+    txn = "crash-" + fault
+    with _conn(b.port) as conn:
+        assert create_topic(conn, TOPIC, PARTITIONS) == 0
+        pid, epoch = _init(conn, txn)
+        _add_partitions(conn, txn, pid, epoch)
+        _produce(conn, txn, pid, epoch, 0, b"first")
+        # after-prepare: the broker exits before answering; after-first-marker: after.
+        try:
+            assert _end(conn, txn, pid, epoch, True) == 0
+        except (ConnectionClosed, OSError):
+            assert fault == "after-prepare"
+    assert b.proc is not None and b.proc.wait(T) == 137
+    b.start()
+    _wait_state(b.port, txn, "CompleteCommit")
+    assert sorted(_read_committed(b.bootstrap, 9)) == sorted(_values(b"first"))
+    # The producer goes on with the next transaction at the same epoch.
+    with _conn(b.port) as conn:
+        _add_partitions(conn, txn, pid, epoch)
+        _produce(conn, txn, pid, epoch, 3, b"second")
+        assert _end(conn, txn, pid, epoch, False) == 0
+    _wait_state(b.port, txn, "CompleteAbort")
+    assert sorted(_read_committed(b.bootstrap, 9)) == sorted(_values(b"first"))
