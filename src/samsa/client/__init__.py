@@ -1,6 +1,7 @@
 """samsa's Kafka client: an asyncio core with synchronous facades.
 
-``Producer`` / ``AsyncProducer`` (idempotent by default, resumable identity),
+``Producer`` / ``AsyncProducer`` (idempotent by default, resumable identity, transactions;
+``ResumedTransaction`` finishes a transaction another process opened),
 ``Consumer`` / ``AsyncConsumer`` and ``Admin`` / ``AsyncAdmin``, configured with
 confluent-kafka-style property names. Everything else in this package is private.
 """
@@ -8,6 +9,7 @@ confluent-kafka-style property names. Everything else in this package is private
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing, GroupMember
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
+    AbortableTransactionError,
     ClosedError,
     ConfigError,
     CorruptRecordError,
@@ -15,29 +17,39 @@ from samsa.client._errors import (
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    TransactionAbortedError,
+    TransactionStateError,
 )
 from samsa.client._partitioner import murmur2, partition_for_key
 from samsa.client._producer import AsyncProducer
-from samsa.client._sync import Admin, Consumer, Producer
+from samsa.client._sync import Admin, Consumer, Producer, ResumedTransaction
+from samsa.client._transactions import AsyncResumedTransaction, TransactionState
 from samsa.client._types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
     PartitionMetadata,
+    PreparedTransaction,
     ProducerInfo,
     ProducerState,
     RecordMetadata,
     TopicMetadata,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 
 __all__ = [
+    "AbortableTransactionError",
     "Admin",
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncResumedTransaction",
     "ClosedError",
     "ConfigError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "CorruptRecordError",
     "GroupDescription",
@@ -48,13 +60,20 @@ __all__ = [
     "KafkaTimeoutError",
     "NewTopic",
     "PartitionMetadata",
+    "PreparedTransaction",
     "Producer",
     "ProducerFencedError",
     "ProducerInfo",
     "ProducerState",
     "RecordMetadata",
+    "ResumedTransaction",
     "TopicMetadata",
     "TopicPartition",
+    "TransactionAbortedError",
+    "TransactionDescription",
+    "TransactionListing",
+    "TransactionState",
+    "TransactionStateError",
     "murmur2",
     "partition_for_key",
 ]

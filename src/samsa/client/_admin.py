@@ -1,8 +1,9 @@
-"""The asyncio admin client: topics, producers, groups, cluster."""
+"""The asyncio admin client: topics, producers, groups, transactions, cluster."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +12,15 @@ from samsa.client._aconn import AsyncConnection
 from samsa.client._cluster import Cluster
 from samsa.client._config import ADMIN, Config
 from samsa.client._errors import KafkaError
+from samsa.client._transactions import KEY_TRANSACTION, REFIND, RETRY, TxnChannel
 from samsa.client._types import (
     NewTopic,
     PartitionMetadata,
     ProducerInfo,
     TopicMetadata,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
@@ -292,6 +296,73 @@ class AsyncAdmin:
             )
         return out
 
+    # --- transactions ----------------------------------------------------------------------
+
+    async def list_transactions(
+        self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+    ) -> list[TransactionListing]:
+        """ListTransactions on every broker (each lists the ids it coordinates)."""
+        out: list[TransactionListing] = []
+        await self.cluster.refresh([])
+        for node in list(self.cluster.brokers):
+            conn = await self.cluster.connection(node)
+            v = conn.version(ApiKey.LIST_TRANSACTIONS, 0, 1)
+            req = make_request(
+                ApiKey.LIST_TRANSACTIONS,
+                v,
+                "ListTransactionsRequest",
+                state_filters=tuple(states),
+                producer_id_filters=tuple(producer_ids),
+                duration_filter=-1,
+            )
+            resp = await conn.request(ApiKey.LIST_TRANSACTIONS, req, version=v)
+            if resp.error_code:
+                raise KafkaError(int(resp.error_code), "ListTransactions")
+            out.extend(
+                TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
+                for t in resp.transaction_states
+            )
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        """DescribeTransactions, sent to each id's transaction coordinator; an unknown id
+        is described with ``error`` TRANSACTIONAL_ID_NOT_FOUND."""
+        channel = TxnChannel(
+            self.cluster,
+            retry_backoff=self.config.seconds("retry.backoff.ms"),
+            timeout=self.request_timeout,
+        )
+        out: dict[str, TransactionDescription] = {}
+        for tid in transactional_ids:
+            resp, _ = await channel.call(
+                KEY_TRANSACTION,
+                tid,
+                ApiKey.DESCRIBE_TRANSACTIONS,
+                (0, 0),
+                "DescribeTransactionsRequest",
+                lambda v, tid=tid: {"transactional_ids": (tid,)},
+                # a per-id error (TRANSACTIONAL_ID_NOT_FOUND) is reported in the result
+                lambda r: [
+                    int(t.error_code)
+                    for t in r.transaction_states
+                    if t.error_code in RETRY or t.error_code in REFIND
+                ],
+            )
+            for t in resp.transaction_states:
+                out[t.transactional_id] = TransactionDescription(
+                    t.transactional_id,
+                    t.transaction_state,
+                    int(t.producer_id),
+                    int(t.producer_epoch),
+                    _millis(t.transaction_timeout),
+                    _millis(t.transaction_start_time),
+                    tuple(TopicPartition(d.topic, int(p)) for d in t.topics for p in d.partitions),
+                    int(t.error_code),
+                )
+        return out
+
     async def describe_cluster(self) -> dict[str, Any]:
         await self.cluster.refresh([])
         return {
@@ -302,3 +373,14 @@ class AsyncAdmin:
                 for b in self.cluster.brokers.values()
             ],
         }
+
+
+def _millis(value: Any) -> int:
+    """kio decodes durations as timedelta and timestamps as datetime; -1 means unset."""
+    if value is None:
+        return -1
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)

@@ -55,7 +55,7 @@ from samsa.client._errors import (
     CorruptRecordError,
     KafkaError,
 )
-from samsa.client._types import ConsumerRecord, TopicPartition
+from samsa.client._types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import (
@@ -889,6 +889,14 @@ class AsyncConsumer:
                     self._needs_join = True
                 if code:
                     raise KafkaError(code, f"OffsetCommit {t.name}-{p.partition_index}")
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The membership a transactional producer's offset commit is checked against."""
+        if self.group_id is None:
+            raise ConfigError("group_metadata() needs group.id")
+        return ConsumerGroupMetadata(
+            self.group_id, self._generation, self._member_id, self.config["group.instance.id"]
+        )
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(self.commit(offsets))

@@ -57,6 +57,24 @@ class ProducerFencedError(KafkaError):
     """Fatal: another producer with the same identity took over."""
 
 
+class AbortableTransactionError(KafkaError):
+    """The current transaction cannot commit (a record or offset commit failed, or the
+    coordinator lost track of it): call ``abort_transaction()``, then go on with a new one.
+    ``code`` is the error that caused it."""
+
+
+class TransactionAbortedError(KafkaError):
+    """A record was dropped because its transaction was aborted before it was sent."""
+
+    def __init__(self, message: str = "transaction aborted") -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
+
+
+class TransactionStateError(RuntimeError):
+    """A transactional call that the producer's current transaction state does not allow
+    (for instance ``commit_transaction()`` without ``begin_transaction()``)."""
+
+
 class ConfigError(ValueError):
     """An unknown or invalid configuration property."""
 

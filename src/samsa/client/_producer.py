@@ -40,6 +40,30 @@ written by the previous incarnation after its checkpoint, so they are resolved a
 duplicates instead of being sent again. Sequences are per record, so this holds however the
 records are batched, as long as the records after the checkpoint are sent again in the same
 order.
+
+Transactions (rules 10-21; Kafka's ``TransactionManager`` is the model). With
+``transactional.id`` the identity comes from ``init_transactions()``: InitProducerId, with
+the transactional id, to the coordinator FindCoordinator (key type 1) names; it fences older
+producers of the id. The state machine (``_transactions.TransactionState``) is Uninitialized
+-> Ready -> InTransaction -> Committing | Aborting -> Ready, with AbortableError (the
+transaction can only abort) and FatalError (fenced: every pending future fails, every call
+raises :class:`ProducerFencedError`). The coordinator requests (AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit to the group's coordinator, EndTxn) go one at a time, in
+call order, under ``_txn_lock``, and are retried on CONCURRENT_TRANSACTIONS, load and
+NOT_COORDINATOR errors. A partition's first record of a transaction queues it for
+AddPartitionsToTxn; the sender holds the partition's batches until it is added, so the
+broker never sees a transactional batch for a partition outside the transaction (rule 19).
+Batches carry the transactional flag and sequences continue across transactions of one
+epoch. The epoch belongs to the coordinator, so there is no local bump: a batch that fails
+for good (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, expiry, ...) leaves the
+transaction abortable and asks for a bump, which ``abort_transaction()`` does after EndTxn
+with InitProducerId carrying our (producer id, epoch) (KIP-360: refused if we are stale);
+partitions then renumber from 0. Commit flushes, then sends EndTxn (none when nothing
+reached the coordinator); abort fails the records not sent yet, waits for those in flight,
+then EndTxn. An operation that times out keeps running; calling it again waits for it.
+``prepare_transaction()`` flushes and hands the open transaction to another process as
+(transactional id, producer id, epoch), which ``resume_transaction()`` commits or aborts:
+the coordinator checks only those three, not the connection.
 """
 
 from __future__ import annotations
@@ -49,7 +73,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from samsa.client._aconn import AsyncConnection
@@ -57,15 +81,36 @@ from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
     FATAL_PRODUCER_ERRORS,
+    AbortableTransactionError,
     ClosedError,
     ConfigError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    TransactionAbortedError,
+    TransactionStateError,
 )
 from samsa.client._partitioner import StickyPartitioner, partition_for_key
-from samsa.client._types import ProducerState, RecordMetadata, TopicPartition
+from samsa.client._transactions import (
+    ABORTABLE_ADD,
+    ABORTABLE_OFFSETS,
+    AsyncResumedTransaction,
+    Outcome,
+    TransactionState,
+    TxnChannel,
+    check_transition,
+    classify,
+    group_metadata,
+    normalize_offsets,
+)
+from samsa.client._types import (
+    ConsumerGroupMetadata,
+    PreparedTransaction,
+    ProducerState,
+    RecordMetadata,
+    TopicPartition,
+)
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
@@ -217,6 +262,11 @@ class AsyncProducer:
         if state is not None:
             if not self.idempotent:
                 raise ConfigError("a producer state can only resume an idempotent producer")
+            if self.transactional_id is not None:
+                raise ConfigError(
+                    "a transactional producer gets its identity from init_transactions(); "
+                    "use prepare_transaction() / resume_transaction() to hand one over"
+                )
             self.producer_id, self.epoch = state.producer_id, state.epoch
         self._bump_partitions: set[TopicPartition] = set()
         self._checking: set[TopicPartition] = set()
@@ -236,6 +286,20 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
+        # --- transactions (see the module docstring) ---
+        self.transaction_timeout_ms = c.int("transaction.timeout.ms")
+        self._txn_state = TransactionState.UNINITIALIZED
+        self._txn_channel = TxnChannel(
+            self.cluster, retry_backoff=self.retry_backoff, timeout=self.max_block
+        )
+        self._txn_lock = asyncio.Lock()  # one coordinator request at a time, in order
+        self._txn_added: set[TopicPartition] = set()  # partitions in the open transaction
+        self._txn_new: set[TopicPartition] = set()  # to add before their first batch
+        self._txn_add_task: asyncio.Task[None] | None = None
+        self._txn_started = False  # the coordinator knows the transaction (EndTxn needed)
+        self._txn_error: KafkaError | None = None  # why the transaction must abort
+        self._txn_bump = False  # abort must be followed by an epoch bump (KIP-360)
+        self._txn_op: tuple[str, asyncio.Task[Any]] | None = None  # resumable after a timeout
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -244,7 +308,9 @@ class AsyncProducer:
         if self._started:
             return
         self._started = True
-        if self.idempotent and self.producer_id < 0:
+        if self.transactional_id is not None:
+            await self.cluster.refresh([])  # the identity comes with init_transactions()
+        elif self.idempotent and self.producer_id < 0:
             await self._init_producer_id()
         elif self.idempotent:
             await self.cluster.refresh([])
@@ -262,6 +328,13 @@ class AsyncProducer:
         if self._closed:
             return
         if self._started and self._fatal is None:
+            open_txn = (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
+            if self._txn_state in open_txn:
+                # As Kafka's producer does: an unfinished transaction would otherwise stay
+                # open (and block read_committed readers) until transaction.timeout.ms.
+                log.info("aborting the open transaction on close")
+                with contextlib.suppress(KafkaError, TransactionStateError, TimeoutError):
+                    await self.abort_transaction(timeout)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.flush(), timeout)
         self._closing = True
@@ -312,6 +385,7 @@ class AsyncProducer:
         headers: Headers = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; the returned future resolves with its RecordMetadata."""
+        self.check_can_send()
         if not self._space.is_set():
             try:
                 await asyncio.wait_for(self._space.wait(), self.max_block)
@@ -350,6 +424,12 @@ class AsyncProducer:
         if not self._started:
             fut.set_exception(ClosedError("producer not started"))
             return
+        if (
+            self.transactional_id is not None
+            and self._txn_state is not TransactionState.IN_TRANSACTION
+        ):
+            fut.set_exception(self._txn_send_error())
+            return
         if isinstance(headers, dict):
             headers = list(headers.items())
         record = NewRecord(
@@ -375,6 +455,12 @@ class AsyncProducer:
         partition: int | None,
         fut: asyncio.Future[RecordMetadata],
     ) -> None:
+        if self.transactional_id is not None and self._txn_state not in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.COMMITTING,  # it was sent in the transaction, before commit
+        ):
+            fut.set_exception(self._txn_send_error())
+            return
         n = self.cluster.partition_count(topic)
         assert n is not None
         if partition is None:
@@ -400,6 +486,8 @@ class AsyncProducer:
             seq = self._resume.sequences[tp] if resumed and self._resume else 0
             ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
             ps.skip_known = not resumed
+        if self.transactional_id is not None and tp not in self._txn_added:
+            self._txn_add_partition(tp)
         size = (
             _RECORD_OVERHEAD
             + len(record.key or b"")
@@ -621,6 +709,8 @@ class AsyncProducer:
         )
         if not ready:
             return batch.created + self.linger
+        if self.transactional_id is not None and ps.tp not in self._txn_added:
+            return None  # AddPartitionsToTxn first (rule 19); its task wakes the sender
         if not ps.skip_known:
             if ps.tp not in self._checking:
                 self._checking.add(ps.tp)
@@ -654,10 +744,11 @@ class AsyncProducer:
             return False
         return True
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -691,7 +782,7 @@ class AsyncProducer:
                     producer_id=b.producer_id,
                     producer_epoch=b.epoch,
                     base_sequence=b.base_sequence,
-                    transactional=False,
+                    transactional=self.transactional_id is not None,
                     compression=self.codec,
                 )
             by_topic.setdefault(b.tp.topic, []).append(
@@ -710,7 +801,7 @@ class AsyncProducer:
             ApiKey.PRODUCE,
             v,
             "ProduceRequest",
-            transactional_id=None,
+            transactional_id=self.transactional_id,
             acks=self.acks,
             timeout=int(self.request_timeout * 1000),
             topic_data=tuple(
@@ -771,9 +862,21 @@ class AsyncProducer:
             return
         message = getattr(p, "error_message", None) or ""
         err = KafkaError(code, message)
+        if code == ErrorCode.PRODUCER_FENCED:
+            err = ProducerFencedError(code, message or "fenced by a newer producer")
         if code in FATAL_PRODUCER_ERRORS:
             self._set_fatal(err)
             return
+        if self.transactional_id is not None:
+            if code == ErrorCode.INVALID_PRODUCER_EPOCH:
+                # The coordinator gave our transactional id a newer epoch: we are a zombie.
+                self._set_fatal(ProducerFencedError(code, message or "producer epoch is stale"))
+                return
+            if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
+                # No local epoch bump inside a transaction: the epoch belongs to the
+                # coordinator. The transaction aborts, then InitProducerId bumps (rule 21).
+                self._fail_batch(b, AbortableTransactionError(code, message))
+                return
         if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
             if ps.pending and ps.pending[0] is b and not self._bump_requested:
                 if b.base_sequence == 0 and b.epoch > 0 and b.epoch != self._first_epoch():
@@ -827,6 +930,11 @@ class AsyncProducer:
         if not self.idempotent and not err.retriable:
             self._fail_batch(b, err)
             return
+        if self._txn_state is TransactionState.ABORTING and self._txn_bump:
+            # The epoch is bumped after this abort anyway, so an unresolved batch of the
+            # aborted transaction need not be resolved: drop it.
+            self._fail_batch(b, TransactionAbortedError())
+            return
         loop = asyncio.get_running_loop()
         backoff = min(self.retry_backoff * (2 ** max(0, b.attempts - 1)), self.retry_backoff_max)
         b.retry_at = loop.time() + backoff
@@ -836,7 +944,11 @@ class AsyncProducer:
         ps = self._partitions[b.tp]
         if b in ps.pending:
             ps.pending.remove(b)
-            if self.idempotent and not self._closing:
+            if self.transactional_id is not None:
+                # Its sequences left a gap that only a new epoch closes; meanwhile the
+                # transaction lost a record and must not commit.
+                self._txn_fail(err, bump=True)
+            elif self.idempotent and not self._closing:
                 self._request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
         for fut in b.futures:
             if not fut.done():
@@ -859,10 +971,13 @@ class AsyncProducer:
         for ps in self._partitions.values():
             while ps.queue and now - ps.queue[0].created > self.delivery_timeout:
                 b = ps.queue.popleft()
+                expired = KafkaTimeoutError("delivery.timeout.ms expired")
                 for fut in b.futures:
                     if not fut.done():
-                        fut.set_exception(KafkaTimeoutError("delivery.timeout.ms expired"))
+                        fut.set_exception(expired)
                 self._release(b)
+                if self.transactional_id is not None:
+                    self._txn_fail(expired, bump=False)
             for b in list(ps.pending):
                 if not b.in_flight and now - b.created > self.delivery_timeout:
                     self._fail_batch(b, KafkaTimeoutError("delivery.timeout.ms expired"))
@@ -871,6 +986,8 @@ class AsyncProducer:
         if self._fatal is None:
             log.error("producer failed: %s", err)
             self._fatal = err
+        if self.transactional_id is not None:
+            self._txn_state = TransactionState.FATAL_ERROR
         self._fail_all(err)
 
     def _fail_all(self, err: BaseException) -> None:
@@ -887,6 +1004,372 @@ class AsyncProducer:
                 if not fut.done():
                     fut.set_exception(err)
         self._wake.set()
+
+    # --- transactions ----------------------------------------------------------------------
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        """Where the transaction state machine is (None without ``transactional.id``)."""
+        return self._txn_state if self.transactional_id is not None else None
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the transactional id's producer id and epoch from its coordinator.
+
+        This fences every older producer with the same ``transactional.id`` and aborts
+        (through the coordinator) the transaction one of them left open. After a
+        KafkaTimeoutError, call it again to go on waiting for the same request.
+        """
+
+        def start() -> None:
+            self._require_txn("init_transactions")
+            self._txn_transition(TransactionState.INITIALIZING, "init_transactions")
+
+        await self._txn_run("init_transactions", start, self._txn_init, timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local only: the coordinator hears of it with the first
+        partition or offsets added)."""
+        self._require_txn("begin_transaction")
+        if self._txn_op is not None:
+            raise TransactionStateError(f"begin_transaction: {self._txn_op[0]} is unfinished")
+        self._txn_transition(TransactionState.IN_TRANSACTION, "begin_transaction")
+        self._txn_added.clear()
+        self._txn_new.clear()
+        self._txn_started = False
+        self._txn_error = None
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group: str | ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (next offset to read) with the transaction.
+
+        ``group`` is a consumer's :meth:`group_metadata` (the group coordinator then refuses
+        offsets of a member fenced by a rebalance) or a bare group id. The offsets become
+        visible to ``committed()`` only when the transaction commits.
+        """
+        offs = normalize_offsets(offsets)
+        meta = group_metadata(group)
+
+        def start() -> None:
+            self._require_txn("send_offsets_to_transaction")
+            self._require_open("send_offsets_to_transaction")
+
+        await self._txn_run(
+            "send_offsets_to_transaction",
+            start,
+            lambda: self._txn_send_offsets(offs, meta),
+            timeout,
+        )
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit. Raises AbortableTransactionError if a record or offset of
+        the transaction failed (abort then), ProducerFencedError if fenced, and
+        KafkaTimeoutError when ``timeout`` passes first (call again to go on waiting)."""
+
+        def start() -> None:
+            self._require_txn("commit_transaction")
+            if self._txn_state is TransactionState.ABORTABLE_ERROR:
+                raise self._txn_send_error()
+            self._txn_transition(TransactionState.COMMITTING, "commit_transaction")
+
+        await self._txn_run("commit_transaction", start, lambda: self._txn_end(True), timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop the records not sent yet, wait for those in flight, abort."""
+
+        def start() -> None:
+            self._require_txn("abort_transaction")
+            self._txn_transition(TransactionState.ABORTING, "abort_transaction")
+
+        await self._txn_run("abort_transaction", start, lambda: self._txn_end(False), timeout)
+
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """Flush and hand the open transaction over: another process commits or aborts it
+        with ``resume_transaction(config, prepared)``. This producer leaves it open (also
+        on close); it must be finished before ``transaction.timeout.ms``, after which the
+        coordinator aborts it."""
+
+        def start() -> None:
+            self._require_txn("prepare_transaction")
+            self._require_open("prepare_transaction")
+
+        result: PreparedTransaction = await self._txn_run(
+            "prepare_transaction", start, self._txn_prepare, timeout
+        )
+        return result
+
+    @staticmethod
+    async def resume_transaction(
+        config: Mapping[str, Any] | None,
+        transactional_id: str | PreparedTransaction,
+        producer_id: int = -1,
+        epoch: int = -1,
+    ) -> AsyncResumedTransaction:
+        """A handle on a transaction another producer opened (see :meth:`prepare_transaction`)
+        that adds offsets to it and commits or aborts it; close it after use."""
+        if isinstance(transactional_id, PreparedTransaction):
+            txn = AsyncResumedTransaction.from_prepared(config, transactional_id)
+        else:
+            txn = AsyncResumedTransaction(config, transactional_id, producer_id, epoch)
+        try:
+            await txn.start()
+        except BaseException:
+            await txn.close()
+            raise
+        return txn
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncProducer]:
+        """``async with producer.transaction():`` commits on success, aborts on an exception."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self._txn_state is not TransactionState.FATAL_ERROR:
+                with contextlib.suppress(KafkaError, TransactionStateError):
+                    await self.abort_transaction()
+            raise
+        await self.commit_transaction()
+
+    def check_can_send(self) -> None:
+        """Raise TransactionStateError when a transactional producer has no open transaction."""
+        if self.transactional_id is None or self._fatal is not None:
+            return
+        if self._txn_state not in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,  # the record's future fails with the cause
+        ):
+            raise self._txn_send_error()
+
+    def _require_txn(self, what: str) -> None:
+        if self.transactional_id is None:
+            raise TransactionStateError(f"{what}: the producer has no transactional.id")
+        if self._fatal is not None:
+            raise self._fatal
+        if self._closed or not self._started:
+            raise ClosedError(f"{what}: producer is not running")
+
+    def _require_open(self, what: str) -> None:
+        if self._txn_state is TransactionState.ABORTABLE_ERROR:
+            raise self._txn_send_error()
+        if self._txn_state is not TransactionState.IN_TRANSACTION:
+            raise TransactionStateError(f"{what}: no open transaction ({self._txn_state.value})")
+
+    def _txn_send_error(self) -> BaseException:
+        if self._fatal is not None:
+            return self._fatal
+        if self._txn_state is TransactionState.ABORTABLE_ERROR:
+            cause = self._txn_error
+            code = getattr(cause, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
+            return AbortableTransactionError(code, f"the transaction must be aborted: {cause}")
+        return TransactionStateError(
+            f"no open transaction (state {self._txn_state.value}): call begin_transaction()"
+        )
+
+    def _txn_transition(self, target: TransactionState, what: str) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        check_transition(self._txn_state, target, what)
+        log.debug("transaction state %s -> %s", self._txn_state.value, target.value)
+        self._txn_state = target
+
+    async def _txn_run(
+        self,
+        name: str,
+        start: Callable[[], None],
+        make: Callable[[], Any],
+        timeout: float | None,
+    ) -> Any:
+        """Run one transactional operation as a task that outlives a caller's timeout, so
+        that calling the same method again waits for it instead of starting over (as
+        Kafka's producer does); any other transactional call meanwhile is refused."""
+        op = self._txn_op
+        if op is not None and op[0] != name:
+            raise TransactionStateError(f"{name}: {op[0]} is unfinished; call it again first")
+        if op is None:
+            start()
+            task = asyncio.get_running_loop().create_task(make())
+            # retrieved here if nobody awaits it again after a timeout
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            op = self._txn_op = (name, task)
+        task = op[1]
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"{name} is still running; call it again to wait") from None
+        finally:
+            if task.done() and self._txn_op is op:
+                self._txn_op = None
+
+    def _txn_check(self, code: int, what: str, abortable: frozenset[int] = frozenset()) -> None:
+        """Apply a coordinator's final answer to the state machine; raise if it failed."""
+        outcome, err = classify(code, what, abortable)
+        if err is None:
+            return
+        if outcome is Outcome.FATAL:
+            self._set_fatal(err)
+        else:
+            self._txn_fail(err, bump=outcome is Outcome.ABORTABLE_BUMP)
+        raise err
+
+    def _txn_fail(self, err: BaseException, *, bump: bool) -> None:
+        """The open transaction cannot commit any more: fail what is not sent yet."""
+        if bump:
+            self._txn_bump = True
+        if self._txn_state not in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.COMMITTING,
+            TransactionState.ABORTABLE_ERROR,
+        ):
+            return  # aborting already (or fatal): nothing to change
+        if self._txn_error is None:
+            self._txn_error = err
+        if self._txn_state is not TransactionState.ABORTABLE_ERROR:
+            log.warning("transaction must abort: %s", err)
+            self._txn_state = TransactionState.ABORTABLE_ERROR
+        self._txn_new.clear()
+        self._txn_drop_queued(self._txn_send_error())
+
+    def _txn_drop_queued(self, err: BaseException) -> None:
+        """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
+        for ps in self._partitions.values():
+            while ps.queue:
+                b = ps.queue.popleft()
+                for fut in b.futures:
+                    if not fut.done():
+                        fut.set_exception(err)
+                self._release(b)
+        for waiting in self._awaiting_metadata.values():
+            for _rec, _p, fut in waiting:
+                if not fut.done():
+                    fut.set_exception(err)
+        self._wake.set()
+
+    def _txn_add_partition(self, tp: TopicPartition) -> None:
+        self._txn_new.add(tp)
+        if self._txn_add_task is None or self._txn_add_task.done():
+            self._txn_add_task = self._spawn(self._txn_add_partitions())
+
+    async def _txn_add_partitions(self) -> None:
+        """AddPartitionsToTxn for partitions about to get their first batch; the sender
+        holds those batches until their partition is in the transaction."""
+        assert self.transactional_id is not None
+        active = (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
+        try:
+            while self._txn_new and self._txn_state in active:
+                async with self._txn_lock:
+                    # re-checked under the lock: an abort may have run while we waited
+                    if not self._txn_new or self._txn_state not in active:
+                        return
+                    tps = sorted(self._txn_new)
+                    code = await self._txn_channel.add_partitions(
+                        self.transactional_id, self.producer_id, self.epoch, tps
+                    )
+                    if code == 0:
+                        self._txn_added.update(tps)
+                        self._txn_new.difference_update(tps)
+                        self._txn_started = True
+                        self._wake.set()
+                        continue
+                with contextlib.suppress(KafkaError):
+                    self._txn_check(code, "AddPartitionsToTxn", ABORTABLE_ADD)
+                return
+        except KafkaError as exc:
+            # The coordinator stayed unreachable: it may or may not have added them, so
+            # the abort must bump the epoch, which ends whatever it holds (rule 10).
+            self._txn_fail(exc, bump=True)
+        finally:
+            self._wake.set()
+
+    async def _txn_init(self, producer_id: int = -1, epoch: int = -1) -> None:
+        """InitProducerId for the transactional id; with (producer id, epoch) it is the
+        KIP-360 bump of our own current epoch, refused (PRODUCER_FENCED) if we are stale."""
+        assert self.transactional_id is not None
+        try:
+            code, pid, ep = await self._txn_channel.init_producer_id(
+                self.transactional_id, self.transaction_timeout_ms, producer_id, epoch
+            )
+        except KafkaError:
+            if self._txn_state is TransactionState.INITIALIZING and producer_id < 0:
+                self._txn_state = TransactionState.UNINITIALIZED  # may be called again
+            raise
+        if code:
+            _, err = classify(code, "InitProducerId")
+            assert err is not None
+            if not isinstance(err, ProducerFencedError):
+                err = KafkaError(code, "InitProducerId")
+            self._set_fatal(err)
+            raise err
+        # Partitions renumber from 0 under the new identity when next drained.
+        self.producer_id, self.epoch = pid, ep
+        self._txn_bump = False
+        log.info("transactional id %s: producer id %d epoch %d", self.transactional_id, pid, ep)
+        if self._txn_state is TransactionState.INITIALIZING:
+            self._txn_state = TransactionState.READY
+
+    async def _txn_send_offsets(
+        self, offsets: dict[TopicPartition, int], meta: ConsumerGroupMetadata
+    ) -> None:
+        assert self.transactional_id is not None
+        ids = (self.transactional_id, self.producer_id, self.epoch)
+        async with self._txn_lock:
+            try:
+                code = await self._txn_channel.add_offsets(*ids, meta.group_id)
+                self._txn_check(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
+                self._txn_started = True
+                code = await self._txn_channel.txn_offset_commit(*ids, offsets, meta)
+                self._txn_check(code, "TxnOffsetCommit", ABORTABLE_OFFSETS)
+            except KafkaTimeoutError as exc:
+                self._txn_fail(exc, bump=True)  # unknown outcome: see _txn_add_partitions
+                raise
+
+    async def _txn_prepare(self) -> PreparedTransaction:
+        assert self.transactional_id is not None
+        await self.flush()
+        if self._fatal is not None:
+            raise self._fatal
+        if self._txn_state is not TransactionState.IN_TRANSACTION:
+            raise self._txn_send_error()
+        async with self._txn_lock:  # no AddPartitionsToTxn still on its way
+            self._txn_transition(TransactionState.PREPARED, "prepare_transaction")
+        return PreparedTransaction(
+            self.transactional_id, self.producer_id, self.epoch, self._txn_started
+        )
+
+    async def _txn_end(self, commit: bool) -> None:
+        """Commit or abort: flush (commit) or drop what is unsent (abort), EndTxn, then
+        the epoch bump an earlier failure asked for."""
+        assert self.transactional_id is not None
+        if not commit:
+            self._txn_new.clear()
+            self._txn_drop_queued(TransactionAbortedError())
+        # Batches already sent must be resolved first: an unresolved one could land in the
+        # next transaction, and sequences must stay known (unless the epoch changes).
+        await self.flush()
+        if self._fatal is not None:
+            raise self._fatal
+        if commit and self._txn_state is not TransactionState.COMMITTING:
+            raise self._txn_send_error()  # a batch or partition failed during the flush
+        async with self._txn_lock:
+            cause = getattr(self._txn_error, "code", 0)
+            unknown_id = cause == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            # The coordinator refuses EndTxn for a transaction it never heard of (Empty),
+            # and for a producer id it does not know: then only the bump is left.
+            if self._txn_started and not unknown_id:
+                code = await self._txn_channel.end_txn(
+                    self.transactional_id, self.producer_id, self.epoch, commit
+                )
+                self._txn_check(code, "EndTxn")
+            if not commit and self._txn_bump:
+                await self._txn_init(self.producer_id, self.epoch)
+        self._txn_added.clear()
+        self._txn_new.clear()
+        self._txn_started = False
+        self._txn_error = None
+        self._txn_state = TransactionState.READY
 
     # --- helpers for the sync facade ------------------------------------------------------
 

@@ -11,24 +11,35 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
 from samsa.client._consumer import AsyncConsumer
-from samsa.client._errors import ClosedError, KafkaError, KafkaTimeoutError
+from samsa.client._errors import (
+    ClosedError,
+    KafkaError,
+    KafkaTimeoutError,
+    TransactionStateError,
+)
 from samsa.client._producer import AsyncProducer, Headers
+from samsa.client._transactions import TransactionState
 from samsa.client._types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
+    PreparedTransaction,
     ProducerInfo,
     ProducerState,
     RecordMetadata,
     TopicMetadata,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 
 T = TypeVar("T")
@@ -126,6 +137,7 @@ class Producer:
         get its RecordMetadata with partition and offset."""
         if self._closed:
             raise ClosedError("producer is closed")
+        self._core.check_can_send()
         if isinstance(value, str):
             value = value.encode()
         if isinstance(key, str):
@@ -221,6 +233,77 @@ class Producer:
     def producer_id(self) -> int:
         return self._core.producer_id
 
+    # --- transactions (see AsyncProducer; every call first hands over queued records) --
+
+    @property
+    def transaction_state(self) -> TransactionState | None:
+        return self._core.transaction_state
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._lt.run(self._core.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._wait_inbox_drained()
+
+        async def begin() -> None:
+            self._core.begin_transaction()
+
+        self._lt.run(begin())
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group: str | ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        self._wait_inbox_drained()
+        self._lt.run(self._core.send_offsets_to_transaction(offsets, group, timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._wait_inbox_drained()
+        try:
+            self._lt.run(self._core.commit_transaction(timeout))
+        finally:
+            self.poll()
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._wait_inbox_drained()
+        try:
+            self._lt.run(self._core.abort_transaction(timeout))
+        finally:
+            self.poll()
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        self._wait_inbox_drained()
+        try:
+            return self._lt.run(self._core.prepare_transaction(timeout))
+        finally:
+            self.poll()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Producer]:
+        """``with producer.transaction():`` commits on success, aborts on an exception."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if self.transaction_state is not TransactionState.FATAL_ERROR:
+                with contextlib.suppress(KafkaError, TransactionStateError):
+                    self.abort_transaction()
+            raise
+        self.commit_transaction()
+
+    @staticmethod
+    def resume_transaction(
+        config: Mapping[str, Any] | None,
+        transactional_id: str | PreparedTransaction,
+        producer_id: int = -1,
+        epoch: int = -1,
+    ) -> ResumedTransaction:
+        """Finish a transaction opened by another producer (see
+        :meth:`AsyncProducer.prepare_transaction`): add offsets, commit or abort."""
+        return ResumedTransaction(config, transactional_id, producer_id, epoch)
+
     @property
     def epoch(self) -> int:
         return self._core.epoch
@@ -235,6 +318,63 @@ class Producer:
         finally:
             self._lt.stop()
             self.poll()
+
+
+class ResumedTransaction:
+    """Synchronous :class:`AsyncResumedTransaction`; use as a context manager or close()."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None,
+        transactional_id: str | PreparedTransaction,
+        producer_id: int = -1,
+        epoch: int = -1,
+    ) -> None:
+        self._lt, self._core = start_core(
+            "samsa-txn",
+            lambda: AsyncProducer.resume_transaction(config, transactional_id, producer_id, epoch),
+        )
+        self._closed = False
+
+    @property
+    def transactional_id(self) -> str:
+        return self._core.transactional_id
+
+    @property
+    def producer_id(self) -> int:
+        return self._core.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._core.epoch
+
+    def __enter__(self) -> ResumedTransaction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group: str | ConsumerGroupMetadata,
+    ) -> None:
+        self._lt.run(self._core.send_offsets_to_transaction(offsets, group))
+
+    def commit(self) -> None:
+        self._lt.run(self._core.commit())
+
+    def abort(self) -> None:
+        self._lt.run(self._core.abort())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._lt.run(self._core.close(), 30)
+        finally:
+            self._lt.stop()
 
 
 class Consumer:
@@ -315,6 +455,10 @@ class Consumer:
     def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return self._lt.run(self._core.committed(list(tps)))
 
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """For ``Producer.send_offsets_to_transaction`` (consume-transform-produce)."""
+        return self._call(self._core.group_metadata)
+
     def list_offsets(
         self, tps: Iterable[TopicPartition], timestamp: int
     ) -> dict[TopicPartition, int]:
@@ -382,6 +526,18 @@ class Admin:
 
     def describe_cluster(self) -> dict[str, Any]:
         return self._lt.run(self._core.describe_cluster())
+
+    def list_transactions(
+        self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+    ) -> list[TransactionListing]:
+        return self._lt.run(
+            self._core.list_transactions(states=list(states), producer_ids=list(producer_ids))
+        )
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        return self._lt.run(self._core.describe_transactions(list(transactional_ids)))
 
     def close(self) -> None:
         if self._closed:

@@ -108,3 +108,72 @@ class NewTopic:
     num_partitions: int = 1
     replication_factor: int = 1
     config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What ``send_offsets_to_transaction`` needs to know of a consumer's group membership.
+
+    With a generation and member id the group coordinator refuses the offsets of a member
+    that was fenced by a rebalance (zombie consumers); a bare group id (generation -1) is
+    accepted unconditionally, which is what a driver committing for its tasks wants.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """An open transaction handed to another process to finish (``Producer.resume_transaction``).
+
+    ``started`` is False when nothing reached the coordinator (no record, no offsets): there
+    is then no transaction to end there, and committing or aborting it is a no-op.
+    """
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    started: bool = True
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "epoch": self.epoch,
+            "started": self.started,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> PreparedTransaction:
+        return cls(
+            transactional_id=str(data["transactional_id"]),
+            producer_id=int(data["producer_id"]),  # type: ignore[call-overload]
+            epoch=int(data["epoch"]),  # type: ignore[call-overload]
+            started=bool(data.get("started", True)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One transactional id as ListTransactions reports it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id's coordinator state, as DescribeTransactions reports it."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    partitions: tuple[TopicPartition, ...]
+    error: int = 0
