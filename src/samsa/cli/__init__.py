@@ -7,10 +7,20 @@ import logging
 import sys
 
 from samsa.broker.config import ConfigError
-from samsa.cli import broker, consume, produce, producers, topics
+from samsa.cli import (
+    broker,
+    consume,
+    groups,
+    produce,
+    producers,
+    proxy,
+    topics,
+    transactions,
+    verify,
+)
 
 # Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
-COMMANDS = [broker, produce, consume, topics, producers]
+COMMANDS = [broker, produce, consume, topics, producers, proxy, verify, transactions, groups]
 
 
 def build_parser() -> argparse.ArgumentParser:

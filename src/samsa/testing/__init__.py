@@ -1,7 +1,9 @@
-"""Raw-protocol helpers for tests and load generators: build requests as kio entities.
+"""Testing tools: raw-protocol helpers and the fault-injecting Kafka proxy.
 
-These speak the wire protocol directly (no client logic), so a test can send exactly the
-batch a rule is about: a retry, a gap, a stale epoch, a corrupt CRC.
+The helpers speak the wire protocol directly (no client logic), so a test can send exactly
+the batch a rule is about: a retry, a gap, a stale epoch, a corrupt CRC. The proxy
+(:class:`FaultProxy`, from :mod:`samsa.testing.proxy`) sits between clients and a broker and
+loses responses, resets connections and delays frames.
 """
 
 from __future__ import annotations
@@ -12,6 +14,21 @@ from typing import Any
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
+from samsa.testing.proxy import FaultProxy, Faults, ProxyStats
+
+__all__ = [
+    "FETCH_VERSION",
+    "PRODUCE_VERSION",
+    "FaultProxy",
+    "Faults",
+    "ProxyStats",
+    "create_topic",
+    "fetch_request",
+    "idempotent_batch",
+    "init_producer_id",
+    "produce_one",
+    "produce_request",
+]
 
 PRODUCE_VERSION = 9
 FETCH_VERSION = 12

@@ -1,0 +1,484 @@
+"""A fault-injecting, Kafka-aware TCP proxy (``samsa proxy``; tests and ``samsa verify``).
+
+Theory of operation
+-------------------
+The proxy listens on one address per upstream broker and forwards every accepted connection
+to that broker. Both directions are read as Kafka frames (``int32 size`` + body), never as
+raw bytes, so that every fault hits a whole request or response:
+
+* ``drop_response_rate``: a response is swallowed after the broker executed the request and
+  both connections are then reset. This is the lost acknowledgement: the broker wrote the
+  batch (or committed the transaction), the client never learns it and must retry.
+* ``reset_rate``: a request is swallowed and both connections reset before it reaches the
+  broker; the client cannot tell this case from the previous one.
+* ``delay_ms``: each frame is held for a random time in ``[0, delay_ms]`` before it is
+  forwarded. A direction's frames stay in order (the forwarding task sleeps), as on TCP.
+
+Resets abort the sockets (RST, not FIN), as a crashed peer or a middlebox would. The first
+``grace_requests`` requests of each connection (the ApiVersions handshake) pass unharmed so
+that every connection makes some progress however high the rates are; ``apis`` can restrict
+the faults to some request types. All draws come from one ``random.Random(seed)``.
+
+Requests are remembered per connection (api key, version, correlation id) so that each
+response can be decoded. Metadata, FindCoordinator and DescribeCluster responses have their
+broker addresses rewritten to proxy listeners: an address the proxy has not seen before gets
+a new listener (on the same host as the first, an ephemeral port) forwarding to it, so every
+connection a client makes stays behind the proxy whatever the broker advertises. An address
+that is already one of the proxy's own listeners (a broker started with
+``advertised.listeners`` pointing at the proxy) is left alone.
+
+Produce requests are also parsed down to their record batch headers: a batch whose
+(topic, partition, producer id, epoch, base sequence) was seen before is a retry, counted
+in ``ProxyStats.produce_retries``, which tells a test that the retry paths really ran.
+
+The proxy runs its own event loop in a daemon thread; :class:`FaultProxy` is a context
+manager and everything it starts stops in :meth:`FaultProxy.stop`. Counters of what it did
+are in :attr:`FaultProxy.stats`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import random
+import socket
+import struct
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from samsa.protocol.framing import (
+    FrameError,
+    frame_response,
+    parse_request_header,
+    peek_request_header,
+    split_response,
+)
+from samsa.protocol.messages import (
+    ApiKey,
+    decode_request,
+    decode_response,
+    encode_response,
+    is_flexible,
+)
+
+log = logging.getLogger("samsa.proxy")
+
+_SIZE = struct.Struct(">i")
+_REWRITTEN = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
+_MAX_FRAME = 1 << 30
+# Record batch header: producer id at byte 43, epoch at 51, base sequence at 53.
+_BATCH_IDS = struct.Struct(">qhi")
+_BATCH_IDS_AT = 43
+
+
+@dataclass
+class Faults:
+    """What the proxy does to traffic; rates are probabilities per frame."""
+
+    drop_response_rate: float = 0.0
+    reset_rate: float = 0.0
+    delay_ms: float = 0.0
+    grace_requests: int = 0
+    apis: frozenset[int] | None = None  # None: every API is subject to faults
+
+    def validate(self) -> None:
+        for name in ("drop_response_rate", "reset_rate"):
+            rate = getattr(self, name)
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {rate}")
+        if self.delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms}")
+        if self.grace_requests < 0:
+            raise ValueError(f"grace_requests must be >= 0, got {self.grace_requests}")
+
+
+@dataclass
+class ProxyStats:
+    connections: int = 0
+    requests: int = 0
+    responses: int = 0
+    dropped_responses: int = 0
+    resets: int = 0
+    delayed_frames: int = 0
+    rewritten_responses: int = 0
+    produce_retries: int = 0
+    upstream_failures: int = 0  # accepted connections whose broker could not be reached
+    listeners: int = 0
+
+    @property
+    def faults(self) -> int:
+        """Faults injected: lost responses plus resets before the broker saw a request."""
+        return self.dropped_responses + self.resets
+
+    def as_dict(self) -> dict[str, int]:
+        d = dataclasses.asdict(self)
+        d["faults"] = self.faults
+        return d
+
+
+@dataclass
+class _Listener:
+    upstream: tuple[str, int]
+    sock: socket.socket
+    server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+
+@dataclass
+class _Pending:
+    api_key: int
+    version: int
+    correlation_id: int
+
+
+@dataclass(eq=False)  # hashed by identity: kept in a set
+class _Conn:
+    client: asyncio.StreamWriter
+    upstream: asyncio.StreamWriter
+    pending: collections.deque[_Pending] = field(default_factory=collections.deque)
+    requests: int = 0
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as a tuple; a clear ValueError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class FaultProxy:
+    """Kafka-aware fault-injecting proxy; see the module docstring.
+
+    ``upstream`` is the bootstrap broker (``(host, port)`` or ``"host:port"``), which may
+    also be given to :meth:`start`. ``listen`` is the first listener's address; port 0 picks
+    a free one, known as soon as the proxy is constructed (:attr:`port`, :attr:`address`).
+    """
+
+    def __init__(
+        self,
+        upstream: tuple[str, int] | str | None = None,
+        *,
+        listen: tuple[str, int] = ("127.0.0.1", 0),
+        faults: Faults | None = None,
+        seed: int | None = None,
+        track_produce: bool = True,
+    ) -> None:
+        self.faults = faults or Faults()
+        self.faults.validate()
+        self.stats = ProxyStats()
+        self.track_produce = track_produce
+        self._random = random.Random(seed)
+        self._host = listen[0] if listen[0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        self._bind_host = listen[0]
+        self._first = self._bind(listen[0], listen[1], None)
+        self._listeners: dict[tuple[str, int], _Listener] = {}  # upstream -> listener
+        self._own: set[tuple[str, int]] = {(self._host, self._first.port)}
+        self._conns: set[_Conn] = set()
+        self._seen_batches: set[tuple[str, int, int, int, int]] = set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="samsa-proxy")
+        self._thread.daemon = True
+        self._started = False
+        self._stopped = False
+        if upstream is not None:
+            self._set_upstream(upstream)
+
+    # --- public API ------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._first.port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the first listener: the bootstrap address for clients."""
+        return f"{self._host}:{self.port}"
+
+    @property
+    def listeners(self) -> dict[str, str]:
+        """Proxy address -> upstream address, for every listener."""
+        return {
+            f"{self._host}:{lst.port}": f"{lst.upstream[0]}:{lst.upstream[1]}"
+            for lst in [self._first, *self._listeners.values()]
+            if lst.upstream[1] >= 0
+        }
+
+    def start(self, upstream: tuple[str, int] | str | None = None) -> FaultProxy:
+        if upstream is not None:
+            self._set_upstream(upstream)
+        if self._first.upstream[1] < 0:
+            raise ValueError("the proxy needs an upstream broker address")
+        if self._started:
+            return self
+        self._started = True
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(self._first), self._loop).result(10)
+        return self
+
+    def set_faults(
+        self,
+        *,
+        drop_response_rate: float = 0.0,
+        reset_rate: float = 0.0,
+        delay_ms: float | None = None,
+    ) -> None:
+        """Change the rates while running (all faults off when called without arguments)."""
+        faults = dataclasses.replace(
+            self.faults,
+            drop_response_rate=drop_response_rate,
+            reset_rate=reset_rate,
+            delay_ms=self.faults.delay_ms if delay_ms is None else delay_ms,
+        )
+        faults.validate()
+        self.faults = faults
+
+    def stop(self) -> None:
+        """Close every listener and connection, stop the thread; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._started and self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
+        for lst in [self._first, *self._listeners.values()]:
+            lst.sock.close()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- listeners -------------------------------------------------------------------------
+
+    def _set_upstream(self, upstream: tuple[str, int] | str) -> None:
+        addr = parse_address(upstream) if isinstance(upstream, str) else upstream
+        self._first.upstream = addr
+        self._listeners[addr] = self._first
+
+    def _bind(self, host: str, port: int, upstream: tuple[str, int] | None) -> _Listener:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(128)
+        self.stats.listeners += 1
+        return _Listener(upstream or ("", -1), sock)
+
+    async def _serve(self, lst: _Listener) -> None:
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await self._handle(lst, r, w)
+
+        lst.server = await asyncio.start_server(handle, sock=lst.sock)
+
+    async def _listener_for(self, upstream: tuple[str, int]) -> tuple[str, int]:
+        """The proxy address clients must use to reach ``upstream``."""
+        if upstream in self._own:
+            return upstream  # already points at us
+        lst = self._listeners.get(upstream)
+        if lst is None:
+            lst = self._bind(self._bind_host, 0, upstream)
+            self._listeners[upstream] = lst
+            self._own.add((self._host, lst.port))
+            await self._serve(lst)
+            log.info("proxy %s:%d -> %s:%d", self._host, lst.port, *upstream)
+        return self._host, lst.port
+
+    async def _shutdown(self) -> None:
+        for lst in [self._first, *self._listeners.values()]:
+            if lst.server is not None:
+                lst.server.close()
+        for c in list(self._conns):
+            self._abort(c)
+        # Let connection handlers finish so that closing the loop destroys no pending task.
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- connections -----------------------------------------------------------------------
+
+    def _faulty(self, conn: _Conn, api_key: int) -> bool:
+        f = self.faults
+        return conn.requests > f.grace_requests and (f.apis is None or api_key in f.apis)
+
+    async def _delay(self) -> None:
+        if self.faults.delay_ms > 0:
+            self.stats.delayed_frames += 1
+            await asyncio.sleep(self._random.uniform(0, self.faults.delay_ms) / 1000)
+
+    def _abort(self, conn: _Conn) -> None:
+        for w in (conn.client, conn.upstream):
+            with contextlib.suppress(Exception):
+                w.transport.abort()  # RST rather than FIN, as a crash would look
+        self._conns.discard(conn)
+
+    async def _handle(
+        self, lst: _Listener, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter
+    ) -> None:
+        self.stats.connections += 1
+        try:
+            ureader, uwriter = await asyncio.open_connection(*lst.upstream)
+        except OSError:
+            self.stats.upstream_failures += 1
+            cwriter.transport.abort()
+            return
+        conn = _Conn(cwriter, uwriter)
+        self._conns.add(conn)
+        tasks = [
+            asyncio.ensure_future(self._upward(conn, creader)),
+            asyncio.ensure_future(self._downward(conn, ureader)),
+        ]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            self._abort(conn)
+
+    async def _upward(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
+        while True:
+            frame = await _read_frame(reader)
+            if frame is None:
+                return
+            try:
+                api_key, version, cid = peek_request_header(frame)
+            except FrameError:
+                return
+            conn.requests += 1
+            self.stats.requests += 1
+            if self._faulty(conn, api_key) and self._random.random() < self.faults.reset_rate:
+                self.stats.resets += 1
+                return
+            conn.pending.append(_Pending(api_key, version, cid))
+            if api_key == ApiKey.PRODUCE and self.track_produce:
+                self._track_produce(frame, version)
+            await self._delay()
+            conn.upstream.write(_SIZE.pack(len(frame)) + frame)
+            await conn.upstream.drain()
+
+    async def _downward(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
+        while True:
+            frame = await _read_frame(reader)
+            if frame is None:
+                return
+            req = _match(conn.pending, frame)
+            if req is not None and req.api_key in _REWRITTEN:
+                frame = await self._rewrite(req, frame)
+            api_key = req.api_key if req is not None else -1
+            if self._faulty(conn, api_key) and self._random.random() < (
+                self.faults.drop_response_rate
+            ):
+                self.stats.dropped_responses += 1
+                return
+            await self._delay()
+            self.stats.responses += 1
+            conn.client.write(_SIZE.pack(len(frame)) + frame)
+            await conn.client.drain()
+
+    def _track_produce(self, frame: bytes, version: int) -> None:
+        try:
+            flexible = is_flexible(ApiKey.PRODUCE, version)
+            offset = _request_body_offset(frame, flexible)
+            req = decode_request(ApiKey.PRODUCE, version, frame, offset)
+        except Exception:  # not ours to judge: the broker answers malformed requests
+            return
+        for topic in req.topic_data:
+            for part in topic.partition_data:
+                records = part.records
+                if not records or len(records) < _BATCH_IDS_AT + _BATCH_IDS.size:
+                    continue
+                pid, epoch, seq = _BATCH_IDS.unpack_from(records, _BATCH_IDS_AT)
+                if pid < 0:
+                    continue
+                key = (str(topic.name), int(part.index), pid, epoch, seq)
+                if key in self._seen_batches:
+                    self.stats.produce_retries += 1
+                else:
+                    self._seen_batches.add(key)
+
+    async def _rewrite(self, req: _Pending, frame: bytes) -> bytes:
+        flexible = is_flexible(req.api_key, req.version)
+        try:
+            cid, offset = split_response(frame, flexible)
+            resp = decode_response(req.api_key, req.version, frame, offset)
+            resp = await self._rewrite_entity(req.api_key, resp)
+            body = encode_response(req.api_key, req.version, resp)
+        except Exception as exc:  # an undecodable response goes through as it came
+            log.warning("cannot rewrite %s v%d response: %s", req.api_key, req.version, exc)
+            return frame
+        self.stats.rewritten_responses += 1
+        return frame_response(cid, body, flexible)[4:]
+
+    async def _rewrite_entity(self, api_key: int, resp: Any) -> Any:
+        async def moved(host: str, port: int) -> tuple[str, int]:
+            if not host or port < 0:
+                return host, port  # no coordinator (an error response)
+            return await self._listener_for((host, int(port)))
+
+        if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER):
+            brokers = []
+            for b in resp.brokers:
+                host, port = await moved(b.host, b.port)
+                brokers.append(dataclasses.replace(b, host=host, port=port))
+            return dataclasses.replace(resp, brokers=tuple(brokers))
+        if hasattr(resp, "coordinators"):  # FindCoordinator v4+
+            coords = []
+            for c in resp.coordinators:
+                host, port = await moved(c.host, c.port)
+                coords.append(dataclasses.replace(c, host=host, port=port))
+            return dataclasses.replace(resp, coordinators=tuple(coords))
+        host, port = await moved(resp.host, resp.port)
+        return dataclasses.replace(resp, host=host, port=port)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes | None:
+    """One frame without its size prefix; None at EOF, on a reset or on a bad size."""
+    try:
+        (size,) = _SIZE.unpack(await reader.readexactly(4))
+        if not 0 <= size <= _MAX_FRAME:
+            return None
+        return await reader.readexactly(size)
+    except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        return None
+
+
+def _match(pending: collections.deque[_Pending], frame: bytes) -> _Pending | None:
+    """The request a response answers. Responses come in request order; requests that get
+    no response (Produce with acks=0) are skipped over by correlation id."""
+    if len(frame) < 4:
+        return None
+    (cid,) = struct.unpack_from(">i", frame, 0)
+    if not any(p.correlation_id == cid for p in pending):
+        return None
+    while pending:
+        p = pending.popleft()
+        if p.correlation_id == cid:
+            return p
+    return None
+
+
+def _request_body_offset(frame: bytes, flexible: bool) -> int:
+    return parse_request_header(frame, flexible).body_offset
+
+
+def format_stats(stats: ProxyStats, keys: Iterable[str] | None = None) -> str:
+    d = stats.as_dict()
+    return " ".join(f"{k}={d[k]}" for k in (keys or d))
