@@ -87,15 +87,11 @@ def _append_one(
             log_start_offset=plog.log_start_offset,
             error_message=result.message,
         )
-    # A duplicate's original append may still be waiting for its fsync: wait for it too.
-    if (
-        (plog.unflushed_messages
-        and broker.needs_flush(plog))
-        or (
-            result.duplicate
-            and plog.unflushed_messages
-            and broker.config.log_flush_interval_messages <= 1
-        )
+    # Wait for the fsync round when this append made one due; with fsync-per-message, also
+    # for a duplicate, whose original append may still be waiting for its round.
+    if plog.unflushed_messages and (
+        broker.needs_flush(plog)
+        or (result.duplicate and broker.config.log_flush_interval_messages <= 1)
     ):
         to_flush.add(plog)
     return ProducePartitionResult(
