@@ -11,6 +11,7 @@ output with kio to prove it is byte-for-byte what kio would accept.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -100,13 +101,16 @@ class FetchPartitionResult:
 
 def encode_fetch_response(
     version: int,
-    topics: Sequence[tuple[str, Sequence[FetchPartitionResult]]],
+    topics: Sequence[tuple[str | uuid.UUID, Sequence[FetchPartitionResult]]],
     *,
     throttle_time_ms: int = 0,
     error_code: int = 0,
     session_id: int = 0,
 ) -> list[bytes]:
-    """FetchResponse v4-v12 body as pieces; record bytes are passed through uncopied."""
+    """FetchResponse v4-v16 body as pieces; record bytes are passed through uncopied.
+
+    Topics are named by string up to v12 and by topic id (a UUID) from v13 (KIP-516).
+    """
     flexible = version >= 12
     pieces: list[bytes] = []
     head = bytearray()
@@ -115,8 +119,8 @@ def encode_fetch_response(
     else:
         head += _I32.pack(throttle_time_ms)
     head += _array_len(len(topics), flexible)
-    for name, partitions in topics:
-        head += _string(name, flexible)
+    for key, partitions in topics:
+        head += key.bytes if isinstance(key, uuid.UUID) else _string(key, flexible)
         head += _array_len(len(partitions), flexible)
         for p in partitions:
             if version >= 5:

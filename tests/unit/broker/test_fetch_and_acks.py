@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 
 from samsa.client._connection import BlockingConnection
-from samsa.protocol.messages import ApiKey
+from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import iter_batches
 from samsa.testing import (
     create_topic,
@@ -124,3 +125,67 @@ def test_acks_zero_sends_no_response_but_writes(conn: BlockingConnection, topic:
     # The next response on the connection is the fetch's: receive() checks correlation ids.
     resp = _fetch(conn, {(topic, 0): 0})
     assert int(resp.responses[0].partitions[0].high_watermark) == 4
+
+
+def _topic_id(conn: BlockingConnection, topic: str) -> uuid.UUID:
+    req = make_request(
+        ApiKey.METADATA,
+        13,
+        "MetadataRequest",
+        topics=(
+            make_request(ApiKey.METADATA, 13, "MetadataRequestTopic", topic_id=None, name=topic),
+        ),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    resp = conn.request(ApiKey.METADATA, 13, req)
+    assert int(resp.error_code) == 0
+    return resp.topics[0].topic_id
+
+
+def _fetch_by_id(conn: BlockingConnection, version: int, topic_id: uuid.UUID, offset: int):  # type: ignore[no-untyped-def]
+    part = make_request(
+        ApiKey.FETCH,
+        version,
+        "FetchPartition",
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=offset,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    req = make_request(
+        ApiKey.FETCH,
+        version,
+        "FetchRequest",
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            make_request(
+                ApiKey.FETCH, version, "FetchTopic", topic_id=topic_id, partitions=(part,)
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return conn.request(ApiKey.FETCH, version, req)
+
+
+@pytest.mark.parametrize("version", [13, 15, 16])
+def test_fetch_by_topic_id(conn: BlockingConnection, topic: str, version: int) -> None:
+    produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 3))
+    topic_id = _topic_id(conn, topic)
+    resp = _fetch_by_id(conn, version, topic_id, 1)
+    assert resp.responses[0].topic_id == topic_id
+    part = resp.responses[0].partitions[0]
+    assert int(part.error_code) == 0 and int(part.high_watermark) == 3
+    assert [b.base_offset for b in iter_batches(part.records)] == [0]
+    unknown = _fetch_by_id(conn, version, uuid.uuid4(), 0)
+    assert int(unknown.responses[0].partitions[0].error_code) == 100  # UNKNOWN_TOPIC_ID

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from samsa.protocol.hotpath import (
@@ -40,13 +42,14 @@ def test_produce_response(version: int) -> None:
         assert second.error_message == "gap"
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, 17))
 def test_fetch_response(version: int) -> None:
+    topic_id = uuid.uuid4()
     pieces = encode_fetch_response(
         version,
         [
             (
-                "t",
+                topic_id if version >= 13 else "t",
                 [
                     FetchPartitionResult(0, 0, 100, 90, 5, [(7, 50)], [b"abc", b"defg"], 7),
                     FetchPartitionResult(1, 1, 0, 0, 0, None),
@@ -55,6 +58,10 @@ def test_fetch_response(version: int) -> None:
         ],
     )
     resp = decode_response(ApiKey.FETCH, version, b"".join(pieces), 0)
+    if version >= 13:
+        assert resp.responses[0].topic_id == topic_id
+    else:
+        assert resp.responses[0].topic == "t"
     p0, p1 = resp.responses[0].partitions
     assert p0.records == b"abcdefg" and p0.high_watermark == 100 and p0.last_stable_offset == 90
     assert [(a.producer_id, a.first_offset) for a in p0.aborted_transactions] == [(7, 50)]

@@ -44,9 +44,9 @@ APIS: dict[int, Api] = {
     a.key: a
     for a in (
         Api(ApiKey.PRODUCE, 3, 11, produce.handle),
-        Api(ApiKey.FETCH, 4, 12, fetch.handle),
-        Api(ApiKey.LIST_OFFSETS, 1, 8, list_offsets.handle),
-        Api(ApiKey.METADATA, 0, 12, metadata.handle),
+        Api(ApiKey.FETCH, 4, 16, fetch.handle),
+        Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),
+        Api(ApiKey.METADATA, 0, 13, metadata.handle),
         Api(ApiKey.API_VERSIONS, 0, 4, api_versions.handle),
         Api(ApiKey.CREATE_TOPICS, 2, 7, create_topics.handle),
         Api(ApiKey.DELETE_TOPICS, 1, 6, delete_topics.handle),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import HandlerResult, RequestContext
@@ -55,7 +56,7 @@ async def _long_poll(
 
 def _read_all(
     broker: Broker, request: Any
-) -> tuple[list[tuple[str, list[FetchPartitionResult]]], int, list[Partition], bool]:
+) -> tuple[list[tuple[str | uuid.UUID, list[FetchPartitionResult]]], int, list[Partition], bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = getattr(request, "max_bytes", 0x7FFFFFFF)
     total = 0
@@ -64,12 +65,18 @@ def _read_all(
     results = []
     for topic in request.topics:
         out = []
+        # v13+ names topics by id (KIP-516); earlier versions by name.
+        by_id = getattr(topic, "topic_id", None)
+        if by_id is not None:
+            known = broker.topics.topics_by_id.get(by_id)
+            name = known.name if known is not None else None
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            name, missing = topic.topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for req in topic.partitions:
-            partition = broker.topics.get_partition(topic.topic, req.partition)
+            partition = None if name is None else broker.topics.get_partition(name, req.partition)
             if partition is None:
-                out.append(
-                    FetchPartitionResult(req.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                )
+                out.append(FetchPartitionResult(req.partition, missing))
                 errors = True
                 continue
             found.append(partition)
@@ -110,5 +117,5 @@ def _read_all(
                     read.size,
                 )
             )
-        results.append((topic.topic, out))
+        results.append((by_id if by_id is not None else topic.topic, out))
     return results, total, found, errors

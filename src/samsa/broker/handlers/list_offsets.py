@@ -16,6 +16,8 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+LATEST_TIERED = -5  # v9+
+EARLIEST_PENDING_UPLOAD = -6  # v11+
 READ_COMMITTED = 1
 
 
@@ -69,6 +71,8 @@ def _lookup(
     if timestamp == MAX_TIMESTAMP:
         found = plog.max_timestamp_offset()
         return (ErrorCode.NONE, *found) if found else (ErrorCode.NONE, -1, -1)
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return ErrorCode.NONE, -1, -1  # as Kafka answers without tiered storage
     if timestamp < 0:
         return ErrorCode.UNSUPPORTED_VERSION, -1, -1
     hit = plog.offset_for_timestamp(timestamp)

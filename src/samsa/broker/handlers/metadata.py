@@ -39,6 +39,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         controller_id=node,
         topics=tuple(topics),
         cluster_authorized_operations=-2147483648,
+        error_code=ErrorCode.NONE,  # v13+ (KIP-1102)
     )
     return encode_response(K, v, response)
 
