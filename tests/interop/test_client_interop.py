@@ -184,3 +184,14 @@ def test_compressed_batches_read_by_confluent(bootstrap: str, codec: str) -> Non
     finally:
         c.close()
     assert got == values
+
+
+def test_producer_auto_creates_topics_like_javas(shared_broker) -> None:  # type: ignore[no-untyped-def]
+    topic = f"auto-{uuid.uuid4().hex[:8]}"
+    config = {"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 0}
+    with Producer(config) as p:
+        meta = p.produce(topic, value=b"v").result(timeout=15)
+    assert (meta.partition, meta.offset) == (0, 0)
+    with Producer({**config, "allow.auto.create.topics": False, "max.block.ms": 1000}) as p:
+        with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION"):
+            p.produce(f"{topic}-no", value=b"v").result(timeout=15)

@@ -74,8 +74,10 @@ class Cluster:
         *,
         client_id: str = "samsa",
         request_timeout: float = 30.0,
+        allow_auto_create_topics: bool = False,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.allow_auto_create_topics = allow_auto_create_topics
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.brokers: dict[int, BrokerInfo] = {}
@@ -180,7 +182,7 @@ class Cluster:
                 make_request(ApiKey.METADATA, v, "MetadataRequestTopic", name=t, topic_id=None)
                 for t in topics
             ),
-            allow_auto_topic_creation=False,
+            allow_auto_topic_creation=self.allow_auto_create_topics and topics is not None,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )

@@ -20,6 +20,8 @@ COMMON: dict[str, Any] = {
 
 PRODUCER: dict[str, Any] = {
     **COMMON,
+    # Java's producer lets the broker auto-create a topic it sends to (if the broker allows).
+    "allow.auto.create.topics": True,
     "acks": "all",
     "enable.idempotence": True,
     "linger.ms": 5,

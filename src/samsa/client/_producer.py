@@ -252,6 +252,7 @@ class AsyncProducer:
             c["bootstrap.servers"],
             client_id=c["client.id"],
             request_timeout=self.request_timeout,
+            allow_auto_create_topics=c.bool("allow.auto.create.topics"),
         )
         self._partitioner = StickyPartitioner()
         self._partitions: dict[TopicPartition, _Partition] = {}
