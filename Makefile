@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test bench lint clean
 
 $(STAMP): pyproject.toml
-	@command -v java >/dev/null 2>&1 || { echo "installing Java for Spark"; \
-	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null; }
+	@command -v java >/dev/null 2>&1 && command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing Java (for Spark) and kcat (interop tests)"; \
+	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless kcat) >/dev/null; }
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[fast,test,bench,spark]'
