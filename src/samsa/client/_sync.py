@@ -16,7 +16,7 @@ import functools
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
 from samsa.client._consumer import AsyncConsumer
@@ -27,7 +27,7 @@ from samsa.client._errors import (
     TransactionStateError,
 )
 from samsa.client._producer import AsyncProducer, Headers
-from samsa.client._transactions import TransactionState
+from samsa.client._transactions import AsyncResumedTransaction, TransactionState
 from samsa.client._types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -69,6 +69,14 @@ class LoopThread:
             fut.cancel()
             raise KafkaTimeoutError("operation timed out") from None
 
+    def run_sync(self, fn: Callable[[], T]) -> T:
+        """Call ``fn`` on the loop thread and wait for its result."""
+
+        async def call() -> T:
+            return fn()
+
+        return self.run(call())
+
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
@@ -94,33 +102,68 @@ def start_core(name: str, make: Callable[[], Awaitable[T]]) -> tuple[LoopThread,
         raise
 
 
-class Producer:
+class _Core(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Core)
+
+
+def start_client(name: str, new: Callable[[], C]) -> tuple[LoopThread, C]:
+    """:func:`start_core` for a core with ``start``/``close``: built and started on the loop
+    thread, closed again if ``start`` fails."""
+
+    async def make() -> C:
+        core = new()
+        try:
+            await core.start()
+        except BaseException:
+            await core.close()
+            raise
+        return core
+
+    return start_core(name, make)
+
+
+class _Facade(Generic[C]):
+    """A core running on a private loop thread: context manager, ``close`` once."""
+
+    _lt: LoopThread
+    _core: C
+    _closed: bool
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._lt.run(self._core.close(), 30)
+        finally:
+            self._lt.stop()
+
+
+class Producer(_Facade[AsyncProducer]):
     """Synchronous idempotent producer (see :class:`AsyncProducer`)."""
 
     def __init__(
         self, config: dict[str, Any] | None = None, *, state: ProducerState | None = None
     ) -> None:
-        async def make() -> AsyncProducer:
-            core = AsyncProducer(config, state=state)
-            try:
-                await core.start()
-            except BaseException:
-                await core.close()
-                raise
-            return core
-
-        self._lt, self._core = start_core("samsa-producer", make)
+        self._lt, self._core = start_client(
+            "samsa-producer", lambda: AsyncProducer(config, state=state)
+        )
         self._lock = threading.Lock()
         self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
         self._scheduled = False
         self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
         self._closed = False
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def produce(
         self,
@@ -214,20 +257,13 @@ class Producer:
         )
 
     def _wait_inbox_drained(self) -> None:
-        async def nothing() -> None:
-            return None
-
         # call_soon order: once this runs, every earlier _drain_inbox has run.
-        self._lt.run(nothing())
+        self._lt.run_sync(lambda: None)
 
     def state(self) -> ProducerState:
         """Producer id, epoch and next sequence per partition; call after flush()."""
         self._wait_inbox_drained()
-
-        async def get() -> ProducerState:
-            return self._core.state()
-
-        return self._lt.run(get())
+        return self._lt.run_sync(self._core.state)
 
     @property
     def producer_id(self) -> int:
@@ -244,11 +280,7 @@ class Producer:
 
     def begin_transaction(self) -> None:
         self._wait_inbox_drained()
-
-        async def begin() -> None:
-            self._core.begin_transaction()
-
-        self._lt.run(begin())
+        self._lt.run_sync(self._core.begin_transaction)
 
     def send_offsets_to_transaction(
         self,
@@ -259,26 +291,25 @@ class Producer:
         self._wait_inbox_drained()
         self._lt.run(self._core.send_offsets_to_transaction(offsets, group, timeout))
 
-    def commit_transaction(self, timeout: float | None = None) -> None:
+    def _end_transaction(
+        self, end: Callable[[float | None], Coroutine[Any, Any, T]], timeout: float | None
+    ) -> T:
+        """Hand over queued records, run ``end`` (commit, abort, prepare), then serve the
+        delivery callbacks whatever the outcome."""
         self._wait_inbox_drained()
         try:
-            self._lt.run(self._core.commit_transaction(timeout))
+            return self._lt.run(end(timeout))
         finally:
             self.poll()
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._end_transaction(self._core.commit_transaction, timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
-        self._wait_inbox_drained()
-        try:
-            self._lt.run(self._core.abort_transaction(timeout))
-        finally:
-            self.poll()
+        self._end_transaction(self._core.abort_transaction, timeout)
 
     def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
-        self._wait_inbox_drained()
-        try:
-            return self._lt.run(self._core.prepare_transaction(timeout))
-        finally:
-            self.poll()
+        return self._end_transaction(self._core.prepare_transaction, timeout)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Producer]:
@@ -320,7 +351,7 @@ class Producer:
             self.poll()
 
 
-class ResumedTransaction:
+class ResumedTransaction(_Facade[AsyncResumedTransaction]):
     """Synchronous :class:`AsyncResumedTransaction`; use as a context manager or close()."""
 
     def __init__(
@@ -348,12 +379,6 @@ class ResumedTransaction:
     def epoch(self) -> int:
         return self._core.epoch
 
-    def __enter__(self) -> ResumedTransaction:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def send_offsets_to_transaction(
         self,
         offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
@@ -367,60 +392,30 @@ class ResumedTransaction:
     def abort(self) -> None:
         self._lt.run(self._core.abort())
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._lt.run(self._core.close(), 30)
-        finally:
-            self._lt.stop()
 
-
-class Consumer:
+class Consumer(_Facade[AsyncConsumer]):
     """Synchronous consumer (see :class:`AsyncConsumer`)."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
-        async def make() -> AsyncConsumer:
-            core = AsyncConsumer(config)
-            try:
-                await core.start()
-            except BaseException:
-                await core.close()
-                raise
-            return core
-
-        self._lt, self._core = start_core("samsa-consumer", make)
+        self._lt, self._core = start_client("samsa-consumer", lambda: AsyncConsumer(config))
         self._closed = False
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(self, fn: Callable[[], T]) -> T:
-        async def run() -> T:
-            return fn()
-
-        return self._lt.run(run())
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         tps = list(partitions)
-        self._call(lambda: self._core.assign(tps))
+        self._lt.run_sync(lambda: self._core.assign(tps))
 
     def assignment(self) -> list[TopicPartition]:
-        return self._call(self._core.assignment)
+        return self._lt.run_sync(self._core.assignment)
 
     def subscribe(self, topics: Iterable[str]) -> None:
         names = list(topics)
-        self._call(lambda: self._core.subscribe(names))
+        self._lt.run_sync(lambda: self._core.subscribe(names))
 
     def unsubscribe(self) -> None:
         self._lt.run(self._core.unsubscribe())
 
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
-        self._call(lambda: self._core.seek(tp, offset))
+        self._lt.run_sync(lambda: self._core.seek(tp, offset))
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:
         self._lt.run(self._core.seek_to_beginning(*tps))
@@ -457,44 +452,20 @@ class Consumer:
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """For ``Producer.send_offsets_to_transaction`` (consume-transform-produce)."""
-        return self._call(self._core.group_metadata)
+        return self._lt.run_sync(self._core.group_metadata)
 
     def list_offsets(
         self, tps: Iterable[TopicPartition], timestamp: int
     ) -> dict[TopicPartition, int]:
         return self._lt.run(self._core.list_offsets(list(tps), timestamp))
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._lt.run(self._core.close(), 30)
-        finally:
-            self._lt.stop()
 
-
-class Admin:
+class Admin(_Facade[AsyncAdmin]):
     """Synchronous admin client (see :class:`AsyncAdmin`)."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
-        async def make() -> AsyncAdmin:
-            core = AsyncAdmin(config)
-            try:
-                await core.start()
-            except BaseException:
-                await core.close()
-                raise
-            return core
-
-        self._lt, self._core = start_core("samsa-admin", make)
+        self._lt, self._core = start_client("samsa-admin", lambda: AsyncAdmin(config))
         self._closed = False
-
-    def __enter__(self) -> Admin:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def create_topics(
         self, topics: Iterable[NewTopic], *, validate_only: bool = False
@@ -538,12 +509,3 @@ class Admin:
         self, transactional_ids: Iterable[str]
     ) -> dict[str, TransactionDescription]:
         return self._lt.run(self._core.describe_transactions(list(transactional_ids)))
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._lt.run(self._core.close(), 30)
-        finally:
-            self._lt.stop()

@@ -625,7 +625,7 @@ class GroupCoordinator:
         now_ms: int,
     ) -> Outcome:
         """Response: {(topic, partition): error}."""
-        error = self._validate_commit(group_id, generation, member_id, group_instance_id, now_ms)
+        error = self.validate_commit(group_id, generation, member_id, group_instance_id, now_ms)
         errors: dict[tuple[str, int], ErrorCode] = {}
         for o in offsets:
             tp = (o.topic, o.partition)
@@ -641,9 +641,12 @@ class GroupCoordinator:
                 )
         return self._outcome(errors)
 
-    def _validate_commit(
+    def validate_commit(
         self, group_id: str, generation: int, member_id: str, iid: str | None, now_ms: int
     ) -> ErrorCode:
+        """May this member commit offsets for the group now (OffsetCommit, and TxnOffsetCommit
+        from a group-aware producer)? A commit accepted from a member counts as its
+        heartbeat."""
         if not group_id:
             return E.INVALID_GROUP_ID
         group = self.groups.get(group_id)

@@ -59,7 +59,9 @@ def append_records(
     and wake its fetchers. The topic must exist."""
     p = topics.get_partition(name, partition)
     if p is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.error("cannot write %s-%d: %s", name, partition, error.name)
+        return error
     batch = build_batch(
         [NewRecord(value=v, key=k, timestamp=now_ms) for k, v in records],
         now_ms=now_ms,

@@ -8,8 +8,9 @@ between, so operations never interleave:
 
 1. the state machine computes an :class:`Outcome` (records + response) at ``clock()``;
 2. the records are appended to their group's partition of ``__consumer_offsets`` through
-   the partition's own :class:`~samsa.log.log.Log` (``append_raw``: one batch per partition,
-   in the kernel before ``append_raw`` returns, so it survives ``kill -9``);
+   :mod:`samsa.coordinator.internal_topic` (the partition's own :class:`~samsa.log.log.Log`,
+   ``append_raw``: one batch per partition, in the kernel before ``append_raw`` returns, so
+   it survives ``kill -9``);
 3. only if the append succeeded are the records replayed into the state machine (the only
    way durable state changes); if it failed, the state machine is told (``store_failed``)
    and the response carries a coordinator error;
@@ -46,17 +47,13 @@ from samsa.coordinator.group_coordinator import (
     Reply,
     SyncResult,
 )
-from samsa.coordinator.offsets_records import (
-    encode_key,
-    encode_value,
-)
-from samsa.coordinator.txn_offsets import PendingTxnOffsets, replay_partition
+from samsa.coordinator.internal_topic import append_records, ensure_topic
+from samsa.coordinator.offsets_records import encode_key, encode_value
+from samsa.coordinator.txn_offsets import OFFSETS_TOPIC, PendingTxnOffsets, replay_partition
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.records import NewRecord, RecordBatchView, build_batch
 
 log = logging.getLogger("samsa.coordinator")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 TICK_SECONDS = 0.05
 
 JoinResponse = JoinResult | asyncio.Future[JoinResult]
@@ -130,13 +127,8 @@ class GroupCoordinatorRuntime:
         self._futures.clear()
 
     def ensure_topic(self) -> None:
-        if OFFSETS_TOPIC in self.topics.topics:
-            return
-        try:
-            self.topics.create(OFFSETS_TOPIC, self.coordinator.config.num_partitions, self.clock())
-        except TopicError as exc:
-            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
+        num_partitions = self.coordinator.config.num_partitions
+        ensure_topic(self.topics, OFFSETS_TOPIC, num_partitions, self.clock())
 
     # -- the operation cycle ------------------------------------------------------------------
 
@@ -157,24 +149,12 @@ class GroupCoordinatorRuntime:
         worst = ErrorCode.NONE
         now = self.clock()
         for index, recs in by_partition.items():
-            partition = self.topics.get_partition(OFFSETS_TOPIC, index)
-            if partition is None:
-                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
-            else:
-                batch = build_batch(
-                    [
-                        NewRecord(value=encode_value(r.value), key=encode_key(r.key), timestamp=now)
-                        for r in recs
-                    ],
-                    now_ms=now,
-                )
-                error = partition.log.append_raw(RecordBatchView(batch), now).error
+            kvs = [(encode_key(r.key), encode_value(r.value)) for r in recs]
+            error = append_records(self.topics, OFFSETS_TOPIC, index, kvs, now)
             if error != ErrorCode.NONE:
-                log.error("cannot write %s-%d: %s", OFFSETS_TOPIC, index, error.name)
                 self.coordinator.store_failed(recs, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 worst = error
                 continue
-            partition.notify()  # type: ignore[union-attr]
             for r in recs:
                 self.coordinator.replay(r, now)
         return worst

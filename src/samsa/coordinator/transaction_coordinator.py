@@ -204,11 +204,9 @@ class TransactionCoordinator:
         now_ms: int,
     ) -> Outcome:
         """Response: one error code for every partition of the request."""
-        meta = self.txns.get(transactional_id)
-        error = self._check_producer(meta, producer_id, producer_epoch)
-        if error != E.NONE:
-            return Outcome([], error)
-        assert meta is not None
+        meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return Outcome([], meta)
         if meta.state.is_prepare:
             return Outcome([], E.CONCURRENT_TRANSACTIONS)
         if meta.state == S.PREPARE_EPOCH_FENCE:
@@ -239,11 +237,9 @@ class TransactionCoordinator:
         commit: bool,
         now_ms: int,
     ) -> Outcome:
-        meta = self.txns.get(transactional_id)
-        error = self._check_producer(meta, producer_id, producer_epoch)
-        if error != E.NONE:
-            return Outcome([], error)
-        assert meta is not None
+        meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return Outcome([], meta)
         state = meta.state
         if state == S.ONGOING:
             return self._prepare_end(meta, commit, self._end_epoch(meta), now_ms)
@@ -443,15 +439,16 @@ class TransactionCoordinator:
 
     # == helpers ==================================================================================
 
-    @staticmethod
-    def _check_producer(
-        meta: TxnMetadata | None, producer_id: int, producer_epoch: int
-    ) -> ErrorCode:
+    def _producer_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TxnMetadata | ErrorCode:
+        """The id's metadata if the request comes from its current producer, else the error."""
+        meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
         if producer_epoch != meta.producer_epoch:
             return E.PRODUCER_FENCED
-        return E.NONE
+        return meta
 
     @staticmethod
     def _record(meta: TxnMetadata) -> TxnRecord:

@@ -53,6 +53,7 @@ from samsa.coordinator.transaction_coordinator import (
     TxnListing,
     TxnRecord,
 )
+from samsa.coordinator.txn_offsets import OFFSETS_TOPIC
 from samsa.coordinator.txn_records import (
     TxnRecordFormatError,
     decode_key,
@@ -65,7 +66,6 @@ from samsa.protocol.errors import ErrorCode
 log = logging.getLogger("samsa.coordinator.txn")
 
 TXN_TOPIC = "__transaction_state"
-OFFSETS_TOPIC = "__consumer_offsets"
 TICK_SECONDS = 0.1
 MARKER_RETRY_SECONDS = 0.1
 FAULT_ENV = "SAMSA_TXN_FAULT"
@@ -360,7 +360,7 @@ class TransactionCoordinatorRuntime:
             error = ErrorCode.INVALID_PRODUCER_EPOCH  # what TxnOffsetCommit clients know
         if error == ErrorCode.NONE and (generation >= 0 or member_id):
             # KIP-447: a consumer-group-aware producer is fenced by the group generation.
-            error = groups.coordinator._validate_commit(
+            error = groups.coordinator.validate_commit(
                 group_id, generation, member_id, group_instance_id, self.clock()
             )
         if error != ErrorCode.NONE:

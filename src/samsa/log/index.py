@@ -55,28 +55,58 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-class OffsetIndex:
-    """Relative offset -> byte position of one segment."""
+class _Index:
+    """What both indexes share: the file, the segment's base offset, the entries' offsets
+    (relative to it) and the entries not yet written to the file."""
 
-    ENTRY_SIZE = _OFFSET_ENTRY.size
+    ENTRY_SIZE: int
 
-    __slots__ = ("_offsets", "_pending", "_positions", "base_offset", "path")
+    __slots__ = ("_offsets", "_pending", "base_offset", "path")
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self._offsets = array("i")  # relative to base_offset
-        self._positions = array("i")
         self._pending = bytearray()  # entries not yet written to the file
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, segment_size: int) -> OffsetIndex:
-        """Read ``path``; raises FileNotFoundError or CorruptIndexError."""
+    def _read(cls, path: Path) -> bytes:
+        """The file's bytes; raises FileNotFoundError or CorruptIndexError."""
         raw = path.read_bytes()
         if len(raw) % cls.ENTRY_SIZE:
             raise CorruptIndexError(
                 f"{path.name}: size {len(raw)} is not a multiple of {cls.ENTRY_SIZE}"
             )
+        return raw
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def take_pending(self) -> bytes:
+        data = bytes(self._pending)
+        self._pending.clear()
+        return data
+
+    def write_pending(self, data: bytes) -> None:
+        if data:
+            _write_file(self.path, data, append=True)
+
+
+class OffsetIndex(_Index):
+    """Relative offset -> byte position of one segment."""
+
+    ENTRY_SIZE = _OFFSET_ENTRY.size
+
+    __slots__ = ("_positions",)
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        self._positions = array("i")
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int, segment_size: int) -> OffsetIndex:
+        """Read ``path``; raises FileNotFoundError or CorruptIndexError."""
+        raw = cls._read(path)
         flat = array("i", raw)
         if _LITTLE:
             flat.byteswap()
@@ -96,9 +126,6 @@ class OffsetIndex:
             ):
                 raise CorruptIndexError(f"{path.name}: entries are not increasing")
         return index
-
-    def __len__(self) -> int:
-        return len(self._offsets)
 
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
@@ -123,15 +150,6 @@ class OffsetIndex:
             return None
         return self.base_offset + self._offsets[-1], self._positions[-1]
 
-    def take_pending(self) -> bytes:
-        data = bytes(self._pending)
-        self._pending.clear()
-        return data
-
-    def write_pending(self, data: bytes) -> None:
-        if data:
-            _write_file(self.path, data, append=True)
-
     def rewrite(self) -> None:
         """Replace the file with the in-memory entries (after a rebuild)."""
         flat = array("i", bytes(8 * len(self._offsets)))
@@ -143,28 +161,21 @@ class OffsetIndex:
         _write_file(self.path, flat.tobytes(), append=False)
 
 
-class TimeIndex:
+class TimeIndex(_Index):
     """Max timestamp so far -> relative offset of one segment."""
 
     ENTRY_SIZE = _TIME_ENTRY.size
 
-    __slots__ = ("_offsets", "_pending", "_timestamps", "base_offset", "path")
+    __slots__ = ("_timestamps",)
 
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
+        super().__init__(path, base_offset)
         self._timestamps = array("q")
-        self._offsets = array("i")  # relative to base_offset
-        self._pending = bytearray()
 
     @classmethod
     def load(cls, path: Path, base_offset: int) -> TimeIndex:
         """Read ``path``; raises FileNotFoundError or CorruptIndexError."""
-        raw = path.read_bytes()
-        if len(raw) % cls.ENTRY_SIZE:
-            raise CorruptIndexError(
-                f"{path.name}: size {len(raw)} is not a multiple of {cls.ENTRY_SIZE}"
-            )
+        raw = cls._read(path)
         index = cls(path, base_offset)
         for ts, rel in _TIME_ENTRY.iter_unpack(raw):
             index._timestamps.append(ts)
@@ -177,9 +188,6 @@ class TimeIndex:
             ):
                 raise CorruptIndexError(f"{path.name}: entries are not increasing")
         return index
-
-    def __len__(self) -> int:
-        return len(self._offsets)
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add an entry if ``timestamp`` is larger than the last one (Kafka's rule)."""
@@ -203,15 +211,6 @@ class TimeIndex:
         if not self._timestamps:
             return None
         return self._timestamps[-1], self.base_offset + self._offsets[-1]
-
-    def take_pending(self) -> bytes:
-        data = bytes(self._pending)
-        self._pending.clear()
-        return data
-
-    def write_pending(self, data: bytes) -> None:
-        if data:
-            _write_file(self.path, data, append=True)
 
     def rewrite(self) -> None:
         self._pending.clear()

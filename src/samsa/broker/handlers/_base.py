@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import RequestHeader
+from samsa.protocol.messages import ApiKey, make
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
@@ -34,3 +36,33 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+
+
+def partition_errors(
+    key: ApiKey,
+    version: int,
+    prefix: str,
+    topics: Iterable[Any],
+    errors: Mapping[tuple[str, int], ErrorCode],
+) -> tuple[Any, ...]:
+    """The ``<prefix>ResponseTopic`` entries answering every partition of the request's
+    ``topics`` (``name``, ``partitions[].partition_index``) with its error from ``errors``."""
+    return tuple(
+        make(
+            key,
+            version,
+            f"{prefix}ResponseTopic",
+            name=t.name,
+            partitions=tuple(
+                make(
+                    key,
+                    version,
+                    f"{prefix}ResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=errors[(t.name, p.partition_index)],
+                )
+                for p in t.partitions
+            ),
+        )
+        for t in topics
+    )

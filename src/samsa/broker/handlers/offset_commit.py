@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, RequestContext, partition_errors
 from samsa.coordinator.group_coordinator import OffsetToCommit
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -34,23 +34,5 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         getattr(request, "group_instance_id", None),
         offsets,
     )
-    topics = tuple(
-        make(
-            K,
-            v,
-            "OffsetCommitResponseTopic",
-            name=t.name,
-            partitions=tuple(
-                make(
-                    K,
-                    v,
-                    "OffsetCommitResponsePartition",
-                    partition_index=p.partition_index,
-                    error_code=errors[(t.name, p.partition_index)],
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in request.topics
-    )
+    topics = partition_errors(K, v, "OffsetCommit", request.topics, errors)
     return encode_response(K, v, make(K, v, "OffsetCommitResponse", throttle_time=0, topics=topics))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, RequestContext, partition_errors
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -20,25 +20,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     top, errors = broker.groups.delete_offsets(request.group_id, wanted)
     topics: tuple[Any, ...] = ()
     if top == ErrorCode.NONE:
-        topics = tuple(
-            make(
-                K,
-                v,
-                "OffsetDeleteResponseTopic",
-                name=name,
-                partitions=tuple(
-                    make(
-                        K,
-                        v,
-                        "OffsetDeleteResponsePartition",
-                        partition_index=p,
-                        error_code=errors[(name, p)],
-                    )
-                    for p in parts
-                ),
-            )
-            for name, parts in wanted
-        )
+        topics = partition_errors(K, v, "OffsetDelete", request.topics, errors)
     return encode_response(
         K, v, make(K, v, "OffsetDeleteResponse", error_code=top, throttle_time=0, topics=topics)
     )

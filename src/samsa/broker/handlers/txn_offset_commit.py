@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, RequestContext, partition_errors
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -37,25 +37,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         getattr(request, "group_instance_id", None),
         offsets,
     )
-    topics = tuple(
-        make(
-            K,
-            v,
-            "TxnOffsetCommitResponseTopic",
-            name=t.name,
-            partitions=tuple(
-                make(
-                    K,
-                    v,
-                    "TxnOffsetCommitResponsePartition",
-                    partition_index=p.partition_index,
-                    error_code=errors[(t.name, p.partition_index)],
-                )
-                for p in t.partitions
-            ),
-        )
-        for t in request.topics
-    )
+    topics = partition_errors(K, v, "TxnOffsetCommit", request.topics, errors)
     return encode_response(
         K, v, make(K, v, "TxnOffsetCommitResponse", throttle_time=0, topics=topics)
     )
