@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/samsa broker --data-dir ./samsa-data
+	$(BIN)/samsa demo
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -10,6 +10,7 @@ from samsa.broker.config import ConfigError
 from samsa.cli import (
     broker,
     consume,
+    demo,
     groups,
     produce,
     producers,
@@ -20,7 +21,9 @@ from samsa.cli import (
 )
 
 # Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
-COMMANDS = [broker, produce, consume, topics, producers, proxy, verify, transactions, groups]
+COMMANDS = [
+    broker, produce, consume, topics, producers, proxy, verify, transactions, groups, demo
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

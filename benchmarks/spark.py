@@ -1,0 +1,123 @@
+"""Spark on samsa: records/s of a batch read, of an exactly-once write, and of a plain
+at-least-once write of the same rows (the ratio is the price of exactly once).
+
+A samsa broker (subprocess, temporary directory, 127.0.0.1) and a local SparkSession
+(``local[2]`` by default). Records have 100-byte values and 8-byte keys. Each figure is the
+best of ``--repeat`` runs after one warm-up run (Python workers, JIT):
+
+* read: ``spark.read.format("samsa")`` of the whole topic (read_committed), every column
+  materialised (``count`` of a projection of key, value, offset);
+* exactly-once write: ``df.write.format("samsa")`` (per-task transactions, committed by
+  the driver);
+* at-least-once write: the same with ``exactlyOnce=false`` (idempotent producer per task,
+  no transaction).
+
+    python benchmarks/spark.py                  # 200k records (~2 min)
+    python benchmarks/spark.py --records 20000  # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from samsa.client import Admin, Producer
+from samsa.demo import embedded_broker
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--master", default="local[2]")
+    a = ap.parse_args(argv)
+
+    import samsa.spark
+
+    with tempfile.TemporaryDirectory(prefix="samsa-bench-") as tmp:
+        with embedded_broker(Path(tmp) / "broker") as bootstrap:
+            with Admin({"bootstrap.servers": bootstrap}) as admin:
+                admin.create_topic("bench-in", a.partitions)
+                admin.create_topic("bench-out", a.partitions)
+            value = b"x" * 100
+            t = time.perf_counter()
+            with Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                           "batch.size": 256 * 1024}) as p:  # fmt: skip
+                for i in range(a.records):
+                    p.produce("bench-in", value, b"%08d" % i)
+                p.flush()
+            fill = time.perf_counter() - t
+            print(f"filled bench-in with {a.records} records in {fill:.1f} s", flush=True)
+
+            spark = samsa.spark.local_session(a.master, "samsa-bench")
+            try:
+                src = (
+                    spark.read.format("samsa")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", "bench-in")
+                    .load()
+                )
+
+                def read() -> None:
+                    n = src.selectExpr("key", "value", "offset").count()
+                    assert n == a.records, n
+
+                rows = (
+                    spark.range(0, a.records, numPartitions=a.partitions)
+                    .selectExpr(
+                        "lpad(CAST(id AS STRING), 8, '0') AS key", "repeat('x', 100) AS value"
+                    )
+                    .cache()
+                )
+                rows.count()
+
+                def write(exactly_once: bool) -> Callable[[], None]:
+                    def run() -> None:
+                        (
+                            rows.write.format("samsa")
+                            .option("kafka.bootstrap.servers", bootstrap)
+                            .option("topic", "bench-out")
+                            .option("exactlyOnce", str(exactly_once).lower())
+                            .mode("append")
+                            .save()
+                        )
+
+                    return run
+
+                results = [
+                    ("read (read_committed)", timed(read, a.repeat)),
+                    ("exactly-once write", timed(write(True), a.repeat)),
+                    ("at-least-once write", timed(write(False), a.repeat)),
+                ]
+            finally:
+                spark.stop()
+
+    print(f"\n{a.records} records of 100 B, {a.partitions} partitions, Spark {a.master}, "
+          f"best of {a.repeat}")  # fmt: skip
+    print(f"| {'workload':<24} | {'seconds':>8} | {'records/s':>10} |")
+    print(f"|{'-' * 26}|{'-' * 10}|{'-' * 12}|")
+    for name, secs in results:
+        print(f"| {name:<24} | {secs:>8.2f} | {a.records / secs:>10,.0f} |")
+    eo, alo = results[1][1], results[2][1]
+    print(f"\nexactly-once / at-least-once write throughput: {alo / eo:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

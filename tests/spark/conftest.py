@@ -1,0 +1,106 @@
+"""Spark tests share ONE local SparkSession (startup takes 10-30 s) and one broker."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from samsa.client import Admin, Consumer, ConsumerRecord, TopicPartition
+
+
+def _root_conftest() -> ModuleType:
+    # This file is also imported as module "conftest": load the root one by path. Tests
+    # elsewhere do ``from conftest import BrokerProcess``, so the name is re-exported here.
+    path = Path(__file__).parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_samsa_tests_root_conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BrokerProcess = _root_conftest().BrokerProcess
+__all__ = ["BrokerProcess"]
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("spark-broker")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    import samsa.spark
+
+    # local[2,4]: two cores, a failed task is tried up to 4 times (retries are under test)
+    session = samsa.spark.local_session("local[2,4]", "samsa-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def bootstrap(spark_broker: BrokerProcess) -> str:
+    return spark_broker.bootstrap
+
+
+@pytest.fixture
+def new_topic(bootstrap: str) -> Callable[..., str]:
+    """Create a fresh topic: new_topic(partitions=1, prefix="t") -> name."""
+
+    def make(partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}-{next(_names)}"
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topic(name, partitions)
+        return name
+
+    return make
+
+
+def _read_all(
+    bootstrap: str, topic: str, *, committed: bool = True, timeout: float = 10.0
+) -> list[ConsumerRecord]:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        (meta,) = admin.describe_topics([topic])
+    tps = [TopicPartition(topic, p.partition) for p in meta.partitions]
+    iso = "read_committed" if committed else "read_uncommitted"
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": iso}) as c:
+        ends = c.list_offsets(tps, -1)
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, 0)
+        out: list[ConsumerRecord] = []
+        deadline = time.monotonic() + timeout
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}")
+            out.extend(c.poll(0.2, 10_000))
+        return out
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> str:
+    return str(tmp_path / "checkpoint")
+
+
+@pytest.fixture
+def read_topic(bootstrap: str) -> Callable[..., list[ConsumerRecord]]:
+    """read_topic(topic, committed=True): every record of ``topic`` up to its current end."""
+
+    def read(topic: str, *, committed: bool = True) -> list[ConsumerRecord]:
+        return _read_all(bootstrap, topic, committed=committed)
+
+    return read
