@@ -451,6 +451,25 @@ def test_abortable_error_then_recovery(samsa_broker: str) -> None:
     assert _values(read_samsa(samsa_broker, topic, 1, 1)) == [b"after"]
 
 
+def test_record_lost_before_sending_makes_the_transaction_abortable(samsa_broker: str) -> None:
+    """As Java's producer: a record that fails in send (no such partition) fails the
+    transaction too; commit and prepare refuse, abort works."""
+    topic = _topic(samsa_broker, 1)
+    p = _txn_producer(samsa_broker)
+    try:
+        p.begin_transaction()
+        p.produce(topic, b"kept?").result(T)
+        lost = p.produce(topic, b"lost", partition=5)
+        with pytest.raises(KafkaError):
+            lost.result(T)
+        with pytest.raises(AbortableTransactionError):
+            p.commit_transaction(T)
+        p.abort_transaction(T)
+    finally:
+        p.close()
+    assert _values(read_samsa(samsa_broker, topic, 1, 0)) == []
+
+
 def test_admin_lists_and_describes_transactions(samsa_broker: str) -> None:
     topic = _topic(samsa_broker)
     p = _txn_producer(samsa_broker)

@@ -470,11 +470,12 @@ class AsyncProducer:
             else:
                 partition = self._partitioner.partition(topic, n)
         elif not 0 <= partition < n:
-            fut.set_exception(
-                KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}"
-                )
+            err = KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}"
             )
+            fut.set_exception(err)
+            if self.transactional_id is not None:
+                self._txn_fail(err, bump=False)
             return
         tp = TopicPartition(topic, partition)
         ps = self._partitions.get(tp)
@@ -537,6 +538,9 @@ class AsyncProducer:
                 continue
             if error is not None or self._fatal is not None:
                 fut.set_exception(error or self._fatal)  # type: ignore[arg-type]
+                if error is not None and self.transactional_id is not None:
+                    # As Java's doSend: a record lost in a transaction makes it abortable.
+                    self._txn_fail(error, bump=False)
             else:
                 self._append_record(topic, record, partition, fut)
         self._batch_done()
