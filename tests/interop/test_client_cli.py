@@ -74,6 +74,10 @@ def test_topics_produce_consume_producers(shared_broker) -> None:  # type: ignor
     rows = [line.split("\t") for line in r.stdout.splitlines()[1:]]
     assert {row[0] for row in rows} == {"0", "1"}
     assert all(int(row[1]) >= 0 and row[2] == "0" for row in rows)
+    # One producer wrote every record, from sequence 0 at offset 0 of each partition: its
+    # last sequence is its last offset, and the last offsets add up to all 500 records.
+    assert all(row[3] == row[4] for row in rows)
+    assert sum(int(row[4]) + 1 for row in rows) == 500
 
     r = run("topics", "delete", topic, *bs)
     assert r.returncode == 0 and f"Deleted topic {topic}." in r.stdout
