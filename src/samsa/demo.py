@@ -263,7 +263,10 @@ def pipeline(
         admin.create_topic("merchant-totals", 2)
     say(f"starting Spark ({master}) ...")
     spark = samsa.spark.local_session(master, "samsa-demo", {"spark.sql.shuffle.partitions": "2"})
-    say("Spark is up")
+    # The injected task failure would make Spark log its stack trace as an ERROR; the demo
+    # reports the failure and its retry itself (and a real failure still stops the query).
+    spark.sparkContext.setLogLevel("FATAL")
+    say("Spark is up; the first attempt of one write task will fail on purpose and be retried")
     proxy = faulty_proxy(bootstrap, seed, drop=0.05, reset=0.03)
     book = Payments()
     producer = threading.Thread(

@@ -283,7 +283,10 @@ class FaultProxy:
 
     async def _serve(self, lst: _Listener) -> None:
         async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            await self._handle(lst, r, w)
+            # Stopping the proxy cancels its connections; a cancelled connection task would
+            # make asyncio's StreamReaderProtocol log a spurious error, so end it normally.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._handle(lst, r, w)
 
         lst.server = await asyncio.start_server(handle, sock=lst.sock)
 
