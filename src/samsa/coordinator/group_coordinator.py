@@ -33,6 +33,7 @@ Timers are deadlines in the data (``heartbeat_deadline_ms``, ``join_deadline_ms`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from samsa.protocol.errors import ErrorCode
 
 S = GroupState
 E = ErrorCode
+
+log = logging.getLogger("samsa.coordinator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +210,9 @@ class GroupCoordinator:
         self._buf = _Buffers()
         self._loading = False
         self._next_expiry_check_ms: int | None = None
+        # (group, topic, partition) -> offset in __consumer_offsets of the record holding the
+        # committed offset, when replay was told: orders transactional against plain commits.
+        self._offset_positions: dict[tuple[str, str, int], int] = {}
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)
@@ -844,19 +850,43 @@ class GroupCoordinator:
     def end_load(self) -> None:
         self._loading = False
 
-    def replay(self, record: CoordinatorRecord, now_ms: int) -> None:
-        """Apply one record of ``__consumer_offsets``: the only way durable state changes."""
+    def replay(self, record: CoordinatorRecord, now_ms: int, log_offset: int | None = None) -> None:
+        """Apply one record of ``__consumer_offsets``: the only way durable state changes.
+
+        ``log_offset`` is the record's offset in its partition. Offset commits are ordered by
+        it, as in Kafka: a committed offset is replaced only by a record later in the log. That
+        matters for a transactional offset, replayed at its COMMIT marker: a plain commit
+        appended after it (before the marker) stays. Without ``log_offset`` the record is
+        applied unconditionally."""
         key, value = record.key, record.value
         group = self.groups.get(key.group)
         if isinstance(key, OffsetCommitKey):
             tp = (key.topic, key.partition)
+            pos_key = (key.group, key.topic, key.partition)
             if value is None:
                 if group is not None:
                     group.offsets.pop(tp, None)
+                self._offset_positions.pop(pos_key, None)
                 return
             assert isinstance(value, OffsetCommitValue)
             if group is None:
                 group = self.groups[key.group] = Group(key.group)
+            if log_offset is None:
+                self._offset_positions.pop(pos_key, None)
+            else:
+                current = self._offset_positions.get(pos_key)
+                if current is not None and current > log_offset and tp in group.offsets:
+                    log.info(
+                        "group %s: offset of %s-%d at %d not applied: the committed one is "
+                        "later in the log (%d)",
+                        key.group,
+                        key.topic,
+                        key.partition,
+                        log_offset,
+                        current,
+                    )
+                    return
+                self._offset_positions[pos_key] = log_offset
             group.offsets[tp] = value
             return
         if value is None:

@@ -68,7 +68,7 @@ class GroupCoordinatorRuntime:
         self._futures: dict[tuple[str, str, str], asyncio.Future[Any]] = {}
         self._timer: asyncio.Task[None] | None = None
         # Transactional offsets staged until their marker (issue 5, txn_offsets.py).
-        self.txn_offsets = PendingTxnOffsets()
+        self.txn_offsets = PendingTxnOffsets(log_end=self._log_end)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -93,8 +93,10 @@ class GroupCoordinatorRuntime:
         self.coordinator.begin_load()
         try:
             for partition in topic.partitions:
-                for record in replay_partition(partition.log, partition.index, self.txn_offsets):
-                    self.coordinator.replay(record, now)
+                for offset, record in replay_partition(
+                    partition.log, partition.index, self.txn_offsets
+                ):
+                    self.coordinator.replay(record, now, offset)
                     count += 1
         finally:
             self.coordinator.end_load()
@@ -155,9 +157,18 @@ class GroupCoordinatorRuntime:
                 self.coordinator.store_failed(recs, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 worst = error
                 continue
-            for r in recs:
-                self.coordinator.replay(r, now)
+            # The batch was just appended (no await in between): it ends at the log end.
+            base = self._log_end(index) - len(recs)
+            for i, r in enumerate(recs):
+                self.coordinator.replay(r, now, base + i)
         return worst
+
+    def _log_end(self, index: int) -> int:
+        """The log end offset of partition ``index`` of ``__consumer_offsets``."""
+        p = self.topics.get_partition(OFFSETS_TOPIC, index)
+        if p is None:
+            raise LookupError(f"{OFFSETS_TOPIC}-{index} does not exist")
+        return int(p.log.log_end_offset)
 
     def _drain(self) -> dict[tuple[str, str, str], Any]:
         created: dict[tuple[str, str, str], Any] = {}

@@ -1,5 +1,7 @@
 """TxnOffsetCommit: stage a transaction's consumer offsets; the commit marker on the group's
-``__consumer_offsets`` partition makes them visible, an abort drops them (rule 15)."""
+``__consumer_offsets`` partition makes them visible, an abort drops them (rule 15). As in
+Kafka, a plain OffsetCommit appended after the staged offsets (before the marker) is newer
+and stays: the commit replaces only offsets earlier in the log (``txn_offsets.py``)."""
 
 from __future__ import annotations
 
