@@ -53,7 +53,7 @@ from _brokers import (
 )
 
 from samsa.client._connection import BlockingConnection
-from samsa.protocol.framing import read_uvarint, split_response
+from samsa.protocol.framing import read_uvarint, skip_tagged_fields, split_response
 from samsa.protocol.messages import ApiKey, decode_response
 from samsa.protocol.records import NewRecord, build_batch, iter_batches
 from samsa.testing import (
@@ -198,21 +198,12 @@ def produce_errors(frame: bytes) -> tuple[int, list[int]]:
                 pos += 4  # batch index
                 msg_len, pos = read_uvarint(frame, pos)
                 pos += max(msg_len - 1, 0)
-                pos = _skip_tags(frame, pos)
+                pos = skip_tagged_fields(frame, pos)
             msg_len, pos = read_uvarint(frame, pos)
             pos += max(msg_len - 1, 0)
-            pos = _skip_tags(frame, pos)
-        pos = _skip_tags(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
+        pos = skip_tagged_fields(frame, pos)
     return cid, codes
-
-
-def _skip_tags(frame: bytes, pos: int) -> int:
-    count, pos = read_uvarint(frame, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(frame, pos)
-        size, pos = read_uvarint(frame, pos)
-        pos += size
-    return pos
 
 
 def check_parser(frame: bytes) -> None:

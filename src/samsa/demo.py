@@ -50,10 +50,6 @@ def say(msg: str) -> None:
     print(f"[{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
 
 
-def _numeric(text: str) -> bool:
-    return bool(re.fullmatch(r"[-+]?[\d,.]+|-|n/a", text))
-
-
 def table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[str(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]

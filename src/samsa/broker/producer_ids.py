@@ -8,8 +8,9 @@ A crash wastes at most the rest of one block, which is fine: 2**63 ids.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from samsa.log.durable import write_durably
 
 BLOCK_SIZE = 1000
 
@@ -38,17 +39,7 @@ class ProducerIdAllocator:
 
     def _reserve_block(self) -> None:
         end = self._block_end + self._block_size
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{end}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_durably(self._path, f"{end}\n")
         self._block_end = end
 
     def allocate(self) -> int:

@@ -146,6 +146,31 @@ class Cluster:
                 errors.append(str(exc))
         raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
 
+    async def find_coordinator(self, key_type: int, key: str, min_version: int, what: str) -> int:
+        """The node coordinating ``key`` (FindCoordinator), added to ``brokers`` when new.
+
+        ``min_version`` is the lowest FindCoordinator version the caller accepts (key types
+        other than 0 need v1); a coordinator error raises KafkaError with message ``what``.
+        """
+        conn = await self.any_connection()
+        v = conn.version(ApiKey.FIND_COORDINATOR, min_version, 4)
+        req = make_request(
+            ApiKey.FIND_COORDINATOR,
+            v,
+            "FindCoordinatorRequest",
+            key=key,
+            key_type=key_type,
+            coordinator_keys=(key,),
+        )
+        resp = await conn.request(ApiKey.FIND_COORDINATOR, req, version=v)
+        c = resp.coordinators[0] if v >= 4 else resp
+        if c.error_code:
+            raise KafkaError(int(c.error_code), what)
+        node = int(c.node_id)
+        if node not in self.brokers:
+            self.brokers[node] = BrokerInfo(node, c.host, int(c.port))
+        return node
+
     # --- metadata ------------------------------------------------------------------------
 
     async def refresh(self, topics: list[str] | None = None) -> None:

@@ -47,7 +47,7 @@ from kio.schema.consumer_protocol_subscription.v1 import ConsumerProtocolSubscri
 from kio.serial import entity_reader, entity_writer
 
 from samsa.client._aconn import AsyncConnection
-from samsa.client._cluster import BrokerInfo, Cluster
+from samsa.client._cluster import Cluster
 from samsa.client._config import CONSUMER, Config
 from samsa.client._errors import (
     ClosedError,
@@ -637,26 +637,7 @@ class AsyncConsumer:
                 return await self.cluster.connection(self._coordinator)
             except KafkaError:
                 self._coordinator = None
-        conn = await self.cluster.any_connection()
-        v = conn.version(ApiKey.FIND_COORDINATOR, 0, 4)
-        req = make_request(
-            ApiKey.FIND_COORDINATOR,
-            v,
-            "FindCoordinatorRequest",
-            key=self.group_id,
-            key_type=0,
-            coordinator_keys=(self.group_id,),
-        )
-        resp = await conn.request(ApiKey.FIND_COORDINATOR, req, version=v)
-        if v >= 4:
-            c = resp.coordinators[0]
-        else:
-            c = resp
-        if c.error_code:
-            raise KafkaError(int(c.error_code), "FindCoordinator")
-        node = int(c.node_id)
-        if node not in self.cluster.brokers:
-            self.cluster.brokers[node] = BrokerInfo(node, c.host, int(c.port))
+        node = await self.cluster.find_coordinator(0, self.group_id, 0, "FindCoordinator")
         self._coordinator = node
         return await self.cluster.connection(node)
 

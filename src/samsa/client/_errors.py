@@ -88,8 +88,3 @@ class CorruptRecordError(KafkaError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
-
-
-def raise_for(code: int, message: str = "") -> None:
-    if code:
-        raise KafkaError(code, message)

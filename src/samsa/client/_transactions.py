@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from samsa.client._aconn import AsyncConnection
-from samsa.client._cluster import BrokerInfo, Cluster
+from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
     AbortableTransactionError,
@@ -163,23 +163,8 @@ class TxnChannel:
                 return await self.cluster.connection(node)
             except KafkaError:
                 self.forget(key_type, key)
-        conn = await self.cluster.any_connection()
-        v = conn.version(ApiKey.FIND_COORDINATOR, 1, 4)  # key_type exists from v1
-        req = make_request(
-            ApiKey.FIND_COORDINATOR,
-            v,
-            "FindCoordinatorRequest",
-            key=key,
-            key_type=key_type,
-            coordinator_keys=(key,),
-        )
-        resp = await conn.request(ApiKey.FIND_COORDINATOR, req, version=v)
-        c = resp.coordinators[0] if v >= 4 else resp
-        if c.error_code:
-            raise KafkaError(int(c.error_code), f"FindCoordinator({key!r})")
-        node = int(c.node_id)
-        if node not in self.cluster.brokers:
-            self.cluster.brokers[node] = BrokerInfo(node, c.host, int(c.port))
+        # key_type exists from v1
+        node = await self.cluster.find_coordinator(key_type, key, 1, f"FindCoordinator({key!r})")
         self._nodes[(key_type, key)] = node
         return await self.cluster.connection(node)
 

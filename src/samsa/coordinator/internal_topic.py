@@ -19,6 +19,7 @@ from samsa.broker.topics import TopicError, TopicManager
 from samsa.log.log import Log, OffsetOutOfRangeError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
+    NO_PRODUCER_ID,
     NewRecord,
     Record,
     RecordBatchView,
@@ -30,7 +31,6 @@ from samsa.protocol.records import (
 log = logging.getLogger("samsa.coordinator")
 
 _READ_CHUNK = 1 << 20
-NO_PRODUCER_ID = -1
 
 
 def ensure_topic(topics: TopicManager, name: str, num_partitions: int, now_ms: int) -> None:

@@ -27,9 +27,8 @@ import enum
 from dataclasses import dataclass, field
 
 from samsa.coordinator.txn_records import TransactionLogValue
+from samsa.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767  # int16
 
 

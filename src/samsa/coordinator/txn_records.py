@@ -32,6 +32,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from samsa.protocol.framing import uvarint
+
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -114,16 +116,16 @@ def encode_value(value: TransactionLogValue, version: int | None = None) -> byte
     parts = value.partitions
     if flexible:
         if parts is None:
-            out += _uvarint(0)
+            out += uvarint(0)
         else:
-            out += _uvarint(len(parts) + 1)
+            out += uvarint(len(parts) + 1)
             for topic, ids in parts:
                 raw = topic.encode()
-                out += _uvarint(len(raw) + 1) + raw
-                out += _uvarint(len(ids) + 1)
+                out += uvarint(len(raw) + 1) + raw
+                out += uvarint(len(ids) + 1)
                 for p in ids:
                     out += _I32.pack(p)
-                out += _uvarint(0)  # the nested struct's (empty) tagged fields
+                out += uvarint(0)  # the nested struct's (empty) tagged fields
     elif parts is None:
         out += _I32.pack(-1)
     else:
@@ -148,9 +150,9 @@ def encode_value(value: TransactionLogValue, version: int | None = None) -> byte
             )
         if value.next_producer_epoch != -1:
             tags.append((TAG_NEXT_PRODUCER_EPOCH, _I16.pack(value.next_producer_epoch)))
-        out += _uvarint(len(tags))
+        out += uvarint(len(tags))
         for tag, data in tags:
-            out += _uvarint(tag) + _uvarint(len(data)) + data
+            out += uvarint(tag) + uvarint(len(data)) + data
     elif value.needs_flexible:
         raise ValueError("tagged fields need value version 1")
     return bytes(out)
@@ -217,16 +219,7 @@ def decode_value(data: bytes | None) -> TransactionLogValue | None:
     )
 
 
-# -- encoding helpers --------------------------------------------------------------------------
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+# -- decoding helpers --------------------------------------------------------------------------
 
 
 class _Reader:

@@ -16,7 +16,6 @@ entries are only added when the timestamp grows, so timestamps are strictly incr
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from array import array
@@ -42,17 +41,6 @@ def _strictly_increasing(values: array) -> bool:
 def _write_file(path: Path, data: bytes, *, append: bool) -> None:
     with open(path, "ab" if append else "wb") as f:
         f.write(data)
-
-
-def fsync_file(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Index:

@@ -34,6 +34,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.producer_state import (
     BatchAppend,
     EndTxnAppendInfo,
@@ -86,25 +87,6 @@ class LoadedLog:
 # -- small durable files ------------------------------------------------------------------------
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make creations, renames and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def _read_offset_file(path: Path) -> int | None:
     """The offset in a ``version\\noffset\\n`` file; None if missing or unreadable."""
     try:
@@ -123,7 +105,7 @@ def _read_offset_file(path: Path) -> int | None:
 
 
 def write_recovery_point(directory: Path, offset: int) -> None:
-    _write_durably(directory / RECOVERY_POINT_FILE, f"{_CHECKPOINT_VERSION}\n{offset}\n")
+    write_durably(directory / RECOVERY_POINT_FILE, f"{_CHECKPOINT_VERSION}\n{offset}\n")
 
 
 def read_recovery_point(directory: Path) -> int:
@@ -131,7 +113,7 @@ def read_recovery_point(directory: Path) -> int:
 
 
 def write_clean_shutdown(directory: Path, log_end_offset: int) -> None:
-    _write_durably(directory / CLEAN_SHUTDOWN_FILE, f"{_CHECKPOINT_VERSION}\n{log_end_offset}\n")
+    write_durably(directory / CLEAN_SHUTDOWN_FILE, f"{_CHECKPOINT_VERSION}\n{log_end_offset}\n")
 
 
 def _take_clean_shutdown(directory: Path) -> int | None:
@@ -207,7 +189,9 @@ def _load_producer_state(
 
 
 def replay_marker(
-    state: ProducerStateManager, txn_index: TransactionIndex, segment_base: int,
+    state: ProducerStateManager,
+    txn_index: TransactionIndex,
+    segment_base: int,
     view: RecordBatchView,
 ) -> None:
     """Apply a transaction marker found in the log, as the live path applied it."""

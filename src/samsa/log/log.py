@@ -39,11 +39,11 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
+from samsa.log.durable import fsync_dir
 from samsa.log.index import INT32_MAX
 from samsa.log.loader import (
     LoadReport,
     batch_append_of,
-    fsync_dir,
     load_log,
     write_clean_shutdown,
     write_recovery_point,

@@ -39,10 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from samsa.protocol.errors import ErrorCode
+from samsa.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
-NO_SEQUENCE = -1
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 NUM_BATCHES_TO_RETAIN = 5
 
 _MAX_SEQUENCE = 2**31 - 1  # sequences are int32 and wrap to 0 after this
@@ -277,7 +275,12 @@ class ProducerStateManager:
     # -- transaction markers --------------------------------------------------------------------
 
     def prepare_end_txn(
-        self, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, *,
+        self,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        *,
         validate: bool = True,
     ) -> EndTxnAppendInfo | Rejected:
         """Check a COMMIT/ABORT marker from the transaction coordinator without applying it.

@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from samsa.log.index import INT32_MAX, CorruptIndexError, OffsetIndex, TimeIndex, fsync_file
+from samsa.log.durable import fsync_file
+from samsa.log.index import INT32_MAX, CorruptIndexError, OffsetIndex, TimeIndex
+from samsa.log.txn_index import txn_index_path
 from samsa.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_FLAG,
     RecordBatchView,
     base_offset_prefix,
@@ -35,7 +38,6 @@ TIME_INDEX_SUFFIX = ".timeindex"
 
 WALK_BLOCK = 16 * 1024  # bytes read at a time when walking batch headers
 RECOVER_CHUNK = 8 * 1024 * 1024  # bytes read at a time when recovery checks CRCs
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -131,7 +133,7 @@ class LogSegment:
         self.close()
         for p in (self.path, self.offset_index.path, self.time_index.path):
             p.unlink(missing_ok=True)
-        segment_file(self.directory, self.base_offset, ".txnindex").unlink(missing_ok=True)
+        txn_index_path(self.directory, self.base_offset).unlink(missing_ok=True)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
@@ -237,7 +239,7 @@ class LogSegment:
                 if len(block) < HEADER_SIZE:
                     raise CorruptSegmentError(f"{self.path}: torn batch header at byte {pos}")
             view = RecordBatchView(block, rel)
-            if view.magic != MAGIC_V2 or view.batch_length < _MIN_BATCH_LENGTH:
+            if view.magic != MAGIC_V2 or view.batch_length < MIN_BATCH_LENGTH:
                 raise CorruptSegmentError(f"{self.path}: no batch header at byte {pos}")
             if pos + view.size > end:
                 raise CorruptSegmentError(f"{self.path}: torn batch at byte {pos}")
@@ -429,7 +431,7 @@ class LogSegment:
                 view = RecordBatchView(buf, valid)
                 if (
                     view.magic == MAGIC_V2
-                    and view.batch_length >= _MIN_BATCH_LENGTH
+                    and view.batch_length >= MIN_BATCH_LENGTH
                     and (valid + view.size > len(buf))
                 ):
                     pos += valid

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import crc32c
 
+from samsa.log.durable import fsync_dir
 from samsa.log.producer_state import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
 
 log = logging.getLogger(__name__)
@@ -84,15 +85,6 @@ def _encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
     return _HEADER.pack(_MAGIC, _VERSION, crc32c.crc32c(body)) + body
 
 
-def _fsync_dir(directory: Path) -> None:
-    # Makes a rename or unlink durable: without it a crash can resurrect or lose the file.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_snapshot(directory: Path, offset: int, entries: Iterable[ProducerStateEntry]) -> Path:
     """Write a snapshot atomically: a crash leaves either the old state or the complete file."""
     path = snapshot_path(directory, offset)
@@ -107,7 +99,7 @@ def write_snapshot(directory: Path, offset: int, entries: Iterable[ProducerState
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)  # without it a crash can resurrect or lose the file
     return path
 
 
@@ -194,7 +186,7 @@ def _delete(directory: Path, offsets: Iterable[int]) -> None:
         snapshot_path(directory, offset).unlink(missing_ok=True)
         deleted = True
     if deleted:
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
 
 def delete_snapshots_above(directory: Path, offset: int) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CORRELATION = struct.Struct(">i")
+_HEADER_ROUTE = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
 class FrameError(Exception):
@@ -90,7 +91,7 @@ def peek_request_header(frame: bytes) -> tuple[int, int, int]:
     """api key, api version, correlation id: enough to route or to refuse a request."""
     if len(frame) < 8:
         raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
-    api_key, api_version, correlation_id, _ = _HEADER_FIXED.unpack_from(frame + b"\0\0", 0)
+    api_key, api_version, correlation_id = _HEADER_ROUTE.unpack_from(frame, 0)
     return api_key, api_version, correlation_id
 
 

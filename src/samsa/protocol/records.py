@@ -36,6 +36,7 @@ from samsa.protocol.errors import ErrorCode
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch that batchLength does not count
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength of a batch without records
 CRC_START = 21
 MAGIC_V2 = 2
 
@@ -183,7 +184,7 @@ def validate_produce_batch(data: bytes | memoryview) -> RecordBatchView:
         raise InvalidBatchError(
             ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"magic {view.magic}; only v2 is supported"
         )
-    if view.batch_length < HEADER_SIZE - LOG_OVERHEAD or view.size > len(data):
+    if view.batch_length < MIN_BATCH_LENGTH or view.size > len(data):
         raise InvalidBatchError(ErrorCode.CORRUPT_MESSAGE, "batch length exceeds the records")
     if view.size != len(data):
         raise InvalidBatchError(
@@ -239,7 +240,7 @@ def scan_batches(buf: bytes | memoryview, *, check_crc: bool = True) -> ScanResu
             problem = f"torn batch header at byte {pos}"
             break
         view = RecordBatchView(buf, pos)
-        if view.magic != MAGIC_V2 or view.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        if view.magic != MAGIC_V2 or view.batch_length < MIN_BATCH_LENGTH:
             problem = f"invalid batch header at byte {pos}"
             break
         if pos + view.size > end:

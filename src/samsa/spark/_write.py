@@ -54,7 +54,6 @@ from samsa.spark._options import SinkOptions, SparkOptionError, marker_partition
 log = logging.getLogger("samsa.spark")
 
 _TEXT = (pa.string(), pa.large_string())
-_BYTES = (pa.binary(), pa.large_binary())
 
 
 class InjectedTaskFailure(RuntimeError):

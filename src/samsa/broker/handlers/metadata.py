@@ -21,8 +21,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     node = broker.node_id
     topics: list[Any] = []
     if request.topics is None or (v == 0 and not request.topics):
-        wanted = [t for t in broker.topics.topics.values()]
-        topics = [_topic(v, node, t) for t in wanted]
+        topics = [_topic(v, node, t) for t in broker.topics.topics.values()]
     else:
         auto = v < 4 or request.allow_auto_topic_creation
         for req in request.topics:

@@ -32,9 +32,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
             )
         results.append((topic.name, partitions))
     if request.acks == 0:
-        if to_flush:
-            for plog in to_flush:
-                broker.flush(plog)
+        for plog in to_flush:
+            broker.flush(plog)
         return None
     body = encode_produce_response(ctx.version, results)
     if not to_flush:

@@ -1,0 +1,39 @@
+"""Making what was written survive a crash: fsync a file or a directory, replace a small file
+atomically and durably."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_file(path: Path) -> None:
+    """fsync ``path`` if it exists."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make creations, renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: a crash leaves either the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
