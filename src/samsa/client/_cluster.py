@@ -114,6 +114,9 @@ class Cluster:
             if info is None:
                 raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"unknown broker {node_id}")
             task = asyncio.get_running_loop().create_task(self._open(info.host, info.port, node_id))
+            # Waiters await it through shield(); if they are all cancelled, its failure would
+            # otherwise be logged as "Task exception was never retrieved".
+            task.add_done_callback(_retrieve_exception)
             self._connecting[node_id] = task
             try:
                 conn = await asyncio.shield(task)
@@ -278,3 +281,8 @@ class Cluster:
             with contextlib.suppress(BaseException):
                 await self._refresh
         await asyncio.sleep(0)
+
+
+def _retrieve_exception(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
