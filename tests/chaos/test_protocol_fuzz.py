@@ -134,7 +134,148 @@ def _seeds() -> list[bytes]:
     ]
 
 
-SEEDS = _seeds()
+def _coordinator_seeds() -> list[bytes]:
+    """Group and transaction APIs: their handlers await the coordinators' timers and logs."""
+    r = make_request
+    return [
+        _frame(
+            ApiKey.FIND_COORDINATOR,
+            3,
+            r(ApiKey.FIND_COORDINATOR, 3, "FindCoordinatorRequest", key="g", key_type=0),
+        ),
+        _frame(
+            ApiKey.JOIN_GROUP,
+            7,
+            r(
+                ApiKey.JOIN_GROUP,
+                7,
+                "JoinGroupRequest",
+                group_id="g",
+                session_timeout=10_000,
+                rebalance_timeout=10_000,
+                member_id="",
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocols=(
+                    r(
+                        ApiKey.JOIN_GROUP,
+                        7,
+                        "JoinGroupRequestProtocol",
+                        name="range",
+                        metadata=b"\0\0",
+                    ),
+                ),
+            ),
+        ),
+        _frame(
+            ApiKey.HEARTBEAT,
+            4,
+            r(
+                ApiKey.HEARTBEAT,
+                4,
+                "HeartbeatRequest",
+                group_id="g",
+                generation_id=1,
+                member_id="m",
+                group_instance_id=None,
+            ),
+        ),
+        _frame(
+            ApiKey.OFFSET_COMMIT,
+            8,
+            r(
+                ApiKey.OFFSET_COMMIT,
+                8,
+                "OffsetCommitRequest",
+                group_id="g",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=(
+                    r(
+                        ApiKey.OFFSET_COMMIT,
+                        8,
+                        "OffsetCommitRequestTopic",
+                        name=TOPIC,
+                        partitions=(
+                            r(
+                                ApiKey.OFFSET_COMMIT,
+                                8,
+                                "OffsetCommitRequestPartition",
+                                partition_index=0,
+                                committed_offset=5,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        _frame(
+            ApiKey.OFFSET_FETCH,
+            8,
+            r(
+                ApiKey.OFFSET_FETCH,
+                8,
+                "OffsetFetchRequest",
+                require_stable=True,
+                groups=(
+                    r(ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestGroup", group_id="g", topics=None),
+                ),
+            ),
+        ),
+        _frame(
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            r(
+                ApiKey.INIT_PRODUCER_ID,
+                4,
+                "InitProducerIdRequest",
+                transactional_id="tx",
+                transaction_timeout=60_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+        ),
+        _frame(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            3,
+            r(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                3,
+                "AddPartitionsToTxnRequest",
+                v3_and_below_transactional_id="tx",
+                v3_and_below_producer_id=0,
+                v3_and_below_producer_epoch=0,
+                v3_and_below_topics=(
+                    r(
+                        ApiKey.ADD_PARTITIONS_TO_TXN,
+                        3,
+                        "AddPartitionsToTxnTopic",
+                        name=TOPIC,
+                        partitions=(0,),
+                    ),
+                ),
+            ),
+        ),
+        _frame(
+            ApiKey.END_TXN,
+            3,
+            r(
+                ApiKey.END_TXN,
+                3,
+                "EndTxnRequest",
+                transactional_id="tx",
+                producer_id=0,
+                producer_epoch=0,
+                committed=True,
+            ),
+        ),
+    ]
+
+
+SEEDS = _seeds() + _coordinator_seeds()
 
 mutations = st.one_of(
     # flip bytes of a valid frame
