@@ -96,7 +96,7 @@ class GroupCoordinatorRuntime:
                 for offset, record in replay_partition(
                     partition.log, partition.index, self.txn_offsets
                 ):
-                    self.coordinator.replay(record, now, offset)
+                    self._replay(record, now, offset)
                     count += 1
         finally:
             self.coordinator.end_load()
@@ -160,8 +160,12 @@ class GroupCoordinatorRuntime:
             # The batch was just appended (no await in between): it ends at the log end.
             base = self._log_end(index) - len(recs)
             for i, r in enumerate(recs):
-                self.coordinator.replay(r, now, base + i)
+                self._replay(r, now, base + i)
         return worst
+
+    def _replay(self, record: CoordinatorRecord, now: int, offset: int) -> None:
+        self.coordinator.replay(record, now, offset)
+        self.txn_offsets.drop(record)  # a tombstone also drops pending transactional offsets
 
     def _log_end(self, index: int) -> int:
         """The log end offset of partition ``index`` of ``__consumer_offsets``."""

@@ -103,6 +103,22 @@ class PendingTxnOffsets:
                     self._pending.pop(k, None)
         return records if commit else []
 
+    def drop(self, record: CoordinatorRecord) -> None:
+        """An offset tombstone (OffsetDelete, expiry, group deletion) was replayed: the
+        pending transactional offsets of that group partition go too, as in Kafka, so a
+        later COMMIT marker does not bring the deleted offset back."""
+        k = _tp_key(record)
+        if record.value is not None or k is None or k not in self._pending:
+            return
+        for staged_key, staged in list(self._staged.items()):
+            kept = [(o, r) for o, r in staged if _tp_key(r) != k]
+            if len(kept) != len(staged):
+                if kept:
+                    self._staged[staged_key] = kept
+                else:
+                    del self._staged[staged_key]
+        del self._pending[k]
+
     def is_pending(self, group_id: str, topic: str, partition: int) -> bool:
         return (group_id, topic, partition) in self._pending
 

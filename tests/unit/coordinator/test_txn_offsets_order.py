@@ -144,6 +144,32 @@ def test_plain_commit_before_txn_offset_commit_loses(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
+def test_offset_delete_drops_pending_transactional_offsets(tmp_path: Path) -> None:
+    """As Kafka: an offset tombstone also removes the pending transactional offsets of that
+    group partition, so the later COMMIT marker does not bring the deleted offset back;
+    live, and when the tombstone and the marker are replayed at start-up."""
+
+    async def run() -> None:
+        pids = itertools.count(1)
+        node = Node(tmp_path, pids)
+        node.plain_commit(10)
+        pid, epoch = node.begin()
+        node.txn_commit(pid, epoch, 42)
+        node.txn_commit(pid, epoch, 7, partition=1)
+        assert not node.stable()
+        top, errors = node.groups.delete_offsets(G, [(T, [0])])
+        assert top == E.NONE and errors == {(T, 0): E.NONE}
+        assert node.stable() and node.committed() == -1
+        await node.end(pid, epoch, True)
+        assert node.committed() == -1  # deleted, not revived by the marker
+        assert node.committed(1) == 7  # the other partition's offset commits as usual
+        node = _restart(node, tmp_path, pids)
+        assert (node.committed(), node.committed(1)) == (-1, 7)
+        node.close()
+
+    asyncio.run(run())
+
+
 def test_mixed_history_replays_to_the_same_state(tmp_path: Path) -> None:
     """Several transactions, commits and aborts, with plain commits before, between and
     after, over two partitions; one transaction is still open at the restart and committed
