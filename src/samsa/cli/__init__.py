@@ -21,13 +21,14 @@ from samsa.cli import (
 )
 
 # Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
-COMMANDS = [
-    broker, produce, consume, topics, producers, proxy, verify, transactions, groups, demo
-]
+COMMANDS = [broker, produce, consume, topics, producers, proxy, verify, transactions, groups, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="samsa", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="samsa",
+        description="A Kafka-compatible log broker with exactly-once delivery, and its tools.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
