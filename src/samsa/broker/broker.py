@@ -45,13 +45,15 @@ class Broker:
             flush_interval_messages=config.log_flush_interval_messages,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             max_message_bytes=config.message_max_bytes,
+            retention_ms=config.log_retention_ms,
+            retention_bytes=config.log_retention_bytes,
         )
         self.topics = TopicManager(self.data_dir, self.log_config)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher = Flusher()
         # Called as (topic, partition, producer id, committed) after each marker is written.
         self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
-        self._expiry_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         # Group coordinator (issue 4): state rebuilt from __consumer_offsets at start().
         self.groups = GroupCoordinatorRuntime(self.topics, _group_config(config), now_ms)
         # Transaction coordinator (issue 5): state rebuilt from __transaction_state.
@@ -75,21 +77,35 @@ class Broker:
         self.transactions.load()
 
     def start_background_tasks(self) -> None:
-        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_producers())
+        loop = asyncio.get_running_loop()
+        c = self.config
+        self._tasks = [
+            loop.create_task(
+                _every(c.producer_id_expiration_check_interval_ms, self.expire_producers)
+            ),
+            loop.create_task(_every(c.log_retention_check_interval_ms, self.apply_retention)),
+        ]
         self.groups.start()
         self.transactions.start()
 
-    async def _expire_producers(self) -> None:
-        interval = self.config.producer_id_expiration_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            now = now_ms()
-            for p in self.topics.partitions():
-                p.log.remove_expired_producers(now)
+    def expire_producers(self) -> None:
+        now = now_ms()
+        for p in self.topics.partitions():
+            p.log.remove_expired_producers(now)
+
+    def apply_retention(self) -> None:
+        """Delete segments past log.retention.ms / log.retention.bytes. Internal topics are
+        exempt: Kafka compacts them rather than deleting by time, and their records are the
+        coordinators' state."""
+        now = now_ms()
+        for topic in list(self.topics.topics.values()):
+            if not topic.internal:
+                for p in topic.partitions:
+                    p.log.apply_retention(now)
 
     def close(self) -> None:
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
+        for task in self._tasks:
+            task.cancel()
         self.transactions.close()
         self.groups.close()
         self.topics.close(now_ms())
@@ -182,6 +198,15 @@ def _txn_config(config: BrokerConfig) -> TxnConfig:
             config.transaction_remove_expired_transaction_cleanup_interval_ms
         ),
     )
+
+
+async def _every(interval_ms: int, action: Callable[[], None]) -> None:
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        try:
+            action()
+        except Exception:
+            log.exception("periodic %s failed", getattr(action, "__name__", action))
 
 
 def _load_cluster_id(data_dir: Path, broker_id: int) -> str:

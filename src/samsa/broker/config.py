@@ -28,6 +28,9 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.dirs": "data_dir",
     "log.dir": "data_dir",
     "default.replication.factor": "default_replication_factor",
+    "log.retention.ms": "log_retention_ms",
+    "log.retention.bytes": "log_retention_bytes",
+    "log.retention.check.interval.ms": "log_retention_check_interval_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
@@ -69,6 +72,9 @@ class BrokerConfig:
     log_flush_interval_messages: int = LONG_MAX
     message_max_bytes: int = 1_048_588
     socket_request_max_bytes: int = 104_857_600
+    log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
+    log_retention_bytes: int = -1
+    log_retention_check_interval_ms: int = 300_000
     offsets_topic_num_partitions: int = 50
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -93,6 +99,10 @@ class BrokerConfig:
         types = {f.name: f.type for f in fields(self)}
         values: dict[str, Any] = {}
         for key, raw in props.items():
+            if key in ("log.retention.hours", "log.retention.minutes"):
+                unit = 3_600_000 if key.endswith("hours") else 60_000
+                values["log_retention_ms"] = _convert(key, raw, "int") * unit
+                continue
             if key == "listeners" or key == "advertised.listeners":
                 host, port = parse_host_port(raw.split("://")[-1].split(",")[0])
                 if key == "listeners":

@@ -185,6 +185,9 @@ def _load_producer_state(
             log.error("producer state replay stopped early in %s: %s", directory, exc)
     state.map_end_offset = log_end_offset
     state.remove_expired_producers(now_ms)
+    if log_start_offset > 0:
+        # Retention removed the head of the log: producers with no record left are unknown.
+        state.remove_producers_below(log_start_offset)
     return state
 
 

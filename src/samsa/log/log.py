@@ -70,6 +70,8 @@ class LogConfig:
     flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages (the broker flushes)
     producer_id_expiration_ms: int = 86_400_000
     max_message_bytes: int = 1_048_588  # message.max.bytes: larger batches get MESSAGE_TOO_LARGE
+    retention_ms: int = 604_800_000  # log.retention.ms (168 hours); -1: keep forever
+    retention_bytes: int = -1  # log.retention.bytes; -1: no size limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,6 +459,49 @@ class Log:
         with self._flush_lock:
             self._close_files()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Kafka's time and size retention: delete the oldest segments, never the active one,
+        whose newest record is older than ``retention_ms``, or while the rest of the log is
+        still at least ``retention_bytes``. Returns how many segments went."""
+        if not self._flush_lock.acquire(blocking=False):
+            return 0  # a flush is using the segments: the next check does it
+        try:
+            if self._closed:
+                return 0
+            cfg = self.config
+            with self._lock:
+                total = sum(seg.size for seg in self._segments)
+                doomed: list[LogSegment] = []
+                for seg in self._segments[:-1]:
+                    newest = seg.max_timestamp
+                    too_old = cfg.retention_ms >= 0 and 0 <= newest < now_ms - cfg.retention_ms
+                    too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
+                    if not (too_old or too_big):
+                        break
+                    doomed.append(seg)
+                    total -= seg.size
+                if not doomed:
+                    return 0
+                del self._segments[: len(doomed)]
+                del self._bases[: len(doomed)]
+                self._dirty = [seg for seg in self._dirty if seg not in doomed]
+                self.log_start_offset = self._segments[0].base_offset
+            for seg in doomed:
+                seg.delete()
+            fsync_dir(self.directory)
+            # Producers with no record left are unknown again (rule 5), as after a restart.
+            self.producer_state.remove_producers_below(self.log_start_offset)
+            delete_snapshots_below(self.directory, self.log_start_offset)
+            log.info(
+                "%s: retention deleted %d segment(s); log start offset now %d",
+                self.directory,
+                len(doomed),
+                self.log_start_offset,
+            )
+            return len(doomed)
+        finally:
+            self._flush_lock.release()
 
     def remove_expired_producers(self, now_ms: int) -> None:
         expired = self.producer_state.remove_expired_producers(now_ms)

@@ -43,3 +43,10 @@ def test_corrupt_producer_id_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "producer-ids").write_text("garbage")
     with pytest.raises(RuntimeError, match="corrupt"):
         ProducerIdAllocator(tmp_path)
+
+
+def test_retention_settings_in_kafkas_units() -> None:
+    c = BrokerConfig().with_properties({"log.retention.hours": "2", "log.retention.bytes": "4096"})
+    assert (c.log_retention_ms, c.log_retention_bytes) == (7_200_000, 4096)
+    assert BrokerConfig().with_properties({"log.retention.ms": "-1"}).log_retention_ms == -1
+    assert BrokerConfig().log_retention_ms == 168 * 3_600_000
