@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from samsa.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition
+from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.protocol.messages import ApiKey
-from samsa.testing import FaultProxy, Faults
+from samsa.testing import FaultProxy, Faults, read_topic
 
 READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 MERCHANTS = [
@@ -103,23 +103,6 @@ def embedded_broker(data_dir: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-
-
-def read_topic(bootstrap: str, topic: str, *, committed: bool) -> list[ConsumerRecord]:
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
-        (meta,) = admin.describe_topics([topic])
-    tps = [TopicPartition(topic, p.partition) for p in meta.partitions]
-    iso = "read_committed" if committed else "read_uncommitted"
-    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": iso}) as c:
-        ends = c.list_offsets(tps, -1)
-        c.assign(tps)
-        for tp in tps:
-            c.seek(tp, 0)
-        out: list[ConsumerRecord] = []
-        deadline = time.monotonic() + 60
-        while any(c.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
-            out.extend(c.poll(0.2, 10_000))
-        return out
 
 
 def faulty_proxy(bootstrap: str, seed: int, drop: float, reset: float) -> FaultProxy:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -15,7 +14,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from samsa.client import Admin, Consumer, ConsumerRecord, TopicPartition
+from samsa.client import Admin, ConsumerRecord
+from samsa.testing import read_topic as read_whole_topic
 
 
 def _root_conftest() -> ModuleType:
@@ -70,27 +70,6 @@ def new_topic(bootstrap: str) -> Callable[..., str]:
     return make
 
 
-def _read_all(
-    bootstrap: str, topic: str, *, committed: bool = True, timeout: float = 10.0
-) -> list[ConsumerRecord]:
-    with Admin({"bootstrap.servers": bootstrap}) as admin:
-        (meta,) = admin.describe_topics([topic])
-    tps = [TopicPartition(topic, p.partition) for p in meta.partitions]
-    iso = "read_committed" if committed else "read_uncommitted"
-    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": iso}) as c:
-        ends = c.list_offsets(tps, -1)
-        c.assign(tps)
-        for tp in tps:
-            c.seek(tp, 0)
-        out: list[ConsumerRecord] = []
-        deadline = time.monotonic() + timeout
-        while any(c.position(tp) < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}")
-            out.extend(c.poll(0.2, 10_000))
-        return out
-
-
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoint")
@@ -101,6 +80,6 @@ def read_topic(bootstrap: str) -> Callable[..., list[ConsumerRecord]]:
     """read_topic(topic, committed=True): every record of ``topic`` up to its current end."""
 
     def read(topic: str, *, committed: bool = True) -> list[ConsumerRecord]:
-        return _read_all(bootstrap, topic, committed=committed)
+        return read_whole_topic(bootstrap, topic, committed=committed, timeout=10.0)
 
     return read

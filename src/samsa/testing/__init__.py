@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from samsa.client import Admin, Consumer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
@@ -28,6 +29,7 @@ __all__ = [
     "init_producer_id",
     "produce_one",
     "produce_request",
+    "read_topic",
 ]
 
 PRODUCE_VERSION = 9
@@ -183,3 +185,26 @@ def produce_one(
     )
     p = resp.responses[0].partition_responses[0]
     return int(p.error_code), int(p.base_offset)
+
+
+def read_topic(
+    bootstrap: str, topic: str, *, committed: bool = True, timeout: float = 60.0
+) -> list[Any]:
+    """Every record of ``topic`` up to its end as of now (read_committed by default), through
+    samsa's client; TimeoutError if they do not all arrive within ``timeout`` seconds."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        (meta,) = admin.describe_topics([topic])
+    tps = [TopicPartition(topic, p.partition) for p in meta.partitions]
+    iso = "read_committed" if committed else "read_uncommitted"
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": iso}) as c:
+        ends = c.list_offsets(tps, -1)
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, 0)
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}")
+            out.extend(c.poll(0.2, 10_000))
+        return out
