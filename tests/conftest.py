@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -129,3 +130,51 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     b = BrokerProcess(tmp_path_factory.mktemp("shared")).start()
     yield b
     b.stop()
+
+
+def tansu_launcher() -> Path:
+    """The team's Tansu launcher: $SAMSA_TANSU, else shared/tools/tansu beside the repo."""
+    if "SAMSA_TANSU" in os.environ:
+        return Path(os.environ["SAMSA_TANSU"])
+    return Path(__file__).resolve().parents[2] / "shared" / "tools" / "tansu"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[str]:
+    """The reference broker Tansu (memory engine) on a free port of 127.0.0.1. Its absence
+    or a failed start fails the tests that use it: they are comparisons, not optional."""
+    launcher = tansu_launcher()
+    assert launcher.exists(), f"Tansu launcher {launcher} not found (set SAMSA_TANSU)"
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(launcher), "broker", "--listener-url", url, "--advertised-listener-url", url,
+         "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        # The first run installs Tansu into a cache venv: allow for that, then poll.
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"tansu did not start (exit code {proc.poll()})")
+                time.sleep(0.3)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -14,10 +14,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,7 +37,6 @@ from samsa.client import (
 )
 from samsa.protocol.errors import ErrorCode
 
-TANSU = "/work/shared/tools/tansu"
 T = 20.0  # bound of every blocking call
 OVERRIDES = {
     "transaction.state.log.num.partitions": "4",
@@ -51,51 +46,11 @@ OVERRIDES = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def samsa_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     b = BrokerProcess(tmp_path_factory.mktemp("txn-client"), OVERRIDES).start()
     yield b.bootstrap
     b.stop()
-
-
-@pytest.fixture(scope="module")
-def tansu() -> Iterator[str]:
-    if not os.path.exists(TANSU) or shutil.which("sh") is None:
-        pytest.skip("tansu is not available")
-    port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            *(TANSU, "broker", "--listener-url", url, "--advertised-listener-url", url),
-            *("--storage-engine", "memory://tansu/"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Admin({"bootstrap.servers": f"127.0.0.1:{port}", "request.timeout.ms": 2000}):
-                    break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.skip("tansu did not start")
-                time.sleep(0.3)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(params=["samsa", "tansu"])
