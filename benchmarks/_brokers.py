@@ -27,9 +27,10 @@ import time
 from collections import deque
 from pathlib import Path
 
+from samsa.testing.tansu import TansuNotInstalled, tansu_broker_args
+
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parent.parent
-TANSU = Path(os.environ.get("SAMSA_TANSU", "/work/shared/tools/tansu"))
 _READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 
 
@@ -223,21 +224,20 @@ class TansuBroker(BrokerProcess):
 
     name = "tansu"
 
-    def __init__(self, *, start_timeout: float = 180.0) -> None:
+    def __init__(self, *, start_timeout: float = 30.0) -> None:
         super().__init__()
         self.start_timeout = start_timeout
 
     def start(self) -> None:
-        if not TANSU.exists():
-            raise BrokerStartError(f"{TANSU} not found (set SAMSA_TANSU to the launcher)")
         self.port = free_port()
-        url = f"tcp://{HOST}:{self.port}"
+        try:
+            args = tansu_broker_args(self.port, HOST)
+        except TansuNotInstalled as e:
+            raise BrokerStartError(str(e)) from e
         self._spawn(
-            [str(TANSU), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
+            args,
             env={"RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )
-        # The first run installs Tansu into a cache venv; then poll until it answers.
         deadline = time.monotonic() + self.start_timeout
         while not _api_versions_ok(self.port):
             if not self.alive() or time.monotonic() > deadline:

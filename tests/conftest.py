@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from samsa.testing.tansu import tansu_broker_args
+
 READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 
 
@@ -132,13 +134,6 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     b.stop()
 
 
-def tansu_launcher() -> Path:
-    """The team's Tansu launcher: $SAMSA_TANSU, else shared/tools/tansu beside the repo."""
-    if "SAMSA_TANSU" in os.environ:
-        return Path(os.environ["SAMSA_TANSU"])
-    return Path(__file__).resolve().parents[2] / "shared" / "tools" / "tansu"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,19 +144,12 @@ def _free_port() -> int:
 def tansu() -> Iterator[str]:
     """The reference broker Tansu (memory engine) on a free port of 127.0.0.1. Its absence
     or a failed start fails the tests that use it: they are comparisons, not optional."""
-    launcher = tansu_launcher()
-    assert launcher.exists(), f"Tansu launcher {launcher} not found (set SAMSA_TANSU)"
     port = _free_port()
-    url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [str(launcher), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        tansu_broker_args(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        # The first run installs Tansu into a cache venv: allow for that, then poll.
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 30
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
