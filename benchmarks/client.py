@@ -1,0 +1,294 @@
+"""samsa's Python client against confluent-kafka (librdkafka), on the same samsa broker, same run.
+
+Rows (100-byte values, 8-byte keys, one topic of 4 partitions on a fresh samsa broker):
+
+- producer, per record: ``produce()`` in a loop, then ``flush()``; both idempotent, acks=all.
+- producer, columnar: ``Producer.produce_batch`` (samsa only; shown when the client has it),
+  against confluent-kafka's per-record producer.
+- consumer: assign all partitions from the beginning, ``consume()`` until every record is read.
+- consumer, Arrow: ``Consumer.consume_arrow`` (samsa only; shown when the client has it).
+
+Each measurement runs in a fresh child process (this script with ``--child``) so peak RSS is
+the client's own; the clients alternate (samsa, confluent-kafka, then confluent-kafka, samsa,
+...) and each row reports the median of ``--repeat`` runs. Every run is bounded in time
+(``--cap`` seconds); a capped run is reported as such and its records/s counts only what was
+delivered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _brokers import SamsaBroker  # noqa: E402
+
+VALUE = b"v" * 100
+
+
+def _key(i: int) -> bytes:
+    return i.to_bytes(8, "big")
+
+
+# --- children: one measurement each, a JSON line on stdout ---------------------------------
+
+
+def _produce_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    from samsa.client import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            p.produce(topic, VALUE, _key(i))
+        left = p.flush(cap)
+        dt = time.perf_counter() - t0
+    finally:
+        p.close()
+    return {"records": n - left, "seconds": dt, "capped": left > 0}
+
+
+def _produce_batch_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    from samsa.client import Producer
+
+    if not hasattr(Producer, "produce_batch"):
+        return {"missing": "Producer.produce_batch"}
+    chunk = 100_000
+    values = [VALUE] * chunk
+    keys = [_key(i) for i in range(chunk)]
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    try:
+        t0 = time.perf_counter()
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
+            p.produce_batch(topic, values[:m], keys[:m])
+        left = p.flush(cap)
+        dt = time.perf_counter() - t0
+    finally:
+        p.close()
+    return {"records": n - left, "seconds": dt, "capped": left > 0}
+
+
+def _produce_ck(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    import confluent_kafka
+
+    p = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+    )
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, VALUE, _key(i))
+                break
+            except BufferError:  # librdkafka's queue is full: serve callbacks, then retry
+                p.poll(0.01)
+    left = p.flush(cap)
+    dt = time.perf_counter() - t0
+    return {"records": n - left, "seconds": dt, "capped": left > 0}
+
+
+def _consume_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    from samsa.client import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"})
+    try:
+        parts = [TopicPartition(topic, p) for p in range(_partitions(topic))]
+        c.assign(parts)
+        c.seek_to_beginning(*parts)
+        got = 0
+        t0 = time.perf_counter()
+        while got < n and time.perf_counter() - t0 < cap:
+            got += len(c.consume(10_000, 1.0))
+        dt = time.perf_counter() - t0
+    finally:
+        c.close()
+    return {"records": got, "seconds": dt, "capped": got < n}
+
+
+def _consume_arrow_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    from samsa.client import Consumer, TopicPartition
+
+    if not hasattr(Consumer, "consume_arrow"):
+        return {"missing": "Consumer.consume_arrow"}
+    c = Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"})
+    try:
+        parts = [TopicPartition(topic, p) for p in range(_partitions(topic))]
+        c.assign(parts)
+        c.seek_to_beginning(*parts)
+        got = 0
+        t0 = time.perf_counter()
+        while got < n and time.perf_counter() - t0 < cap:
+            got += c.consume_arrow(100_000, 1.0).num_rows
+        dt = time.perf_counter() - t0
+    finally:
+        c.close()
+    return {"records": got, "seconds": dt, "capped": got < n}
+
+
+def _consume_ck(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    import confluent_kafka
+
+    c = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
+    )
+    try:
+        c.assign([
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(_partitions(topic))
+        ])
+        got = 0
+        t0 = time.perf_counter()
+        while got < n and time.perf_counter() - t0 < cap:
+            msgs = c.consume(10_000, 1.0)
+            for m in msgs:
+                if m.error() is not None:
+                    raise RuntimeError(str(m.error()))
+            got += len(msgs)
+        dt = time.perf_counter() - t0
+    finally:
+        c.close()
+    return {"records": got, "seconds": dt, "capped": got < n}
+
+
+PARTITIONS = 4
+
+
+def _partitions(_topic: str) -> int:
+    return PARTITIONS
+
+
+CHILDREN = {
+    "produce-samsa": _produce_samsa,
+    "produce-batch-samsa": _produce_batch_samsa,
+    "produce-ck": _produce_ck,
+    "consume-samsa": _consume_samsa,
+    "consume-arrow-samsa": _consume_arrow_samsa,
+    "consume-ck": _consume_ck,
+}
+
+
+def child(role: str, bootstrap: str, topic: str, n: int, cap: float) -> None:
+    out = CHILDREN[role](bootstrap, topic, n, cap)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out), flush=True)
+
+
+# --- parent ---------------------------------------------------------------------------------
+
+
+def run_child(role: str, bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", role, "--bootstrap", bootstrap, "--topic", topic,
+           "--records", str(n), "--cap", str(cap)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap + 120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{role} failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from samsa.client import Admin
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topic(topic, PARTITIONS)
+
+
+def fmt_rate(r: float) -> str:
+    return f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.0f}k"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cap", type=float, default=60.0, help="seconds at most per run")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(args.child, args.bootstrap, args.topic, args.records, args.cap)
+        return 0
+
+    n = args.records
+    rows = [
+        # (row, samsa role, confluent-kafka role, what the samsa role reads or writes)
+        ("producer, per record", "produce-samsa", "produce-ck"),
+        ("producer, columnar (produce_batch)", "produce-batch-samsa", "produce-ck"),
+        ("consumer, consume()", "consume-samsa", "consume-ck"),
+        ("consumer, consume_arrow()", "consume-arrow-samsa", "consume-ck"),
+    ]
+    results: dict[str, list[dict[str, Any]]] = {}
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="samsa-bench-client-") as tmp:
+        with SamsaBroker(Path(tmp) / "data") as broker:
+            bs = broker.bootstrap
+            # Both consumers read one topic, filled once by confluent-kafka: the same bytes for both.
+            read_topic = "read"
+            create_topic(bs, read_topic)
+            fill = run_child("produce-ck", bs, read_topic, n, args.cap)
+            if fill["capped"]:
+                raise RuntimeError("could not fill the read topic")
+            seq = 0
+            for rep in range(args.repeat):
+                for _row, sr, cr in rows:
+                    order = (sr, cr) if rep % 2 == 0 else (cr, sr)
+                    for role in order:
+                        if role.startswith("produce"):
+                            seq += 1
+                            topic = f"w{seq}"
+                            create_topic(bs, topic)
+                        else:
+                            topic = read_topic
+                        key = role
+                        if key in results and results[key] and results[key][0].get("missing"):
+                            continue
+                        results.setdefault(key, []).append(
+                            run_child(role, bs, topic, n, args.cap)
+                        )
+    total = time.perf_counter() - t_start
+
+    def summary(role: str) -> tuple[float, float, bool] | str:
+        runs = results.get(role, [])
+        if runs and runs[0].get("missing"):
+            return f"n/a ({runs[0]['missing']} not built yet)"
+        rates = [r["records"] / r["seconds"] for r in runs]
+        return (statistics.median(rates), max(r["peak_rss_mb"] for r in runs),
+                any(r["capped"] for r in runs))  # fmt: skip
+
+    print(f"\nsamsa client vs confluent-kafka {_ck_version()}, one samsa broker, {n:,} records of "
+          f"100 B (8 B keys), 4 partitions, median of {args.repeat}; {os.cpu_count()} cores\n")  # fmt: skip
+    print(f"| path | samsa rec/s | samsa MB/s | samsa peak RSS | confluent-kafka rec/s "
+          f"| ck peak RSS | samsa / ck |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for row, sr, cr in rows:
+        s, c = summary(sr), summary(cr)
+        assert not isinstance(c, str)
+        if isinstance(s, str):
+            print(f"| {row} | {s} | | | {fmt_rate(c[0])} | {c[1]:.0f} MB | |")
+            continue
+        capped = " (capped)" if s[2] or c[2] else ""
+        print(f"| {row} | {fmt_rate(s[0])} | {s[0] * 100 / 1e6:.1f} | {s[1]:.0f} MB "
+              f"| {fmt_rate(c[0])} | {c[1]:.0f} MB | {s[0] / c[0]:.2f}{capped} |")  # fmt: skip
+    print(f"\n(total {total:.0f} s; each run in its own process; MB/s counts record values)")
+    return 0
+
+
+def _ck_version() -> str:
+    import confluent_kafka
+
+    return f"{confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
