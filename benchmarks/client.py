@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _brokers import SamsaBroker  # noqa: E402
+from _brokers import SamsaBroker
 
 VALUE = b"v" * 100
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="samsa-bench-client-") as tmp:
         with SamsaBroker(Path(tmp) / "data") as broker:
             bs = broker.bootstrap
-            # Both consumers read one topic, filled once by confluent-kafka: the same bytes for both.
+            # Both consumers read one topic, filled once by confluent-kafka: the same bytes.
             read_topic = "read"
             create_topic(bs, read_topic)
             fill = run_child("produce-ck", bs, read_topic, n, args.cap)
@@ -266,10 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         return (statistics.median(rates), max(r["peak_rss_mb"] for r in runs),
                 any(r["capped"] for r in runs))  # fmt: skip
 
-    print(f"\nsamsa client vs confluent-kafka {_ck_version()}, one samsa broker, {n:,} records of "
-          f"100 B (8 B keys), 4 partitions, median of {args.repeat}; {os.cpu_count()} cores\n")  # fmt: skip
-    print(f"| path | samsa rec/s | samsa MB/s | samsa peak RSS | confluent-kafka rec/s "
-          f"| ck peak RSS | samsa / ck |")  # fmt: skip
+    print(f"\nsamsa client vs confluent-kafka {_ck_version()}, one samsa broker, {n:,} "
+          f"records of 100 B (8 B keys), 4 partitions, median of {args.repeat}; "
+          f"{os.cpu_count()} cores\n")
+    print("| path | samsa rec/s | samsa MB/s | samsa peak RSS | confluent-kafka rec/s "
+          "| ck peak RSS | samsa / ck |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for row, sr, cr in rows:
         s, c = summary(sr), summary(cr)
