@@ -9,7 +9,7 @@ Two producers write while the broker is killed and restarted on the same port an
 
 Afterwards every acknowledged record is in the log exactly once, in production order, at the
 offset its acknowledgement reported; and after one more restart the broker still recognises the
-raw producer's last 5 batches as duplicates (rule 6 and 13 of kafka-semantics.md): original
+raw producer's last 5 batches as duplicates (rules 6 and 13 of docs/semantics.md): original
 offsets, nothing written.
 """
 

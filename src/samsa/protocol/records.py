@@ -175,7 +175,7 @@ def validate_produce_batch(data: bytes | memoryview) -> RecordBatchView:
 
     Raises :class:`InvalidBatchError` with CORRUPT_MESSAGE for bytes that do not form an
     intact batch (bad length, bad CRC) and INVALID_RECORD for an intact batch that breaks
-    the rules (Kafka's LogValidator and rule 1 of kafka-semantics.md).
+    the rules (Kafka's LogValidator and rule 1 of docs/semantics.md).
     """
     if len(data) < HEADER_SIZE:
         raise InvalidBatchError(ErrorCode.CORRUPT_MESSAGE, "records shorter than a batch header")

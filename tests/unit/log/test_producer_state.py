@@ -1,4 +1,4 @@
-"""Unit tests for samsa.log.producer_state: one or more per rule of kafka-semantics.md."""
+"""Unit tests for samsa.log.producer_state: one or more per rule of docs/semantics.md."""
 
 from __future__ import annotations
 
