@@ -2,11 +2,21 @@
 
 Handlers (``broker/handlers/``) translate requests into calls on :class:`Broker`;
 ``broker/server.py`` owns the sockets.
+
+Storage failures. An OS error while serving a request is that partition's or topic's
+KAFKA_STORAGE_ERROR (the coordinators answer COORDINATOR_NOT_AVAILABLE, as Kafka maps storage
+errors of its internal topics). A failed fsync is different: the kernel may have dropped the
+pages it could not write and cleared the error, so a later fsync that succeeds proves
+nothing. As Kafka's LogDirFailureChannel does, the data directory then goes offline: nothing
+is fsynced or served from it again (KAFKA_STORAGE_ERROR), and since it is this broker's only
+log directory, the broker stops, as Kafka halts when its last log directory fails; the logs
+are closed without writing anything, so the next start recovers them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -33,11 +43,19 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class StartupError(Exception):
+    """The broker cannot start (its data directory is unusable); the message says why."""
+
+
+class ShutdownError(Exception):
+    """The broker stopped, but could not write everything it should have."""
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
-        self.config = config
+        self.config = config.validate()
         self.data_dir = config.data_dir
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_data_dir(self.data_dir)
         self.cluster_id = config.cluster_id or _load_cluster_id(self.data_dir, config.broker_id)
         self.log_config = LogConfig(
             segment_bytes=config.log_segment_bytes,
@@ -50,7 +68,11 @@ class Broker:
         )
         self.topics = TopicManager(self.data_dir, self.log_config)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
-        self.flusher = Flusher()
+        self.flusher = Flusher(on_failure=self._flush_failed)
+        # Why the data directory went offline (see the module docstring); None while serving.
+        self.offline: str | None = None
+        # Called with the reason when the data directory goes offline (serve() stops).
+        self.offline_listeners: list[Callable[[str], None]] = []
         # Called as (topic, partition, producer id, committed) after each marker is written.
         self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -104,12 +126,53 @@ class Broker:
                     p.log.apply_retention(now)
 
     def close(self) -> None:
+        """Stop the tasks and close every log. Raises ShutdownError, after closing all it
+        can, if the data directory was offline or some log could not be closed cleanly."""
         for task in self._tasks:
             task.cancel()
         self.transactions.close()
         self.groups.close()
-        self.topics.close(now_ms())
+        if self.offline is not None:
+            self.topics.abandon()
+            raise ShutdownError(
+                f"log directory {self.data_dir} went offline ({self.offline}); "
+                "stopped without writing to it, the next start recovers its logs"
+            )
+        failures = self.topics.close(now_ms())
+        if failures:
+            first = failures[0][1]
+            names = ", ".join(f"{p.topic}-{p.index}" for p, _ in failures)
+            log.error(
+                "could not close %d of %d partitions cleanly (%s): %s; "
+                "the next start recovers them",
+                len(failures),
+                sum(len(t.partitions) for t in self.topics.topics.values()),
+                first.strerror or first,
+                names,
+            )
+            raise ShutdownError(
+                f"{len(failures)} partitions in {self.data_dir} could not be closed cleanly "
+                f"({first.strerror or first})"
+            )
         log.info("broker closed: logs flushed, producer-state snapshots written")
+
+    def _flush_failed(self, exc: BaseException) -> None:
+        self.mark_offline(f"fsync failed: {exc}")
+
+    def mark_offline(self, reason: str) -> None:
+        """Stop serving the data directory for good (see the module docstring)."""
+        if self.offline is not None:
+            return
+        self.offline = reason
+        self.topics.offline = reason
+        log.critical(
+            "log directory %s is offline (%s): its partitions are no longer served; "
+            "stopping the broker, as Kafka does when its last log directory fails",
+            self.data_dir,
+            reason,
+        )
+        for listener in list(self.offline_listeners):
+            listener(reason)
 
     # --- topics -----------------------------------------------------------------------
 
@@ -120,6 +183,8 @@ class Broker:
     def partition_or_error(
         self, topic: str, index: int, *, auto_create: bool = False
     ) -> Partition | ErrorCode:
+        if self.offline is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         p = self.topics.get_partition(topic, index)
         if p is not None:
             return p
@@ -171,7 +236,9 @@ class Broker:
     def needs_flush(self, plog: Log) -> bool:
         return plog.unflushed_messages >= self.config.log_flush_interval_messages
 
-    def flush(self, plog: Log) -> asyncio.Future[None]:
+    def flush(self, plog: Log) -> asyncio.Future[BaseException | None]:
+        """Completes once ``plog`` is fsynced: with None, or with the failure (the data
+        directory is then offline)."""
         return self.flusher.flush(plog)
 
 
@@ -209,18 +276,45 @@ async def _every(interval_ms: int, action: Callable[[], None]) -> None:
             log.exception("periodic %s failed", getattr(action, "__name__", action))
 
 
+def _prepare_data_dir(path: Path) -> None:
+    """Create the data directory if needed and check that files can be created in it, so an
+    unusable one stops the start with one clear line rather than failing requests later."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if path.exists() and not path.is_dir():
+            raise StartupError(f"data directory {path} is not a directory") from None
+        raise StartupError(f"cannot create data directory {path}: {_reason(exc)}") from None
+    probe = path / ".samsa-write-probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        probe.unlink()
+    except OSError as exc:
+        raise StartupError(f"data directory {path} is not writable: {_reason(exc)}") from None
+
+
+def _reason(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def _load_cluster_id(data_dir: Path, broker_id: int) -> str:
     """Kafka keeps the cluster id in ``meta.properties``; so do we (created at first start)."""
     path = data_dir / "meta.properties"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "cluster.id":
-                return value.strip()
-    cluster_id = _random_cluster_id()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={broker_id}\n")
-    os.replace(tmp, path)
+    try:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "cluster.id":
+                    return value.strip()
+        cluster_id = _random_cluster_id()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={broker_id}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            path.with_suffix(".tmp").unlink()
+        raise StartupError(f"cannot write {path}: {_reason(exc)}") from None
     return cluster_id
 
 

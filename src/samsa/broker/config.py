@@ -6,10 +6,13 @@ Kafka's ``server.properties``; command-line flags override it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+INT_MAX = 2**31 - 1  # Kafka's INT settings are 32-bit
+LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
 
 # Kafka name -> attribute name
@@ -54,6 +57,79 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Range:
+    """The valid values of an integer setting: Kafka's ConfigDef type (INT is 32-bit, LONG
+    64-bit) and validator (``atLeast``/``between``)."""
+
+    low: int
+    high: int = INT_MAX
+    # Any negative value means "no limit" (Kafka reads log.retention.ms < 0 as -1).
+    negative_is_unlimited: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{value!r} is not an integer"
+        if self.negative_is_unlimited and value < 0:
+            return None
+        if self.low <= value <= self.high:
+            return None
+        if self.high not in (INT_MAX, LONG_MAX):
+            allowed = f"between {self.low} and {self.high}"
+        elif value > self.high:
+            bits = 32 if self.high == INT_MAX else 64
+            return f"must be at most {self.high} (a {bits}-bit integer), got {value}"
+        else:
+            allowed = f"at least {self.low}"
+        if self.negative_is_unlimited:
+            allowed = f"-1 (no limit) or {allowed}"
+        return f"must be {allowed}, got {value}"
+
+
+# Attribute -> valid values, from Kafka's config definitions (Kafka 4.x). Every integer
+# setting has an entry (a unit test checks), so a new setting slots in with one line.
+_RANGES: dict[str, Range] = {
+    "port": Range(0, 65535),  # 0: pick a free port
+    "advertised_port": Range(0, 65535),  # None or 0: the listen port
+    "broker_id": Range(0),  # KRaft requires node.id >= 0
+    "num_partitions": Range(1),
+    "default_replication_factor": Range(1),  # Kafka: no validator; below 1 means nothing
+    # Kafka 4 (KIP-1030): atLeast(1024 * 1024); smaller values roll a segment per batch.
+    "log_segment_bytes": Range(1024 * 1024),
+    "log_index_interval_bytes": Range(0),
+    "producer_id_expiration_ms": Range(1),
+    "producer_id_expiration_check_interval_ms": Range(1),
+    "log_flush_interval_messages": Range(1, LONG_MAX),
+    "message_max_bytes": Range(0),
+    "socket_request_max_bytes": Range(1),
+    # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
+    "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
+    "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
+    "log_retention_check_interval_ms": Range(1, LONG_MAX),
+    "offsets_topic_num_partitions": Range(1),
+    # The three classic-group timeouts have no validator in Kafka; negatives mean nothing.
+    "group_initial_rebalance_delay_ms": Range(0),
+    "group_min_session_timeout_ms": Range(0),
+    "group_max_session_timeout_ms": Range(0),
+    "offsets_retention_minutes": Range(1),
+    "offsets_retention_check_interval_ms": Range(1, LONG_MAX),
+    "transaction_state_log_num_partitions": Range(1),
+    "transaction_max_timeout_ms": Range(1),
+    "transactional_id_expiration_ms": Range(1),
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms": Range(1),
+    "transaction_remove_expired_transaction_cleanup_interval_ms": Range(1),
+}
+
+# Names for settings that have no Kafka property of their own.
+_DISPLAY_NAMES = {"port": "listener port", "advertised_port": "advertised listener port"}
+
+
+def setting_name(attr: str) -> str:
+    """The name a user knows a setting by (its Kafka names, e.g. ``broker.id/node.id``)."""
+    names = [k for k, a in _KAFKA_NAMES.items() if a == attr]
+    return "/".join(names) if names else _DISPLAY_NAMES.get(attr, attr)
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     data_dir: Path = Path("./samsa-data")
     host: str = "127.0.0.1"
@@ -91,6 +167,19 @@ class BrokerConfig:
     def advertised(self) -> tuple[str, int]:
         return (self.advertised_host or self.host, self.advertised_port or self.port)
 
+    def validate(self) -> BrokerConfig:
+        """Check every setting against Kafka's documented range; ConfigError names the first
+        bad one, its value and what is allowed."""
+        for f in fields(self):
+            bound = _RANGES.get(f.name)
+            value = getattr(self, f.name)
+            if bound is None or value is None:
+                continue
+            problem = bound.problem(value)
+            if problem is not None:
+                raise ConfigError(f"{setting_name(f.name)} {problem}")
+        return self
+
     def with_overrides(self, **overrides: Any) -> BrokerConfig:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
@@ -125,12 +214,21 @@ def _convert(key: str, raw: str, type_name: str) -> Any:
                 raise ValueError(raw)
             return raw.lower() == "true"
         if "Path" in type_name:
-            return Path(raw.split(",")[0])
+            dirs = [d.strip() for d in raw.split(",") if d.strip()]
+            if len(dirs) != 1:
+                raise ConfigError(f"{key}: exactly one data directory is supported, got {raw!r}")
+            return Path(dirs[0])
         if "int" in type_name:
+            # Java's parseInt/parseLong syntax: no '_' separators, no 0x prefix.
+            if not _INTEGER.match(raw):
+                raise ValueError(raw)
             return int(raw)
     except ValueError:
         raise ConfigError(f"{key}: {raw!r} is not a valid {type_name}") from None
     return raw
+
+
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
 def parse_properties(text: str) -> dict[str, str]:

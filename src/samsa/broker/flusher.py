@@ -6,12 +6,18 @@ request that needs a flush registers its log and waits on the current round's fu
 round runs in a worker thread (the event loop keeps appending meanwhile) and fsyncs each
 dirty log once; requests arriving during a round join the next one. So N concurrent
 producers share one fsync per log per round.
+
+A round that fails is never retried: after a failed fsync the kernel may have dropped the
+dirty pages and cleared the error, so a later fsync that succeeds would prove nothing. The
+failure is reported once (``on_failure``; the broker takes the data directory offline) and
+every waiting and later flush completes with it instead of fsyncing again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from samsa.log.log import Log
 
@@ -19,14 +25,21 @@ log = logging.getLogger("samsa.flusher")
 
 
 class Flusher:
-    def __init__(self) -> None:
+    def __init__(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._dirty: set[Log] = set()
-        self._next: asyncio.Future[None] | None = None
+        self._next: asyncio.Future[BaseException | None] | None = None
         self._running = False
+        self._on_failure = on_failure
+        self.failure: BaseException | None = None  # the first failed round's error
         self.rounds = 0  # fsync rounds run, for tests and benchmarks
 
-    def flush(self, dirty_log: Log) -> asyncio.Future[None]:
-        """A future that completes once ``dirty_log``'s data appended so far is on disk."""
+    def flush(self, dirty_log: Log) -> asyncio.Future[BaseException | None]:
+        """A future that completes once ``dirty_log``'s data appended so far is on disk: with
+        None, or with the error if that could not be done."""
+        if self.failure is not None:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(self.failure)
+            return done
         self._dirty.add(dirty_log)
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
@@ -43,21 +56,28 @@ class Flusher:
         task = asyncio.get_running_loop().create_task(self._run(logs, fut))
         task.add_done_callback(lambda _t: None)
 
-    async def _run(self, logs: set[Log], fut: asyncio.Future[None]) -> None:
+    async def _run(self, logs: set[Log], fut: asyncio.Future[BaseException | None]) -> None:
+        outcome: BaseException | None = None
         try:
             await asyncio.to_thread(_flush_all, logs)
         except Exception as exc:
-            log.exception("fsync failed")
-            if not fut.done():
-                fut.set_exception(exc)
-        else:
-            if not fut.done():
-                fut.set_result(None)
+            outcome = self.failure = exc
+            log.error("fsync failed, never to be retried: %s", exc)
         finally:
             self.rounds += 1
             self._running = False
-            if self._dirty:
-                self._start_round()
+        if not fut.done():
+            fut.set_result(outcome)
+        if self.failure is not None:
+            # Those waiting for the next round get the failure, not a round.
+            pending, self._next = self._next, None
+            self._dirty.clear()
+            if pending is not None and not pending.done():
+                pending.set_result(self.failure)
+            if outcome is not None and self._on_failure is not None:
+                self._on_failure(outcome)
+        elif self._dirty:
+            self._start_round()
 
 
 def _flush_all(logs: set[Log]) -> None:

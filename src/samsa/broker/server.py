@@ -238,6 +238,9 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # The data directory went offline (a failed fsync): stop, as Kafka halts when its last
+    # log directory fails; Broker.close then raises ShutdownError (exit status 1).
+    server.broker.offline_listeners.append(lambda _reason: stop.set())
     host, port = server.broker.config.advertised
     log.info(
         "samsa broker ready on %s:%d (advertised %s:%d, data dir %s, cluster %s)",

@@ -3,12 +3,23 @@
 Each partition is a directory ``<topic>-<partition>`` under the data directory holding its
 segments, like Kafka. Each also holds ``partition.metadata`` with the topic id, again like
 Kafka, so that topic ids survive restarts without a separate catalogue.
+
+A topic appears whole or not at all. Creation builds every partition directory (with its
+``partition.metadata``) in a staging directory ``<topic id>.creating``, then renames them
+into place, the highest partition first: an interrupted creation never leaves a partition 0
+without the rest, and the staging directory says what to remove at the next start. Deletion
+renames every partition away (``<dir>.<hex>-delete``) before removing anything, and leftovers
+of either are removed at start, with a log line. An OS error in either is a
+KAFKA_STORAGE_ERROR for that topic, with nothing left half done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
+import os
 import re
 import shutil
 import uuid
@@ -16,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from samsa.log.durable import fsync_dir
 from samsa.log.log import Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 
@@ -23,6 +35,8 @@ log = logging.getLogger("samsa.topics")
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_CREATING = re.compile(r"^(?P<topic_id>[0-9a-f]{32})\.creating$")
+_DELETING = re.compile(r"^.+\.[0-9a-f]{32}-delete$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -76,9 +90,12 @@ class TopicManager:
         self.log_config = log_config
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        # Why the data directory went offline (a failed fsync); None while it serves.
+        self.offline: str | None = None
 
     def load(self, now_ms: int) -> None:
         """Open every partition found in the data directory (recovering each log)."""
+        self._remove_leftovers()
         found: dict[str, dict[int, Path]] = {}
         for entry in sorted(self.data_dir.iterdir()):
             m = _PARTITION_DIR.match(entry.name)
@@ -106,6 +123,8 @@ class TopicManager:
         self.topics_by_id[topic.topic_id] = topic
 
     def get_partition(self, topic: str, partition: int) -> Partition | None:
+        if self.offline is not None:
+            return None  # nothing is served from an offline directory
         t = self.topics.get(topic)
         if t is None or not 0 <= partition < len(t.partitions):
             return None
@@ -120,39 +139,136 @@ class TopicManager:
                 ErrorCode.INVALID_PARTITIONS,
                 f"number of partitions must be >= 1, got {num_partitions}",
             )
+        self._check_online()
         topic_id = uuid.uuid4()
-        partitions = []
-        for i in range(num_partitions):
-            directory = self.data_dir / f"{name}-{i}"
-            directory.mkdir(parents=True, exist_ok=False)
-            _write_topic_id(directory, topic_id)
-            partitions.append(Partition(name, i, Log.open(directory, self.log_config, now_ms)))
-        topic = Topic(name, topic_id, partitions)
+        staging = self.data_dir / f"{topic_id.hex}.creating"
+        final = [self.data_dir / f"{name}-{i}" for i in range(num_partitions)]
+        opened: list[Log] = []
+        try:
+            for directory in final:
+                if directory.exists():  # a directory the loader skipped: never merge into it
+                    raise FileExistsError(errno.EEXIST, "already exists", str(directory))
+            staging.mkdir()
+            for directory in final:
+                (staging / directory.name).mkdir()
+                _write_topic_id(staging / directory.name, topic_id)
+            for directory in reversed(final):  # partition 0 last: see the module docstring
+                os.rename(staging / directory.name, directory)
+            fsync_dir(self.data_dir)
+            staging.rmdir()
+            for directory in final:
+                opened.append(Log.open(directory, self.log_config, now_ms))
+        except OSError as exc:
+            for plog in opened:
+                _close_files(plog)
+            self._undo_create(staging, final, topic_id)
+            log.error("cannot create topic %s in %s: %s", name, self.data_dir, exc)
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot create topic {name!r}: {_describe(exc)}",
+            ) from None
+        topic = Topic(name, topic_id, [Partition(name, i, plog) for i, plog in enumerate(opened)])
         self._add(topic)
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
 
+    def _undo_create(self, staging: Path, final: list[Path], topic_id: uuid.UUID) -> None:
+        """Remove whatever a failed creation made: the staging directory and the partitions
+        already renamed into place (those holding this topic id)."""
+        for directory in final:
+            if directory.is_dir() and _read_topic_id(directory) == topic_id:
+                try:
+                    _remove_dir(directory)
+                except OSError as exc:  # the start-up cleanup cannot match it: say so
+                    log.error("cannot remove %s of a failed creation: %s", directory, exc)
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def _remove_leftovers(self) -> None:
+        """Finish what a crash interrupted: remove half-created and half-deleted topics."""
+        for entry in sorted(self.data_dir.iterdir()):
+            m = _CREATING.match(entry.name)
+            if m is not None and entry.is_dir():
+                topic_id = uuid.UUID(hex=m["topic_id"])
+                names = sorted(p.name for p in entry.iterdir())
+                moved = [
+                    d
+                    for d in self.data_dir.iterdir()
+                    if d.is_dir() and _PARTITION_DIR.match(d.name) and _read_topic_id(d) == topic_id
+                ]
+                for d in moved:
+                    _remove_dir(d)
+                shutil.rmtree(entry)
+                log.warning(
+                    "removed an interrupted topic creation %s: %d partition directories "
+                    "(staged: %s; renamed into place: %s)",
+                    entry,
+                    len(names) + len(moved),
+                    ", ".join(names) or "none",
+                    ", ".join(d.name for d in moved) or "none",
+                )
+            elif _DELETING.match(entry.name) and entry.is_dir():
+                shutil.rmtree(entry)
+                log.warning("removed %s, left by an interrupted topic deletion", entry)
+
     def delete(self, name: str) -> None:
-        topic = self.topics.pop(name, None)
+        topic = self.topics.get(name)
         if topic is None:
             raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        self._check_online()
+        # Rename every partition first, so a crash or an error never leaves half a topic.
+        moved: list[tuple[Path, Path]] = []
+        try:
+            for p in topic.partitions:
+                directory = p.log.directory
+                doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+                os.rename(directory, doomed)
+                moved.append((directory, doomed))
+        except OSError as exc:
+            for directory, doomed in reversed(moved):
+                with contextlib.suppress(OSError):
+                    os.rename(doomed, directory)
+            log.error("cannot delete topic %s: %s", name, exc)
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete topic {name!r}: {_describe(exc)}"
+            ) from None
+        del self.topics[name]
         self.topics_by_id.pop(topic.topic_id, None)
-        for p in topic.partitions:
-            # Rename first so a crash mid-delete never leaves a half topic that reloads.
-            doomed = p.log.directory.with_name(f"{p.log.directory.name}.{uuid.uuid4().hex}-delete")
-            p.log.close(0)
-            p.log.directory.rename(doomed)
+        for p, (_directory, doomed) in zip(topic.partitions, moved, strict=True):
+            _close_files(p.log)  # nothing of a deleted topic needs flushing
             shutil.rmtree(doomed, ignore_errors=True)
             p.notify()
+        with contextlib.suppress(OSError):
+            fsync_dir(self.data_dir)
         log.info("deleted topic %s", name)
+
+    def _check_online(self) -> None:
+        if self.offline is not None:
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"log directory {self.data_dir} is offline: {self.offline}",
+            )
 
     def partitions(self) -> Iterator[Partition]:
         for t in self.topics.values():
             yield from t.partitions
 
-    def close(self, now_ms: int) -> None:
+    def close(self, now_ms: int) -> list[tuple[Partition, OSError]]:
+        """Close every partition cleanly (flush, snapshot, clean-shutdown marker); the ones
+        that failed are returned, with their files closed all the same."""
+        failures: list[tuple[Partition, OSError]] = []
         for p in self.partitions():
-            p.log.close(now_ms)
+            try:
+                p.log.close(now_ms)
+            except OSError as exc:
+                failures.append((p, exc))
+                _close_files(p.log)
+        return failures
+
+    def abandon(self) -> None:
+        """Close every partition's files without writing anything (an offline directory):
+        no clean-shutdown marker, so the next start recovers each log."""
+        for p in self.partitions():
+            _close_files(p.log)
 
 
 def _read_topic_id(directory: Path) -> uuid.UUID | None:
@@ -168,3 +284,23 @@ def _read_topic_id(directory: Path) -> uuid.UUID | None:
 
 def _write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
     (directory / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
+
+
+def _close_files(plog: Log) -> None:
+    """Close a log's segment files, writing nothing."""
+    for seg in plog.segments:
+        with contextlib.suppress(OSError):
+            seg.close()
+
+
+def _remove_dir(directory: Path) -> None:
+    """Rename away, then remove: a crash in between leaves a ``-delete`` leftover, never a
+    partition directory with some of its files."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+    os.rename(directory, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _describe(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"

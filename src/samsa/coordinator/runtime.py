@@ -144,8 +144,8 @@ class GroupCoordinatorRuntime:
             by_partition.setdefault(self.coordinator.partition_for(rec.group_id), []).append(rec)
         try:
             self.ensure_topic()
-        except TopicError:
-            log.exception("cannot create %s", OFFSETS_TOPIC)
+        except TopicError as exc:  # e.g. a full disk: created whole on a later try
+            log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
             self.coordinator.store_failed(records, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         worst = ErrorCode.NONE

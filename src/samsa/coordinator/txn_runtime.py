@@ -184,8 +184,8 @@ class TransactionCoordinatorRuntime:
         coord = self.coordinator
         try:
             self.ensure_topic()
-        except TopicError:
-            log.exception("cannot create %s", TXN_TOPIC)
+        except TopicError as exc:  # e.g. a full disk: created whole on a later try
+            log.error("cannot create %s: %s", TXN_TOPIC, exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         by_partition: dict[int, list[TxnRecord]] = {}
         for rec in records:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from samsa.broker.topics import Partition
 
 READ_COMMITTED = 1
+
+log = logging.getLogger("samsa.fetch")
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
@@ -72,6 +75,10 @@ def _read_all(
         else:
             name, missing = topic.topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for req in topic.partitions:
+            if broker.offline is not None:
+                out.append(FetchPartitionResult(req.partition, ErrorCode.KAFKA_STORAGE_ERROR))
+                errors = True
+                continue
             partition = None if name is None else broker.topics.get_partition(name, req.partition)
             if partition is None:
                 out.append(FetchPartitionResult(req.partition, missing))
@@ -97,6 +104,11 @@ def _read_all(
                         plog.log_start_offset,
                     )
                 )
+                errors = True
+                continue
+            except OSError as exc:
+                log.error("cannot read %s at offset %d: %s", plog.directory, req.fetch_offset, exc)
+                out.append(FetchPartitionResult(req.partition, ErrorCode.KAFKA_STORAGE_ERROR))
                 errors = True
                 continue
             total += read.size

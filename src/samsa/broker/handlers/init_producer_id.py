@@ -7,6 +7,7 @@ transactional id the transaction coordinator answers (epoch bump, fencing, KIP-3
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
@@ -17,14 +18,21 @@ if TYPE_CHECKING:
     from samsa.broker.broker import Broker
 
 K = ApiKey.INIT_PRODUCER_ID
+log = logging.getLogger("samsa.init_producer_id")
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
-    if request.transactional_id is not None:
-        code, pid, epoch = _transactional(broker, request)
-    else:
-        code, pid, epoch = ErrorCode.NONE, broker.producer_ids.allocate(), 0
+    try:
+        if request.transactional_id is not None:
+            code, pid, epoch = _transactional(broker, request)
+        else:
+            code, pid, epoch = ErrorCode.NONE, broker.producer_ids.allocate(), 0
+    except OSError as exc:
+        # A block of producer ids could not be reserved durably (nothing else changed).
+        # Clients retry COORDINATOR_NOT_AVAILABLE; KAFKA_STORAGE_ERROR would be fatal here.
+        log.error("cannot reserve producer ids: %s", exc)
+        code, pid, epoch = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
     return encode_response(
         K,
         v,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from samsa.broker.broker import Broker
 
 K = ApiKey.LIST_OFFSETS
+log = logging.getLogger("samsa.list_offsets")
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -28,9 +30,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     for topic in request.topics:
         parts = []
         for req in topic.partitions:
-            code, ts, offset = _lookup(
-                broker, topic.name, req.partition_index, req.timestamp, read_committed
-            )
+            try:
+                code, ts, offset = _lookup(
+                    broker, topic.name, req.partition_index, req.timestamp, read_committed
+                )
+            except OSError as exc:  # an index that cannot be read
+                log.error("ListOffsets of %s-%d: %s", topic.name, req.partition_index, exc)
+                code, ts, offset = ErrorCode.KAFKA_STORAGE_ERROR, -1, -1
             parts.append(
                 make(
                     K,
@@ -54,6 +60,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
 def _lookup(
     broker: Broker, topic: str, index: int, timestamp: int, read_committed: bool
 ) -> tuple[ErrorCode, int, int]:
+    if broker.offline is not None:
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1
     partition = broker.topics.get_partition(topic, index)
     if partition is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1

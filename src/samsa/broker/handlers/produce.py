@@ -23,27 +23,49 @@ if TYPE_CHECKING:
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     to_flush: set[Log] = set()
-    results = []
+    results: list[tuple[str, list[ProducePartitionResult]]] = []
+    flushed: list[tuple[int, int, Log]] = []  # (topic, partition) positions awaiting a flush
     for topic in request.topic_data:
         partitions = []
         for pdata in topic.partition_data:
-            partitions.append(
-                _append_one(broker, topic.name, pdata, to_flush, request.transactional_id)
-            )
+            result = _append_one(broker, topic.name, pdata, to_flush, request.transactional_id)
+            if result.error_code == ErrorCode.NONE and to_flush:
+                part = broker.topics.get_partition(topic.name, pdata.index)
+                if part is not None and part.log in to_flush:
+                    flushed.append((len(results), len(partitions), part.log))
+            partitions.append(result)
         results.append((topic.name, partitions))
     if request.acks == 0:
         for plog in to_flush:
-            broker.flush(plog)
+            broker.flush(plog)  # a failure takes the data directory offline; nobody to tell
         return None
-    body = encode_produce_response(ctx.version, results)
     if not to_flush:
-        return body
-    return _after_flush(broker, to_flush, body)
+        return encode_produce_response(ctx.version, results)
+    return _after_flush(broker, ctx.version, to_flush, results, flushed)
 
 
-async def _after_flush(broker: Broker, logs: set[Log], body: bytes) -> bytes:
-    await asyncio.gather(*(broker.flush(plog) for plog in logs))
-    return body
+async def _after_flush(
+    broker: Broker,
+    version: int,
+    logs: set[Log],
+    results: list[tuple[str, list[ProducePartitionResult]]],
+    flushed: list[tuple[int, int, Log]],
+) -> bytes:
+    order = list(logs)
+    outcomes = await asyncio.gather(*(broker.flush(plog) for plog in order))
+    failed = {plog: exc for plog, exc in zip(order, outcomes, strict=True) if exc is not None}
+    for t, p, plog in flushed:
+        exc = failed.get(plog)
+        if exc is not None:
+            # Appended but not known to be on disk: the client must not count it as written.
+            ok = results[t][1][p]
+            results[t][1][p] = ProducePartitionResult(
+                ok.index,
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                log_start_offset=ok.log_start_offset,
+                error_message=f"fsync failed: {exc}",
+            )
+    return encode_produce_response(version, results)
 
 
 def _append_one(
