@@ -208,16 +208,16 @@ class BrokerConfig:
 
 def _convert(key: str, raw: str, type_name: str) -> Any:
     raw = raw.strip()
+    if "Path" in type_name:
+        dirs = [d.strip() for d in raw.split(",") if d.strip()]
+        if len(dirs) != 1:
+            raise ConfigError(f"{key}: exactly one data directory is supported, got {raw!r}")
+        return Path(dirs[0])
     try:
         if "bool" in type_name:
             if raw.lower() not in ("true", "false"):
                 raise ValueError(raw)
             return raw.lower() == "true"
-        if "Path" in type_name:
-            dirs = [d.strip() for d in raw.split(",") if d.strip()]
-            if len(dirs) != 1:
-                raise ConfigError(f"{key}: exactly one data directory is supported, got {raw!r}")
-            return Path(dirs[0])
         if "int" in type_name:
             # Java's parseInt/parseLong syntax: no '_' separators, no 0x prefix.
             if not _INTEGER.match(raw):

@@ -179,8 +179,8 @@ class TopicManager:
             if directory.is_dir() and _read_topic_id(directory) == topic_id:
                 try:
                     _remove_dir(directory)
-                except OSError as exc:  # the start-up cleanup cannot match it: say so
-                    log.error("cannot remove %s of a failed creation: %s", directory, exc)
+                except OSError:
+                    shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
 
     def _remove_leftovers(self) -> None:
@@ -190,11 +190,11 @@ class TopicManager:
             if m is not None and entry.is_dir():
                 topic_id = uuid.UUID(hex=m["topic_id"])
                 names = sorted(p.name for p in entry.iterdir())
-                moved = [
+                moved = sorted(
                     d
                     for d in self.data_dir.iterdir()
                     if d.is_dir() and _PARTITION_DIR.match(d.name) and _read_topic_id(d) == topic_id
-                ]
+                )
                 for d in moved:
                     _remove_dir(d)
                 shutil.rmtree(entry)
