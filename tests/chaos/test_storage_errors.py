@@ -342,3 +342,71 @@ def test_leftovers_of_interrupted_creation_and_deletion_are_removed_at_start(
     assert any("interrupted topic creation" in m and "half-2, half-3" in m for m in messages)
     assert any("interrupted topic deletion" in m for m in messages)
     loaded.close(0)
+
+
+def test_deletion_failing_midway_keeps_the_whole_topic(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    topics = TopicManager(tmp_path, LogConfig())
+    topics.create("d", 3, 0)
+    real_rename = os.rename
+    calls: list[str] = []
+
+    def rename(src: Any, dst: Any) -> None:
+        calls.append(str(src))
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error", str(src))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(TopicError) as caught:
+        topics.delete("d")
+    assert caught.value.code == STORAGE
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d-0", "d-1", "d-2"]
+    assert len(topics.topics["d"].partitions) == 3
+    topics.delete("d")
+    assert list(tmp_path.iterdir()) == [] and "d" not in topics.topics
+    topics.close(0)
+
+
+def test_read_errors_are_storage_errors_per_partition(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def unreadable(self: Log, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error (injected by the test)")
+
+    with (
+        ThreadedBroker(BrokerConfig(data_dir=tmp_path, port=0)) as tb,
+        BlockingConnection("127.0.0.1", tb.server.port, timeout=10) as conn,
+    ):
+        assert create_topic(conn, "r") == 0
+        assert produce_one(conn, "r", 0, idempotent_batch(-1, -1, -1)) == (0, 0)
+        monkeypatch.setattr(Log, "read", unreadable)
+        monkeypatch.setattr(Log, "offset_for_timestamp", unreadable)
+        assert high_watermark(conn, "r") == (STORAGE, -1)
+        req = make_request(
+            ApiKey.LIST_OFFSETS,
+            7,
+            "ListOffsetsRequest",
+            replica_id=-1,
+            isolation_level=0,
+            topics=(
+                make_request(
+                    ApiKey.LIST_OFFSETS,
+                    7,
+                    "ListOffsetsTopic",
+                    name="r",
+                    partitions=(
+                        make_request(
+                            ApiKey.LIST_OFFSETS,
+                            7,
+                            "ListOffsetsPartition",
+                            partition_index=0,
+                            current_leader_epoch=-1,
+                            timestamp=0,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        resp = conn.request(ApiKey.LIST_OFFSETS, 7, req)
+        assert int(resp.topics[0].partitions[0].error_code) == STORAGE
+        monkeypatch.undo()
+        assert high_watermark(conn, "r") == (0, 1)  # same connection, still served
