@@ -267,3 +267,35 @@ def test_index_whose_first_or_last_entry_is_off_is_rebuilt_at_load(
             assert index.read_bytes() == good
         finally:
             lg.close(NOW)
+
+
+# -- whole-partition replay ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [8 * 1024 * 1024, 500], ids=["chunked", "batch-per-read"])
+def test_verified_batches_skip_damage_and_say_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr("samsa.log.segment.RECOVER_CHUNK", chunk)
+    directory = tmp_path / "t-0"
+    lg = Log.open(directory, SMALL, NOW)
+    fill(lg, 15)  # segments at 0, 50, 100
+    lg.close(NOW)
+    first, second, _ = lg.segments
+    flip(first.path, batch_positions(first)[1] + 300)  # offsets 10-19 fail their CRC
+    flip(second.path, batch_positions(second)[2] + 16, 0x07)  # no magic: 70-99 unreadable
+    lg = Log.open(directory, SMALL, NOW)
+    try:
+        damage: list[str] = []
+        seen = []
+        for view in lg.verified_batches(damage.append):
+            seen.append((view.base_offset, len(damage)))
+            assert view.pos + view.size <= len(view.buf) and view.crc_is_valid()  # whole
+        # In order: each batch with the number of damage reports before it.
+        assert seen == [(0, 0), (20, 1), (30, 1), (40, 1), (50, 1), (60, 1)] + [
+            (o, 2) for o in range(100, 150, 10)
+        ]
+        assert "offsets 10-19) fails its CRC-32C check" in damage[0]
+        assert f"no batch header at byte {batch_positions(second)[2]}" in damage[1]
+    finally:
+        lg.close(NOW)
