@@ -17,6 +17,7 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from conftest import BrokerProcess
@@ -173,6 +174,21 @@ def test_init_producer_id_never_returns_another_producers_id(
     with _conn(b.port) as conn:
         pid, _ = _init(conn, "b")
         assert pid != a[0]
+
+
+def test_a_damaged_producer_id_block_is_refused_not_reused(
+    broker_factory: type[BrokerProcess],
+) -> None:
+    b = broker_factory().start()
+    with _conn(b.port) as conn:
+        assert init_producer_id(conn)[:2] == (0, 0)
+    b.stop()
+    ids = b.data_dir / "producer-ids"
+    text = ids.read_bytes()
+    assert text.startswith(b"1000 ")
+    ids.write_bytes(b"0" + text[1:])  # one bit: the next block would start at 0 again
+    with pytest.raises(RuntimeError, match="producer-ids is corrupt"):
+        b.start()
 
 
 # -- user partitions ----------------------------------------------------------------------------
