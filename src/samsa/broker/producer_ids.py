@@ -4,11 +4,18 @@ Ids are taken in blocks (Kafka's controller hands out blocks of 1000 the same wa
 the first id of a block is used, the block's end is written to ``producer-ids`` and
 fsynced, so after any crash the allocator resumes past every id it may have handed out.
 A crash wastes at most the rest of one block, which is fine: 2**63 ids.
+
+The file carries a CRC-32C of the number (``<end> <crc hex>``): one flipped digit would
+otherwise turn it into a smaller valid number and hand out ids again. A file that fails the
+check (or does not parse) stops the broker with an error rather than guess; a file of the
+number alone (written before the checksum) is read as it is.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import crc32c
 
 from samsa.log.durable import write_durably
 
@@ -24,14 +31,18 @@ class ProducerIdAllocator:
 
     def _read_reserved_end(self) -> int:
         try:
-            text = self._path.read_text().strip()
+            text = self._path.read_bytes().decode("ascii", "replace").strip()
         except FileNotFoundError:
             return 0
+        number, _, checksum = text.partition(" ")
         try:
-            value = int(text)
-        except ValueError:
+            value = int(number)
+            if checksum and int(checksum, 16) != _checksum(number):
+                raise ValueError("checksum mismatch")
+        except ValueError as exc:
             raise RuntimeError(
-                f"{self._path} is corrupt ({text!r}); refusing to risk reusing producer ids"
+                f"{self._path} is corrupt ({text!r}: {exc}); refusing to risk reusing producer "
+                "ids (an operator may write a number past every id ever handed out)"
             ) from None
         if value < 0:
             raise RuntimeError(f"{self._path} holds a negative producer id block end")
@@ -39,7 +50,7 @@ class ProducerIdAllocator:
 
     def _reserve_block(self) -> None:
         end = self._block_end + self._block_size
-        write_durably(self._path, f"{end}\n")
+        write_durably(self._path, f"{end} {_checksum(str(end)):08x}\n")
         self._block_end = end
 
     def allocate(self) -> int:
@@ -48,3 +59,7 @@ class ProducerIdAllocator:
         pid = self._next
         self._next += 1
         return pid
+
+
+def _checksum(number: str) -> int:
+    return int(crc32c.crc32c(number.encode()))

@@ -7,16 +7,23 @@ batch, in the kernel before the call returns (so it survives ``kill -9``), and p
 is not validated (the coordinator is the writer, as Kafka's ``AppendOrigin.COORDINATOR``).
 A batch can carry a producer id and the transactional flag: TxnOffsetCommit writes its
 offsets that way, so the commit/abort marker on the partition decides them.
+
+Replay checks every batch's CRC-32C, whatever the shutdown was: a coordinator record that is
+not what was written (a flipped bit can turn a committed offset or a producer id into another
+valid-looking number) is never applied. It is skipped with an error naming where it is, as
+are bytes that are not a batch at all (the rest of that segment), and the caller is told, in
+order, so it can tell which of its keys may have lost a newer record: every record holds a
+key's whole state, so a key with a surviving record after the damage is unaffected.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from samsa.broker.topics import TopicError, TopicManager
-from samsa.log.log import Log, OffsetOutOfRangeError
+from samsa.log.log import Log
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     NO_PRODUCER_ID,
@@ -29,8 +36,6 @@ from samsa.protocol.records import (
 )
 
 log = logging.getLogger("samsa.coordinator")
-
-_READ_CHUNK = 1 << 20
 
 
 def ensure_topic(topics: TopicManager, name: str, num_partitions: int, now_ms: int) -> None:
@@ -90,40 +95,40 @@ class StoredBatch:
     records: list[Record]
 
 
-def read_batches(plog: Log) -> Iterator[StoredBatch]:
-    """Every batch of the partition from its log start, markers included, in order."""
-    offset = plog.log_start_offset
-    while offset < plog.log_end_offset:
+OnDamage = Callable[[str], None]
+
+
+def read_batches(plog: Log, on_damage: OnDamage | None = None) -> Iterator[StoredBatch]:
+    """Every intact batch of the partition from its log start, markers included, in order;
+    ``on_damage`` is called where something is skipped (see the module docstring)."""
+
+    def damaged(what: str) -> None:
+        log.error("replay of %s: %s; not applied", plog.directory, what)
+        if on_damage is not None:
+            on_damage(what)
+
+    for view in plog.verified_batches(damaged):
         try:
-            result = plog.read(offset, _READ_CHUNK)
-        except OffsetOutOfRangeError:
-            return
-        if not result.chunks:
-            return
-        for chunk in result.chunks:
-            pos = 0
-            while pos < len(chunk):
-                view = RecordBatchView(chunk, pos)
-                pos += view.size
-                offset = view.next_offset
-                try:
-                    control = control_type_of(view) if view.is_control else None
-                    records = [] if view.is_control else decode_records(view)
-                except ValueError as exc:
-                    log.warning("skipping an unreadable batch of %s: %s", plog.directory, exc)
-                    continue
-                yield StoredBatch(
-                    view.producer_id,
-                    view.producer_epoch,
-                    view.is_transactional,
-                    control,
-                    records,
-                )
+            control = control_type_of(view) if view.is_control else None
+            records = [] if view.is_control else decode_records(view)
+        except ValueError as exc:
+            # Intact but not understood: as unusable as a corrupt one.
+            damaged(f"unreadable batch at offset {view.base_offset}: {exc}")
+            continue
+        yield StoredBatch(
+            view.producer_id,
+            view.producer_epoch,
+            view.is_transactional,
+            control,
+            records,
+        )
 
 
-def read_key_values(plog: Log) -> Iterator[tuple[bytes, bytes | None]]:
+def read_key_values(
+    plog: Log, on_damage: OnDamage | None = None
+) -> Iterator[tuple[bytes, bytes | None]]:
     """The (key, value) of every keyed, non-control record, in order (plain replay)."""
-    for batch in read_batches(plog):
+    for batch in read_batches(plog, on_damage):
         for rec in batch.records:
             if rec.key is not None:
                 yield rec.key, rec.value

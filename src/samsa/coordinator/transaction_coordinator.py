@@ -24,6 +24,20 @@ written with the PrepareAbort record so markers carry it and every partition fen
 epoch); the caller gets CONCURRENT_TRANSACTIONS and its retry bumps the epoch again. Timed
 out transactions (rule 18) take the same path from ``tick``.
 
+Lost state (rule 10 after damage): when start-up finds that a ``__transaction_state`` record
+may be missing (recovery cut the partition's tail, or replay skipped a batch that failed its
+CRC), the transactional ids whose newest surviving record precedes the damage may have moved
+on in the lost record: a bump, a rotation to a new producer id, a new transaction. Bumping
+such an id by one at the next InitProducerId could hand the new instance the very epoch the
+lost record gave the previous one, which would then not be fenced. So
+:meth:`fence_lost_state` moves each of them to the top epoch (``MAX_EPOCH``), past anything
+an instance can hold (InitProducerId never hands out more than ``MAX_EPOCH - 1``): every
+request of any earlier instance is fenced, an open transaction is aborted with markers at that
+epoch (which fence the producer id on every partition they reach), and the next InitProducerId
+finds the epoch exhausted and rotates to a fresh producer id from the durable allocator, one
+never handed out before. A producer id that only the lost record knew is unknown here, so its
+requests get INVALID_PRODUCER_ID_MAPPING.
+
 KIP-890 part 2 ("bump the epoch at every commit") needs only :meth:`_end_epoch` to return
 ``epoch + 1`` for clients speaking TV2 and EndTxn v5 to answer it; the Prepare record then
 carries the new epoch, as the fence path already does.
@@ -265,11 +279,14 @@ class TransactionCoordinator:
         new.last_update_timestamp_ms = now_ms
         return Outcome([self._record(new)], E.NONE, [_job(new)])
 
-    def _fence_and_abort(self, meta: TxnMetadata, now_ms: int) -> Outcome:
+    def _fence_and_abort(
+        self, meta: TxnMetadata, now_ms: int, *, epoch: int | None = None
+    ) -> Outcome:
         new = meta.copy()
         new.transition(S.PREPARE_EPOCH_FENCE)  # in memory only, as in Kafka
-        # At the int16 ceiling the epoch cannot grow; the abort still goes through.
-        epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else MAX_EPOCH
+        if epoch is None:
+            # At the int16 ceiling the epoch cannot grow; the abort still goes through.
+            epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else MAX_EPOCH
         new.last_producer_epoch = NO_PRODUCER_EPOCH  # no retry may resurrect the old epoch
         return self._prepare_end(new, False, epoch, now_ms)
 
@@ -289,6 +306,32 @@ class TransactionCoordinator:
         new.partitions = set()
         new.last_update_timestamp_ms = now_ms
         return Outcome([self._record(new)], E.NONE)
+
+    def fence_lost_state(self, transactional_ids: Iterable[str], now_ms: int) -> Outcome:
+        """Records (and marker jobs) fencing every instance of ids whose newest state record
+        may have been lost (see the module docstring): the top epoch, and an abort of an
+        open transaction. A decided one (Prepare*) keeps its decision; its markers go out at
+        the top epoch."""
+        outcome = Outcome([], None)
+        for tid in transactional_ids:
+            meta = self.txns.get(tid)
+            if meta is None or meta.state == S.PREPARE_EPOCH_FENCE:
+                continue  # unknown: its next InitProducerId gets a fresh id anyway
+            if meta.producer_epoch == MAX_EPOCH and meta.state != S.ONGOING:
+                continue  # fenced already (a restart before its producer id rotated)
+            if meta.state == S.ONGOING:
+                fenced = self._fence_and_abort(meta, now_ms, epoch=MAX_EPOCH)
+                outcome.records += fenced.records
+                outcome.markers += fenced.markers
+                continue
+            new = meta.copy()
+            new.producer_epoch = MAX_EPOCH
+            new.last_producer_epoch = NO_PRODUCER_EPOCH  # no KIP-360 retry gets the old epoch
+            new.last_update_timestamp_ms = now_ms
+            outcome.records.append(self._record(new))
+            if new.state.is_prepare:
+                outcome.markers.append(_job(new))
+        return outcome
 
     def pending_marker_jobs(self) -> list[MarkerJob]:
         """Transactions decided but not completed (after a restart: finish them)."""

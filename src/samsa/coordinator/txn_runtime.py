@@ -16,7 +16,12 @@ Every operation runs on the event-loop thread, start to finish with no await in 
    through ``write_marker`` (``Broker.write_txn_marker``), retrying transient errors, and
    then runs ``complete`` (step 1-3 again) for the Complete{Commit,Abort} record.
 
-Start-up (``load``) replays every partition of ``__transaction_state``; ``start`` then
+Start-up (``load``) replays every partition of ``__transaction_state`` (CRC-checked, see
+``internal_topic``). Where a record may have been lost (the partition's tail was cut when it
+was opened, or replay skipped damage), every transactional id whose newest surviving record
+precedes the loss is fenced at the top epoch (``TransactionCoordinator.fence_lost_state``),
+durably (flushed) before anything is served: after a fence record follows the damage, the
+next start finds those ids unaffected, so a damage that stays in the log fences once. ``start`` then
 resumes the marker jobs of transactions left in a Prepare state by a crash (markers are
 idempotent in effect: a second COMMIT for an already completed transaction on a partition
 changes nothing visible) and starts the timer that aborts timed-out transactions and expires
@@ -119,17 +124,28 @@ class TransactionCoordinatorRuntime:
             )
             coord.config = replace(coord.config, num_partitions=len(topic.partitions))
         count = 0
+        uncertain: set[str] = set()  # ids whose newest record may have been lost
         coord.begin_load()
         try:
             for partition in topic.partitions:
-                for key, value in read_key_values(partition.log):
+                seen: set[str] = set()  # ids with a record so far in this partition
+
+                def lost(_what: str, seen: set[str] = seen) -> None:
+                    uncertain.update(seen)
+
+                for key, value in read_key_values(partition.log, lost):
                     try:
                         record = TxnRecord(decode_key(key), decode_value(value))
                     except (TxnRecordFormatError, ValueError) as exc:
-                        log.warning("skipping a %s record: %s", TXN_TOPIC, exc)
+                        log.error("a %s record is unreadable, not applied: %s", TXN_TOPIC, exc)
+                        lost(str(exc))
                         continue
                     coord.replay(record)
+                    seen.add(record.transactional_id)
+                    uncertain.discard(record.transactional_id)  # its whole state is newer
                     count += 1
+                if partition.log.load_report.lost_records:
+                    uncertain.update(seen)  # the cut tail may have held newer records of any
         finally:
             coord.end_load()
         log.info(
@@ -138,6 +154,29 @@ class TransactionCoordinatorRuntime:
             len(coord.txns),
             len(coord.pending_marker_jobs()),
         )
+        if uncertain:
+            self._fence_lost_state(uncertain)
+
+    def _fence_lost_state(self, uncertain: set[str]) -> None:
+        coord = self.coordinator
+        outcome = coord.fence_lost_state(sorted(uncertain), self.clock())
+        if not outcome.records:
+            return
+        fenced = [r.transactional_id for r in outcome.records]
+        log.error(
+            "%s may have lost records: fencing %d transactional id(s) at the top epoch, so "
+            "their next InitProducerId gets a fresh producer id: %s",
+            TXN_TOPIC,
+            len(fenced),
+            ", ".join(fenced[:20]) + (" ..." if len(fenced) > 20 else ""),
+        )
+        if self._run(outcome) != ErrorCode.NONE:
+            log.error("cannot write the fence records to %s", TXN_TOPIC)
+            return
+        # As durable as the cut that called for them: a power loss must not undo the fence.
+        topic = self.topics.topics[TXN_TOPIC]
+        for index in {coord.partition_for(tid) for tid in fenced}:
+            topic.partitions[index].log.flush()
 
     def start(self) -> None:
         self._started = True

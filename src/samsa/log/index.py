@@ -127,10 +127,28 @@ class OffsetIndex(_Index):
         i = bisect_right(self._offsets, offset - self.base_offset)
         return self._positions[i - 1] if i else 0
 
+    def lookup_entry(self, offset: int) -> tuple[int, int] | None:
+        """(absolute offset, position) of the last entry whose offset is <= ``offset``. The
+        caller checks it against the log (:meth:`LogSegment._walk_indexed`): an entry that
+        does not name the batch at its position means the index must be rebuilt."""
+        i = bisect_right(self._offsets, offset - self.base_offset)
+        return (self.base_offset + self._offsets[i - 1], self._positions[i - 1]) if i else None
+
     def floor_position(self, position: int) -> int:
         """The largest indexed batch position <= ``position`` (0 if there is none)."""
         i = bisect_right(self._positions, position)
         return self._positions[i - 1] if i else 0
+
+    def floor_entry(self, position: int) -> tuple[int, int] | None:
+        """(absolute offset, position) of the entry with the largest position <= ``position``."""
+        i = bisect_right(self._positions, position)
+        return (self.base_offset + self._offsets[i - 1], self._positions[i - 1]) if i else None
+
+    def first_entry(self) -> tuple[int, int] | None:
+        """(absolute offset, position) of the first entry."""
+        if not self._offsets:
+            return None
+        return self.base_offset + self._offsets[0], self._positions[0]
 
     def last_entry(self) -> tuple[int, int] | None:
         """(absolute offset, position) of the last entry."""

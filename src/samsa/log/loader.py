@@ -13,16 +13,25 @@ zeros. Index files are written lazily and are never trusted over the log.
    must not look clean.
 2. Stray ``*.tmp`` files and indexes without a ``.log`` are removed; every ``<base>.log`` is
    opened (indexes are loaded lazily, and rebuilt if missing or corrupt).
-3. Clean shutdown: only the active segment's tail is walked from its last index entry to find
-   the log end offset; if that walk fails or disagrees with the marker, fall through to 4.
-   Unclean: every segment from the one holding the recovery point on is scanned with CRC
+3. Clean shutdown: the active segment (what recovery would scan: a clean close checkpoints
+   the recovery point at the log end) has every batch's CRC-32C checked, read-only, and its
+   tail is walked from its last index entry to find the log end offset; if a check fails or
+   the end disagrees with the marker, fall through to recovery (4).
+4. Unclean: every segment from the one holding the recovery point on is scanned with CRC
    checks (Kafka's "unflushed segments"). At the first bad batch the segment is truncated
    there, with a warning that says how many bytes and why, and all later segments are deleted:
    the log stays a gap-free prefix of what was written. Scanned segments get fresh indexes.
-4. Producer state: snapshots above the log end are deleted (they describe data that is gone),
+
+   A bad batch after a *clean* shutdown is not a torn write but damage at rest. Kafka would
+   not look (it trusts the marker); when its recovery finds one it truncates there, and so
+   does this, loudly (an error naming the offsets dropped) rather than serve bytes that are
+   not what was written or keep a hole in the log. The coordinators learn of the cut from
+   :class:`LoadReport` and treat records past it as lost (see ``txn_runtime.load``).
+5. Producer state: snapshots above the log end are deleted (they describe data that is gone),
    the newest readable snapshot at or below it is loaded (corrupt ones are skipped), and every
    batch with a producer id after the snapshot's offset is replayed, unvalidated, as the live
-   append path would have applied it. Without a snapshot the whole log is replayed.
+   append path would have applied it, after its CRC check: a batch that fails it is not
+   believed (skipped, with an error). Without a snapshot the whole log is replayed.
 """
 
 from __future__ import annotations
@@ -65,11 +74,18 @@ class LoadReport:
     """What opening the log did (for logs, metrics and tests)."""
 
     clean_shutdown: bool = False  # a clean-shutdown marker was found
+    verified_segments: int = 0  # checked read-only after a clean shutdown (the active one)
     recovered_segments: int = 0  # segments scanned with CRC checks
     truncated_bytes: int = 0
     deleted_segments: int = 0
     snapshot_offset: int | None = None  # producer-state snapshot loaded, if any
     replayed_batches: int = 0  # producer batches replayed after the snapshot
+    corrupt_batches: int = 0  # batches the producer-state replay did not believe
+
+    @property
+    def lost_records(self) -> bool:
+        """Did opening cut records off the log (whatever the shutdown)?"""
+        return self.truncated_bytes > 0 or self.deleted_segments > 0
 
 
 @dataclass(slots=True)
@@ -168,8 +184,20 @@ def _load_producer_state(
         first = max(bisect_right([s.base_offset for s in segments], start) - 1, 0)
         try:
             for seg in segments[first:]:
-                for view in seg.iter_batches_from(max(start, seg.base_offset)):
+                for view in seg.iter_batches_from(max(start, seg.base_offset), whole=True):
                     if view.producer_id < 0 or view.base_offset < start:
+                        continue
+                    if not view.crc_is_valid():
+                        # Below the recovery point (recovery would have cut it): its producer
+                        # id, epoch and sequences cannot be believed.
+                        log.error(
+                            "%s: not replaying the producer state of the batch at offsets "
+                            "%d-%d: CRC-32C mismatch",
+                            directory,
+                            view.base_offset,
+                            view.last_offset,
+                        )
+                        report.corrupt_batches += 1
                         continue
                     if view.is_control:
                         replay_marker(state, txn_index, seg.base_offset, view)
@@ -253,7 +281,12 @@ def _list_segments(directory: Path) -> list[int]:
 
 
 def _recover(
-    directory: Path, segments: list[LogSegment], recovery_point: int, report: LoadReport
+    directory: Path,
+    segments: list[LogSegment],
+    recovery_point: int,
+    report: LoadReport,
+    *,
+    after_clean: bool = False,
 ) -> None:
     """Scan the segments that may hold unflushed data; truncate at the first bad batch."""
     first = max(bisect_right([s.base_offset for s in segments], recovery_point) - 1, 0)
@@ -265,13 +298,19 @@ def _recover(
         seg.dirty = True  # not known to be fsynced: the next flush must sync it
         report.recovered_segments += 1
         if outcome.problem is not None:
-            log.warning(
-                "truncated %d bytes from %s at byte %d (%d good batches kept): %s",
+            dropped = sum(s.size for s in segments[i + 1 :]) + outcome.truncated_bytes
+            log.log(
+                logging.ERROR if after_clean else logging.WARNING,
+                "truncated %d bytes from %s at byte %d, offset %d (%d good batches kept; "
+                "%d bytes dropped in all): %s%s",
                 outcome.truncated_bytes,
                 seg.path,
                 outcome.valid_bytes,
+                seg.next_offset,
                 outcome.batches,
+                dropped,
                 outcome.problem,
+                " after a clean shutdown: damage at rest, not a torn write" if after_clean else "",
             )
             report.truncated_bytes += outcome.truncated_bytes
             for later in segments[i + 1 :]:
@@ -310,7 +349,12 @@ def load_log(
         needs_recovery = clean_leo is None
         if not needs_recovery and segments:
             active = segments[-1]
-            if not active.load_tail():
+            report.verified_segments += 1
+            _, _, problem = active.check_crcs(active.base_offset)
+            if problem is not None:
+                log.error("%s: damaged after a clean shutdown: %s", active.path, problem)
+                needs_recovery = True
+            elif not active.load_tail():
                 needs_recovery = True
             elif active.next_offset != clean_leo:
                 log.warning(
@@ -323,9 +367,9 @@ def load_log(
             if needs_recovery:
                 log.warning("%s: clean shutdown marker found but the log needs recovery", directory)
         if needs_recovery and segments:
-            _recover(directory, segments, checkpoint, report)
+            _recover(directory, segments, checkpoint, report, after_clean=clean_leo is not None)
         elif segments:
-            log.info("%s: clean shutdown, skipping recovery", directory)
+            log.info("%s: clean shutdown, skipping recovery (CRCs checked)", directory)
         created = False
         if not segments:
             segments.append(LogSegment.create(directory, 0, index_interval_bytes))

@@ -36,6 +36,7 @@ import logging
 import shutil
 import threading
 from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -368,6 +369,12 @@ class Log:
                     break
                 target = bases[i]
         return ReadResult(chunks, total, end, log_start, self.last_stable_offset)
+
+    def verified_batches(self, on_damage: Callable[[str], None]) -> Iterator[RecordBatchView]:
+        """Every whole batch from the log start whose CRC-32C matches, in order; damage is
+        skipped and reported (:meth:`LogSegment.verified_batches`). For replays at start-up."""
+        for seg in list(self._segments):
+            yield from seg.verified_batches(on_damage)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """ListOffsets by time: (offset, timestamp) of the first record whose timestamp is

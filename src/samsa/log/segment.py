@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import crc32c
 
 from samsa.log.durable import fsync_file
 from samsa.log.index import INT32_MAX, CorruptIndexError, OffsetIndex, TimeIndex
 from samsa.log.txn_index import txn_index_path
 from samsa.protocol.records import (
+    CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -38,6 +42,10 @@ TIME_INDEX_SUFFIX = ".timeindex"
 
 WALK_BLOCK = 16 * 1024  # bytes read at a time when walking batch headers
 RECOVER_CHUNK = 8 * 1024 * 1024  # bytes read at a time when recovery checks CRCs
+
+# The header fields a CRC check needs: base offset, batch length, partition leader epoch,
+# magic, crc, attributes, last offset delta (one unpack instead of the whole 61 bytes).
+_CHECK_HEADER = struct.Struct(">qiibIhi")
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -246,11 +254,56 @@ class LogSegment:
             yield pos, view
             pos += view.size
 
+    def _walk_indexed(self, offset: int) -> Iterator[tuple[int, RecordBatchView]]:
+        """``_walk`` from the index entry at or below ``offset``. The entry must name the batch
+        that starts at its position; one that does not (a damaged index file: Kafka would
+        read from the middle of a batch) gets the indexes rebuilt from the log, with a
+        warning, and the walk starts from the rebuilt entry instead of failing every read of
+        the range. Only the first batch is compared: no extra read."""
+        self._ensure_indexes()
+        entry = self.offset_index.lookup_entry(offset)
+        if entry is None:
+            yield from self._walk(0)
+            return
+        walk = self._walk(entry[1])
+        try:
+            first = next(walk, None)
+        except CorruptSegmentError:
+            first = None
+        if first is not None and first[1].last_offset == entry[0]:
+            yield first
+            yield from walk
+            return
+        self._rebuild_off_boundary(entry)
+        yield from self._walk(self.offset_index.lookup(offset))
+
+    def _rebuild_off_boundary(self, entry: tuple[int, int]) -> None:
+        log.warning(
+            "rebuilding the indexes of %s: the entry for offset %d points at byte %d, "
+            "which is not the start of that batch",
+            self.path,
+            entry[0],
+            entry[1],
+        )
+        self.rebuild_indexes()
+
+    def _is_batch_at(self, entry: tuple[int, int]) -> bool:
+        """Does the batch at ``entry``'s position end at its offset (one header read)?"""
+        offset, pos = entry
+        header = os.pread(self.fd, HEADER_SIZE, pos)
+        if len(header) < HEADER_SIZE:
+            return False
+        view = RecordBatchView(header)
+        return (
+            view.magic == MAGIC_V2
+            and view.batch_length >= MIN_BATCH_LENGTH
+            and view.last_offset == offset
+        )
+
     def translate(self, offset: int) -> tuple[int, RecordBatchView] | None:
         """Position and header of the first batch whose last offset is >= ``offset`` (the batch
         containing it, or the next one), or None if the segment ends before ``offset``."""
-        self._ensure_indexes()
-        for pos, view in self._walk(self.offset_index.lookup(offset)):
+        for pos, view in self._walk_indexed(offset):
             if view.base_offset + view.last_offset_delta >= offset:
                 return pos, view
         return None
@@ -260,19 +313,26 @@ class LogSegment:
         if limit >= self.size:
             return self.size
         self._ensure_indexes()
-        pos = max(start, self.offset_index.floor_position(limit))
+        pos = start
+        entry = self.offset_index.floor_entry(limit)
+        if entry is not None and entry[1] > start:
+            if not self._is_batch_at(entry):
+                self._rebuild_off_boundary(entry)
+                entry = self.offset_index.floor_entry(limit)
+            pos = max(start, entry[1] if entry is not None else 0)
         for p, view in self._walk(pos):
             if p + view.size > limit:
                 return p
         return self.size
 
-    def iter_batches_from(self, offset: int) -> Iterator[RecordBatchView]:
-        """Headers of the batches from the one containing ``offset`` to the end."""
+    def iter_batches_from(self, offset: int, *, whole: bool = False) -> Iterator[RecordBatchView]:
+        """Headers of the batches from the one containing ``offset`` to the end; with
+        ``whole``, views over whole batches (for a CRC check)."""
         found = self.translate(offset)
         if found is None:
             return
         for pos, view in self._walk(found[0]):
-            if view.is_control and view.pos + view.size > len(view.buf):
+            if (whole or view.is_control) and view.pos + view.size > len(view.buf):
                 # Markers are decoded (their record says COMMIT or ABORT): give the whole batch.
                 view = RecordBatchView(self.read(pos, view.size))
             yield view
@@ -287,7 +347,7 @@ class LogSegment:
         is >= ``timestamp`` (Kafka's ListOffsets semantics), or None."""
         self._ensure_indexes()
         from_offset = max(self.time_index.lookup(timestamp), start_offset)
-        for pos, view in self._walk(self.offset_index.lookup(from_offset)):
+        for pos, view in self._walk_indexed(from_offset):
             if view.max_timestamp < timestamp or view.last_offset < start_offset:
                 continue
             if view.attributes & TIMESTAMP_TYPE_FLAG:
@@ -310,7 +370,7 @@ class LogSegment:
         try:
             offset_index = OffsetIndex.load(self.offset_index.path, self.base_offset, self.size)
             time_index = TimeIndex.load(self.time_index.path, self.base_offset)
-            self._check_last_entry(offset_index)
+            self._check_entries(offset_index)
         except FileNotFoundError as exc:
             reason = f"missing {Path(exc.filename or '?').name}"
         except CorruptIndexError as exc:
@@ -326,21 +386,16 @@ class LogSegment:
         log.warning("rebuilding the indexes of %s: %s", self.path, reason)
         self.rebuild_indexes()
 
-    def _check_last_entry(self, index: OffsetIndex) -> None:
-        # A structurally sound index may still point anywhere: check that its last entry names
-        # a real batch boundary (one pread; Kafka checks even less).
-        last = index.last_entry()
-        if last is None:
-            return
-        offset, pos = last
-        header = os.pread(self.fd, HEADER_SIZE, pos)
-        if len(header) < HEADER_SIZE:
-            raise CorruptIndexError(f"{index.path.name}: entry beyond the segment")
-        view = RecordBatchView(header)
-        if view.magic != MAGIC_V2 or view.base_offset + view.last_offset_delta != offset:
-            raise CorruptIndexError(
-                f"{index.path.name}: last entry ({offset} at {pos}) does not match the log"
-            )
+    def _check_entries(self, index: OffsetIndex) -> None:
+        # Kafka's sanityCheck, and more: a structurally sound index may still point anywhere,
+        # so its first and last entries must name real batch boundaries (two preads). An
+        # entry in between that is off is caught when a lookup lands on it (_walk_indexed).
+        for name, entry in (("first", index.first_entry()), ("last", index.last_entry())):
+            if entry is not None and not self._is_batch_at(entry):
+                raise CorruptIndexError(
+                    f"{index.path.name}: {name} entry ({entry[0]} at byte {entry[1]}) "
+                    "is not a batch of the log"
+                )
 
     def _reset_indexes(self) -> None:
         self.offset_index = OffsetIndex(self.offset_index.path, self.base_offset)
@@ -386,6 +441,91 @@ class LogSegment:
         self.next_offset = next_offset
         self.bytes_since_last_index_entry = since
         return True
+
+    def verified_batches(self, on_damage: Callable[[str], None]) -> Iterator[RecordBatchView]:
+        """Views over the whole batches of the segment whose CRC-32C matches, walked by byte
+        position (offsets outside the CRC cannot send the walk astray). A batch that fails
+        its check is skipped; bytes that are not a batch end the walk of this segment. Each
+        is reported to ``on_damage`` where it happens. For whole-partition replays."""
+        end = self.size
+        pos = 0
+        need = RECOVER_CHUNK
+        while pos < end:
+            buf = self.read(pos, min(need, end - pos))
+            rel = 0
+            while len(buf) - rel >= HEADER_SIZE:
+                view = RecordBatchView(buf, rel)
+                if (
+                    view.magic != MAGIC_V2
+                    or view.batch_length < MIN_BATCH_LENGTH
+                    or (pos + rel + view.size > end)
+                ):
+                    on_damage(
+                        f"{self.path}: no batch header at byte {pos + rel}: "
+                        f"bytes {pos + rel}-{end} skipped"
+                    )
+                    return
+                if rel + view.size > len(buf):
+                    break
+                if view.crc_is_valid():
+                    yield view
+                else:
+                    on_damage(
+                        f"{self.path}: the batch at byte {pos + rel} (offsets {view.base_offset}-"
+                        f"{view.last_offset}) fails its CRC-32C check"
+                    )
+                rel += view.size
+            if rel == 0:  # a batch larger than the read: read it whole
+                need = RecordBatchView(buf).size if len(buf) >= HEADER_SIZE else HEADER_SIZE
+                continue
+            pos += rel
+            need = RECOVER_CHUNK
+
+    def check_crcs(self, min_offset: int) -> tuple[int, int, str | None]:
+        """Check every batch as :meth:`recover` does (header, offsets, CRC-32C) without
+        changing anything: (bytes of whole valid batches from the start, their count, the
+        first problem or None). What a clean start runs on the active segment."""
+        file_size = os.fstat(self.fd).st_size
+        expected = max(min_offset, self.base_offset)
+        pos = 0
+        need = RECOVER_CHUNK
+        batches = 0
+        while pos < file_size:
+            buf = os.pread(self.fd, min(need, file_size - pos), pos)
+            mv = memoryview(buf)
+            end = len(buf)
+            rel = 0
+            problem: str | None = None
+            while end - rel >= HEADER_SIZE:
+                base, length, _, magic, crc, _, delta = _CHECK_HEADER.unpack_from(buf, rel)
+                if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH:
+                    problem = "invalid batch header"
+                    break
+                size = length + LOG_OVERHEAD
+                if rel + size > end:
+                    break  # cut by the end of this read
+                if base < expected or delta < 0:
+                    problem = f"offset {base} below expected {expected}"
+                elif base + delta - self.base_offset > INT32_MAX:
+                    problem = f"offset {base + delta} too far from base {self.base_offset}"
+                elif crc32c.crc32c(mv[rel + CRC_START : rel + size]) != crc:
+                    problem = "CRC mismatch"
+                if problem is not None:
+                    break
+                expected = base + delta + 1
+                batches += 1
+                rel += size
+            if problem is not None:
+                return pos + rel, batches, f"{problem} at byte {pos + rel}"
+            if rel == 0 and pos + end >= file_size:
+                what = "torn batch header" if end < HEADER_SIZE else "torn batch"
+                return pos, batches, f"{what} at byte {pos}"
+            if rel == 0:  # one batch larger than a read: read it whole
+                need = _CHECK_HEADER.unpack_from(buf, 0)[1] + LOG_OVERHEAD
+                continue
+            pos += rel
+            need = RECOVER_CHUNK
+        return pos, batches, None
 
     def recover(self, min_offset: int) -> RecoveryOutcome:
         """Check every batch (CRC included), cut the file after the last good one and rebuild

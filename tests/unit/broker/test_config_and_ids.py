@@ -50,3 +50,20 @@ def test_retention_settings_in_kafkas_units() -> None:
     assert (c.log_retention_ms, c.log_retention_bytes) == (7_200_000, 4096)
     assert BrokerConfig().with_properties({"log.retention.ms": "-1"}).log_retention_ms == -1
     assert BrokerConfig().log_retention_ms == 168 * 3_600_000
+
+
+@pytest.mark.parametrize("flip", [0, 1, 5], ids=["first-digit", "last-digit", "checksum"])
+def test_a_flipped_bit_in_the_producer_id_file_is_refused(tmp_path: Path, flip: int) -> None:
+    ProducerIdAllocator(tmp_path, block_size=20).allocate()
+    path = tmp_path / "producer-ids"
+    data = bytearray(path.read_bytes())
+    assert data.startswith(b"20 ")
+    data[flip] ^= 0x01  # "30", "21" or a checksum digit off by one bit: all still parse
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="checksum mismatch"):
+        ProducerIdAllocator(tmp_path)
+
+
+def test_a_producer_id_file_without_a_checksum_is_read_as_before(tmp_path: Path) -> None:
+    (tmp_path / "producer-ids").write_text("4000\n")
+    assert ProducerIdAllocator(tmp_path).allocate() == 4000
