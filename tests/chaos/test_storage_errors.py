@@ -30,6 +30,7 @@ from samsa.broker.server import BrokerServer
 from samsa.broker.topics import TopicError, TopicManager
 from samsa.client._connection import BlockingConnection
 from samsa.log.log import Log, LogConfig
+from samsa.log.segment import CorruptSegmentError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.testing import (
@@ -410,3 +411,21 @@ def test_read_errors_are_storage_errors_per_partition(tmp_path: Path, monkeypatc
         assert int(resp.topics[0].partitions[0].error_code) == STORAGE
         monkeypatch.undo()
         assert high_watermark(conn, "r") == (0, 1)  # same connection, still served
+
+
+def test_damaged_data_met_by_a_fetch_is_corrupt_message_for_that_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def damaged(self: Log, *args: Any, **kwargs: Any) -> Any:
+        raise CorruptSegmentError("no batch header at byte 0 (injected by the test)")
+
+    with (
+        ThreadedBroker(BrokerConfig(data_dir=tmp_path, port=0)) as tb,
+        BlockingConnection("127.0.0.1", tb.server.port, timeout=10) as conn,
+    ):
+        assert create_topic(conn, "c") == 0
+        assert produce_one(conn, "c", 0, idempotent_batch(-1, -1, -1)) == (0, 0)
+        monkeypatch.setattr(Log, "read", damaged)
+        assert high_watermark(conn, "c") == (ErrorCode.CORRUPT_MESSAGE, -1)
+        monkeypatch.undo()
+        assert high_watermark(conn, "c") == (0, 1)  # same connection, still served

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import HandlerResult, RequestContext
 from samsa.log.log import OffsetOutOfRangeError
+from samsa.log.segment import CorruptSegmentError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import FetchPartitionResult, encode_fetch_response
 
@@ -109,6 +110,15 @@ def _read_all(
             except OSError as exc:
                 log.error("cannot read %s at offset %d: %s", plog.directory, req.fetch_offset, exc)
                 out.append(FetchPartitionResult(req.partition, ErrorCode.KAFKA_STORAGE_ERROR))
+                errors = True
+                continue
+            except CorruptSegmentError as exc:
+                # Damage at rest found while reading: Kafka answers CORRUPT_MESSAGE for the
+                # partition (its read fails with CorruptRecordException); other partitions and
+                # the connection are served as usual.
+                log.error("corrupt data in %s at offset %d: %s", plog.directory,
+                          req.fetch_offset, exc)  # fmt: skip
+                out.append(FetchPartitionResult(req.partition, ErrorCode.CORRUPT_MESSAGE))
                 errors = True
                 continue
             total += read.size
