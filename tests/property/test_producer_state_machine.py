@@ -1,7 +1,9 @@
 """Stateful property test: ProducerStateManager against a deliberately naive model.
 
-The model is written from kafka-semantics.md (rules 2-6, 12 and 48) without reusing any code of the
-module under test: plain tuples, a deque per producer and modulo arithmetic for sequence wrap.
+The model is written from kafka-semantics.md (rules 2-6, 12, 16-17 and 48) without reusing any
+code of the module under test: plain tuples, a deque per producer and modulo arithmetic for
+sequence wrap. Transactions end through the real marker path (prepare_end_txn/complete_txn), and
+the first unstable offset (the last stable offset) is checked against the model after every step.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from samsa.log.producer_state import (
     BatchAppend,
+    CompletedTxn,
     Duplicate,
+    EndTxnAppendInfo,
     ProducerAppendInfo,
     ProducerStateEntry,
     ProducerStateManager,
@@ -41,6 +45,7 @@ class ModelProducer:
     batches: deque[Batch] = field(default_factory=lambda: deque(maxlen=5))
     last_ts: int = 0
     txn_first: int | None = None
+    coordinator_epoch: int = -1
     history: list[Batch] = field(default_factory=list)  # every batch of the current epoch
 
 
@@ -120,6 +125,42 @@ class ProducerStateMachine(RuleBasedStateMachine):
             assert result.error == expected, (expected, result)
         return expected
 
+    def marker(
+        self, pid: int, epoch: int, coordinator_epoch: int, commit: bool, skew: int
+    ) -> object:
+        """Drive a COMMIT/ABORT marker through prepare_end_txn/complete_txn as the log does;
+        returns 'append' or the ErrorCode the model expects."""
+        p = self.model.get(pid)
+        ts = self.now + skew
+        expected: object = "append"
+        if p is not None and epoch < p.epoch:
+            expected = ErrorCode.INVALID_PRODUCER_EPOCH
+        elif p is not None and coordinator_epoch < p.coordinator_epoch:
+            expected = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        info = self.psm.prepare_end_txn(pid, epoch, coordinator_epoch, commit)
+        if expected != "append":
+            assert isinstance(info, Rejected), (expected, info)
+            assert info.error == expected, (expected, info)
+            return expected
+        assert isinstance(info, EndTxnAppendInfo), info
+        marker_offset = self.log_end  # the control batch takes one offset
+        completed = self.psm.complete_txn(info, marker_offset, ts)
+        self.log_end += 1
+        if p is None:
+            p = self.model[pid] = ModelProducer(epoch, last_ts=ts)
+        elif epoch != p.epoch:  # the coordinator bumped the epoch: sequences restart
+            p.epoch = epoch
+            p.batches.clear()
+            p.history.clear()
+        p.coordinator_epoch = coordinator_epoch
+        p.last_ts = max(p.last_ts, ts)
+        want = None
+        if p.txn_first is not None:
+            want = CompletedTxn(pid, p.txn_first, marker_offset, not commit)
+        p.txn_first = None
+        assert completed == want, (completed, want)
+        return expected
+
     def pick(self, i: int) -> int:
         pids = sorted(self.model)
         return pids[i % len(pids)]
@@ -155,15 +196,32 @@ class ProducerStateMachine(RuleBasedStateMachine):
         assert self.send(pid, p.epoch, seq_add(last_seq, 1), count, txn=True) == "append"
 
     @precondition(lambda self: any(p.txn_first is not None for p in self.model.values()))
-    @rule(i=st.integers(0, 100))
-    def end_transaction(self, i: int) -> None:
-        """What the marker path does: the producer's transaction on this partition is over."""
+    @rule(
+        i=st.integers(0, 100),
+        bump=st.sampled_from([0, 0, 1]),
+        new_coordinator=st.booleans(),
+        commit=st.booleans(),
+        skew=st.integers(-50, 50),
+    )
+    def end_transaction(
+        self, i: int, bump: int, new_coordinator: bool, commit: bool, skew: int
+    ) -> None:
+        """The coordinator's marker closes an open transaction (bump: it fenced the producer)."""
         open_pids = sorted(pid for pid, p in self.model.items() if p.txn_first is not None)
         pid = open_pids[i % len(open_pids)]
-        self.model[pid].txn_first = None
-        entry = self.psm.last_entry(pid)
-        assert entry is not None
-        entry.current_txn_first_offset = None
+        p = self.model[pid]
+        coordinator_epoch = max(p.coordinator_epoch, 0) + int(new_coordinator)
+        assert self.marker(pid, p.epoch + bump, coordinator_epoch, commit, skew) == "append"
+
+    @rule(
+        pid=st.integers(0, 20),
+        epoch=st.integers(0, 5),
+        coordinator_epoch=st.integers(-1, 3),
+        commit=st.booleans(),
+    )
+    def any_marker(self, pid: int, epoch: int, coordinator_epoch: int, commit: bool) -> None:
+        """Markers for unknown producers, closed transactions, stale epochs or coordinators."""
+        self.marker(pid, epoch, coordinator_epoch, commit, 0)
 
     @precondition(lambda self: any(p.txn_first is not None for p in self.model.values()))
     @rule(i=st.integers(0, 100))
@@ -249,7 +307,13 @@ class ProducerStateMachine(RuleBasedStateMachine):
     @rule(back=st.integers(0, 40))
     def retention(self, back: int) -> None:
         log_start = max(0, self.log_end - back)
-        for pid in [pid for pid, p in self.model.items() if p.batches[-1][3] < log_start]:
+        # A producer with no retained batch (only markers since its epoch) has nothing left.
+        gone = [
+            pid
+            for pid, p in self.model.items()
+            if (p.batches[-1][3] if p.batches else -1) < log_start
+        ]
+        for pid in gone:
             del self.model[pid]
         self.psm.remove_producers_below(log_start)
 
@@ -293,8 +357,11 @@ class ProducerStateMachine(RuleBasedStateMachine):
             assert got == list(p.batches)
             assert e.last_timestamp_ms == p.last_ts
             assert e.current_txn_first_offset == p.txn_first
+            assert e.coordinator_epoch == p.coordinator_epoch
         for e in self.psm.entries():
             assert e.producer_id in self.model
+        open_txns = [p.txn_first for p in self.model.values() if p.txn_first is not None]
+        assert self.psm.first_unstable_offset() == (min(open_txns) if open_txns else None)
 
 
 ProducerStateMachine.TestCase.settings = settings(
