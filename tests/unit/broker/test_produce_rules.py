@@ -107,10 +107,12 @@ def test_unknown_producer_accepted_with_any_sequence(conn: BlockingConnection, t
 def test_sequence_wraps_around(conn: BlockingConnection, topic: str) -> None:
     _, pid, _ = init_producer_id(conn)
     top = 2**31 - 1
-    assert produce_one(conn, topic, 0, idempotent_batch(pid, 0, top - 1, 2))[0] == 0
-    assert produce_one(conn, topic, 0, idempotent_batch(pid, 0, 0, 1))[0] == 0
-    code, _ = produce_one(conn, topic, 0, idempotent_batch(pid, 0, 0, 1))  # duplicate
-    assert code == 0
+    assert produce_one(conn, topic, 0, idempotent_batch(pid, 0, top - 1, 2)) == (0, 0)
+    assert produce_one(conn, topic, 0, idempotent_batch(pid, 0, 0, 1)) == (0, 2)
+    # Resends on both sides of the wrap are duplicates: original offsets, nothing written.
+    assert produce_one(conn, topic, 0, idempotent_batch(pid, 0, 0, 1)) == (0, 2)
+    assert produce_one(conn, topic, 0, idempotent_batch(pid, 0, top - 1, 2)) == (0, 0)
+    assert fetch_offsets(conn, topic) == [(0, pid, top - 1), (2, pid, 0)]
 
 
 def test_bad_crc_is_corrupt_message(conn: BlockingConnection, topic: str) -> None:
