@@ -23,8 +23,13 @@ from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.broker.server import KafkaConnection
 from samsa.client._connection import BlockingConnection
-from samsa.protocol.framing import FrameDecoder
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.framing import (
+    FrameDecoder,
+    FrameError,
+    parse_request_header,
+    peek_request_header,
+)
+from samsa.protocol.messages import ApiKey, decode_request, is_flexible, make_request
 from samsa.testing import fetch_request, idempotent_batch, produce_request
 
 TOPIC = "fuzz"
@@ -327,6 +332,47 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     loop.close()
 
 
+# A handler has this long to answer a frame; they answer in milliseconds, the rest is slack for a
+# loaded machine. A response still pending then is a hang and fails the test.
+ANSWER_WITHIN_S = 2.0
+# Except a Fetch whose (mutated) max wait is longer than this: it is a legitimate long poll, so it
+# may still be pending when the test ends; waiting it out would make examples slow.
+LONG_POLL_MS = 100
+
+
+def _request_frames(data: bytes) -> list[bytes]:
+    """The request frames the broker's decoder cuts from ``data`` (none if it refuses it)."""
+    try:
+        return FrameDecoder(1 << 30).feed(data)
+    except FrameError:
+        return []
+
+
+def _body(frame: bytes) -> Any:
+    """The decoded request, or None when the broker could not decode it either."""
+    try:
+        api_key, version, _ = peek_request_header(frame)
+        header = parse_request_header(frame, is_flexible(api_key, version))
+        return decode_request(api_key, version, frame, header.body_offset)
+    except Exception:  # unknown key or version, bad header or body: the broker refuses it too
+        return None
+
+
+def _answers(frame: bytes) -> bool:
+    """Every request gets a response, except Produce with acks=0 (as in Kafka)."""
+    if peek_request_header(frame)[0] != ApiKey.PRODUCE:
+        return True
+    body = _body(frame)
+    return body is None or body.acks != 0
+
+
+def _long_poll(frame: bytes) -> bool:
+    if peek_request_header(frame)[0] != ApiKey.FETCH:
+        return False
+    body = _body(frame)
+    return body is not None and body.max_wait.total_seconds() * 1000 > LONG_POLL_MS
+
+
 @settings(
     max_examples=int(os.environ.get("SAMSA_FUZZ_EXAMPLES", "400")),
     deadline=None,
@@ -338,28 +384,38 @@ def test_mutated_frames_get_a_response_or_a_closed_connection(fuzz_env: Any, fra
     if len(frame) >= 6:
         (api_key,) = struct.unpack_from(">h", frame, 4)
         assume(api_key != ApiKey.DELETE_TOPICS)  # deleting the topic is legitimate, not damage
+    requests = [f for f in _request_frames(frame) if len(f) >= 8]
+    long_polls = {peek_request_header(f)[2] for f in requests if _long_poll(f)}
     conn = RecordingConnection(broker)
     conn.reasons = []
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
 
-    async def drive() -> None:
+    async def drive() -> tuple[bool, list[int]]:
         conn.data_received(frame)
-        # Give awaiting handlers (long polls, flushes) a bounded time to answer.
-        for _ in range(40):
-            if conn.closed or not conn.queue:
-                break
-            await asyncio.sleep(0.005)
-        conn.connection_lost(None)  # cancels whatever still waits
+        budget = LONG_POLL_MS / 1000 + 0.05 if long_polls else ANSWER_WITHIN_S
+        deadline = loop.time() + budget
+        while not conn.closed and conn.queue and loop.time() < deadline:
+            await asyncio.sleep(0.002)
+        closed = conn.closed
+        pending = [] if closed else [e.correlation_id for e in conn.queue]
+        conn.connection_lost(None)  # cancels whatever still waits (a client hanging up)
         await asyncio.sleep(0)
+        return closed, pending
 
-    loop.run_until_complete(asyncio.wait_for(drive(), 5))
+    closed, pending = loop.run_until_complete(asyncio.wait_for(drive(), ANSWER_WITHIN_S + 5))
     assert "internal error" not in conn.reasons, conn.reasons
-    if transport.written:
-        responses = FrameDecoder(1 << 30).feed(bytes(transport.written))
-        assert responses, "a partial response frame was written"
-        for response in responses:
-            assert len(response) >= 4
+    responses = FrameDecoder(1 << 30).feed(bytes(transport.written))
+    answered = [struct.unpack_from(">i", r)[0] for r in responses]  # response correlation ids
+    due = [peek_request_header(f)[2] for f in requests if _answers(f)]
+    if closed:
+        # Bad input closes the connection; whatever was answered before came in request order.
+        assert answered == due[: len(answered)], (answered, due, conn.reasons)
+    else:
+        # Every frame was valid: each is answered, with its own correlation id, in order. Only a
+        # long poll may still be pending, and what is queued behind it.
+        assert answered + pending == due, (answered, pending, due)
+        assert not pending or pending[0] in long_polls, f"no response to {pending} (a hang)"
     # Bytes already written are untouched (appends after them are allowed).
     now = b"".join(partition.log.read(0, 1 << 30).chunks)
     assert now[: len(original)] == original
