@@ -4,9 +4,10 @@ transaction; after a restart every transaction ends as decided and is never half
 A raw-protocol transactional producer writes to 3 partitions, so the test controls exactly
 where the broker dies:
 
-* ongoing: killed with the transaction open. After the restart it is still Ongoing (replayed
-  from ``__transaction_state``), read_committed sees nothing of it, and the coordinator's
-  timeout aborts it: its data never appears, later transactions do;
+* ongoing: killed with the transaction open and a later transaction committed behind it. After
+  the restart it is still Ongoing (replayed from ``__transaction_state``), the rebuilt last
+  stable offset still holds the committed one back, and the coordinator's timeout aborts it:
+  its data never appears, the later transaction's does;
 * after PrepareCommit, before any marker (``SAMSA_TXN_FAULT=after-prepare``): the commit was
   decided; the restarted coordinator writes the markers and the data appears on every
   partition;
@@ -26,7 +27,7 @@ from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
-from samsa.testing import create_topic
+from samsa.testing import create_topic, fetch_request
 
 TOPIC = "txn-crash"
 PARTITIONS = 3
@@ -180,8 +181,25 @@ def _read_committed(bootstrap: str, expect: int) -> list[bytes]:
     return out
 
 
-def _values(tag: bytes) -> set[bytes]:
-    return {b"%s-%d-%d" % (tag, p, i) for p in range(PARTITIONS) for i in range(3)}
+def _values(tag: bytes) -> list[bytes]:
+    return sorted(b"%s-%d-%d" % (tag, p, i) for p in range(PARTITIONS) for i in range(3))
+
+
+def _stable(port: int) -> list[tuple[int, int, list[int]]]:
+    """(high watermark, last stable offset, aborted producer ids) of each partition, from a
+    read_committed Fetch: conditions to wait on, where a consumer would need a read window."""
+    req = fetch_request({(TOPIC, p): 0 for p in range(PARTITIONS)}, isolation_level=1)
+    with _conn(port) as conn:
+        resp = conn.request(ApiKey.FETCH, 12, req)
+    parts = sorted(resp.responses[0].partitions, key=lambda p: p.partition_index)
+    return [
+        (
+            int(p.high_watermark),
+            int(p.last_stable_offset),
+            [int(a.producer_id) for a in p.aborted_transactions or ()],
+        )
+        for p in parts
+    ]
 
 
 def _wait_state(port: int, txn_id: str, state: str) -> None:
@@ -191,31 +209,46 @@ def _wait_state(port: int, txn_id: str, state: str) -> None:
         time.sleep(0.05)
 
 
+def _wait_stable(port: int) -> list[tuple[int, int, list[int]]]:
+    """Wait until no transaction is open on any partition (markers written everywhere)."""
+    deadline = time.monotonic() + T
+    while True:
+        got = _stable(port)
+        if all(hw == lso for hw, lso, _ in got):
+            return got
+        assert time.monotonic() < deadline, got
+        time.sleep(0.05)
+
+
 def test_killed_while_ongoing_then_timed_out(broker_factory: type[BrokerProcess]) -> None:
     b = broker_factory(overrides=OVERRIDES).start()
     with _conn(b.port) as conn:
         assert create_topic(conn, TOPIC, PARTITIONS) == 0
+        # The timeout must outlast what follows up to the restart and checks (0.4 s here).
         pid, epoch = _init(conn, "crash-ongoing", timeout_ms=3000)
         _add_partitions(conn, "crash-ongoing", pid, epoch)
-        _produce(conn, "crash-ongoing", pid, epoch, 0, b"open")
-    b.kill()
-    b.start()
-    assert _describe(b.port, "crash-ongoing") == ("Ongoing", epoch)
-    # Another transaction commits behind the open one: held back by the last stable offset.
-    with _conn(b.port) as conn:
+        _produce(conn, "crash-ongoing", pid, epoch, 0, b"open")  # offsets 0-2
+        # Another transaction commits behind the open one (3-5, marker 6).
         pid2, epoch2 = _init(conn, "crash-after")
         _add_partitions(conn, "crash-after", pid2, epoch2)
         _produce(conn, "crash-after", pid2, epoch2, 0, b"after")
         assert _end(conn, "crash-after", pid2, epoch2, True) == 0
-    assert _read_committed(b.bootstrap, 0) == []
-    # The timeout fences and aborts it (epoch + 1); then the committed one shows.
-    _wait_state(b.port, "crash-ongoing", "CompleteAbort")
-    assert _describe(b.port, "crash-ongoing")[1] == epoch + 1
-    assert set(_read_committed(b.bootstrap, 9)) == _values(b"after")
+    assert _stable(b.port) == [(7, 0, [])] * PARTITIONS
     b.kill()
     b.start()
-    got = _read_committed(b.bootstrap, 9)
-    assert sorted(got) == sorted(_values(b"after"))
+    # Replayed from the logs: still open, and still holding the committed one back.
+    assert _describe(b.port, "crash-ongoing") == ("Ongoing", epoch)
+    assert _stable(b.port) == [(7, 0, [])] * PARTITIONS
+    # The timeout fences and aborts it (epoch + 1, ABORT marker at 7); then the committed one
+    # shows, and the open one is listed as aborted.
+    _wait_state(b.port, "crash-ongoing", "CompleteAbort")
+    assert _describe(b.port, "crash-ongoing")[1] == epoch + 1
+    assert _wait_stable(b.port) == [(8, 8, [pid])] * PARTITIONS
+    assert sorted(_read_committed(b.bootstrap, 9)) == _values(b"after")
+    b.kill()
+    b.start()
+    assert _stable(b.port) == [(8, 8, [pid])] * PARTITIONS
+    assert sorted(_read_committed(b.bootstrap, 9)) == _values(b"after")
 
 
 @pytest.mark.parametrize("fault", ["after-prepare", "after-first-marker"])
@@ -240,11 +273,18 @@ def test_killed_during_commit_completes_after_restart(
     assert b.proc is not None and b.proc.wait(T) == 137
     b.start()
     _wait_state(b.port, txn, "CompleteCommit")
-    assert sorted(_read_committed(b.bootstrap, 9)) == sorted(_values(b"first"))
+    # 3 records + COMMIT each; the partition whose marker was written before the crash gets
+    # a second one from the restarted coordinator (as in Kafka: markers are resent to all).
+    ends = [5, 4, 4] if fault == "after-first-marker" else [4, 4, 4]
+    got = _wait_stable(b.port)
+    assert sorted(hw for hw, _, _ in got) == sorted(ends) and not any(a for _, _, a in got)
+    ends = [hw for hw, _, _ in got]
+    assert sorted(_read_committed(b.bootstrap, 9)) == _values(b"first")
     # The producer goes on with the next transaction at the same epoch.
     with _conn(b.port) as conn:
         _add_partitions(conn, txn, pid, epoch)
         _produce(conn, txn, pid, epoch, 3, b"second")
         assert _end(conn, txn, pid, epoch, False) == 0
     _wait_state(b.port, txn, "CompleteAbort")
-    assert sorted(_read_committed(b.bootstrap, 9)) == sorted(_values(b"first"))
+    assert _wait_stable(b.port) == [(e + 4, e + 4, [pid]) for e in ends]  # 3 records + ABORT
+    assert sorted(_read_committed(b.bootstrap, 9)) == _values(b"first")
