@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from samsa.client import ConsumerRecord, Producer
+from samsa.client import ConsumerRecord
 from samsa.verify import (
     KINDS,
     History,
@@ -261,9 +261,6 @@ def test_verify_sees_duplicates_of_a_plain_producer(broker) -> None:  # type: ig
     assert result.check.read > result.check.acked
 
 
-@pytest.mark.skipif(
-    not hasattr(Producer, "init_transactions"), reason="client has no transactions yet"
-)
 def test_verify_transactional_all_faults_and_sigkill(restartable) -> None:  # type: ignore[no-untyped-def]
     broker, restarter = restartable
     cfg = _all_faults(
@@ -278,10 +275,17 @@ def test_verify_transactional_all_faults_and_sigkill(restartable) -> None:  # ty
     result = run_verify(cfg)
     print(render(result))
     assert result.ok, render(result)
-    assert result.read_complete, result.notes
-    txns = result.check.txns
-    assert txns.get("committed", 0) > 0 and txns.get("aborted", 0) > 0, txns
-    assert restarter.count == 2
+    assert result.produce_complete and result.read_complete, result.notes
+    check = result.check
+    assert check.sent == 1500 and sum(check.txns.values()) == 150, (check.sent, check.txns)
+    assert check.txns.get("committed", 0) > 0 and check.txns.get("aborted", 0) > 0, check.txns
+    # Every record of a committed transaction was read (the checker counts each once).
+    assert check.must_read == 10 * check.txns["committed"] and check.read >= check.must_read
+    assert restarter.count == 2 and all(r.returncode == 0 for r in result.restarts)
+    stats = result.proxy_stats
+    assert stats is not None
+    assert stats["dropped_responses"] > 0 and stats["resets"] > 0, stats
+    assert stats["delayed_frames"] > 0, stats
 
 
 def test_verify_cli_all_faults_and_sigkill(restartable, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
