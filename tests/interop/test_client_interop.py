@@ -17,6 +17,10 @@ from confluent_kafka import Producer as CkProducer
 from confluent_kafka import TopicPartition as CkTP
 
 from samsa.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.messages import ApiKey
+from samsa.protocol.records import Compression, iter_batches
+from samsa.testing import fetch_request
 
 
 @pytest.fixture(params=["samsa", "tansu"])
@@ -98,6 +102,19 @@ def test_keys_land_where_confluent_puts_them(bootstrap: str) -> None:
         assert ours[k].result().partition == placed[k], k
 
 
+def _stored_batches(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """(compression codec, record count) of each batch of partition 0, as the broker stores
+    and serves it (a raw Fetch: no client decompresses anything)."""
+    host, port = bootstrap.rsplit(":", 1)
+    with BlockingConnection(host, int(port)) as conn:
+        # Tansu answers a Fetch with max wait 0 with no partitions at all; data is there, so
+        # a longer wait returns at once.
+        resp = conn.request(ApiKey.FETCH, 12, fetch_request({(topic, 0): 0}, max_wait_ms=500))
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == 0, part
+    return [(b.compression, b.record_count) for b in iter_batches(part.records or b"")]
+
+
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_read_by_confluent(bootstrap: str, codec: str) -> None:
     topic = _topic(bootstrap, 1)
@@ -109,6 +126,9 @@ def test_compressed_batches_read_by_confluent(bootstrap: str, codec: str) -> Non
         p.flush(30)
         offsets = [f.result().offset for f in futures]
     assert offsets == list(range(500))
+    batches = _stored_batches(bootstrap, topic)
+    assert {c for c, _ in batches} == {getattr(Compression, codec.upper())}, batches
+    assert sum(n for _, n in batches) == 500
     c = CkConsumer(
         {
             "bootstrap.servers": bootstrap,
