@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import uuid
 
 import pytest
+
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.messages import ApiKey
+from samsa.protocol.records import iter_batches
+from samsa.testing import fetch_request
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 pytestmark = pytest.mark.timeout(120)
@@ -41,6 +47,22 @@ def test_kcat_produces_idempotently_and_consumes(shared_broker) -> None:  # type
     assert sorted(r.stdout.split()) == sorted(lines)  # each record exactly once
     r = kcat("-b", bs, "-L", "-t", topic, "-J")
     assert r.returncode == 0 and f'"topic":"{topic}"' in r.stdout.replace(" ", "")
+    [meta] = json.loads(r.stdout)["topics"]
+    partitions = [p["partition"] for p in meta["partitions"]]
+    # Idempotently: every batch in the log carries one producer id and sequences that start at
+    # 0 on each partition and run on without a gap.
+    with BlockingConnection("127.0.0.1", shared_broker.port) as conn:
+        resp = conn.request(ApiKey.FETCH, 12, fetch_request({(topic, p): 0 for p in partitions}))
+    producer_ids = set()
+    total = 0
+    for part in resp.responses[0].partitions:
+        next_seq = 0
+        for batch in iter_batches(part.records or b""):
+            producer_ids.add(batch.producer_id)
+            assert (batch.base_sequence, batch.producer_epoch) == (next_seq, 0), batch
+            next_seq += batch.record_count
+        total += next_seq
+    assert total == 500 and len(producer_ids) == 1 and min(producer_ids) >= 0, producer_ids
 
 
 def test_kcat_group_consumer_commits(shared_broker) -> None:  # type: ignore[no-untyped-def]
