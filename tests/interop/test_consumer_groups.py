@@ -5,8 +5,9 @@ Each scenario runs group consumers of one library and one assignor as subprocess
 
 1. three members consume what is produced; everything gets committed;
 2. a fourth member joins (the group rebalances to four members) and gets partitions;
-3. one member leaves cleanly (LeaveGroup);
-4. one member is SIGKILLed: its partitions move on only after its session timeout.
+3. one member leaves cleanly (LeaveGroup): once it has exited the group no longer counts it;
+4. one member is SIGKILLed: the group still counts it right after, and its partitions move on
+   to the others, but not before its session could have timed out.
 
 After each step more records are produced and the test waits until the group's committed
 offsets (read with OffsetFetch) reach the end of every partition. Then, from the workers'
@@ -31,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from _group_worker import SESSION_TIMEOUT_MS
 from confluent_kafka import Producer
 
 from conftest import BrokerProcess
@@ -196,17 +198,24 @@ class Scenario:
 
         self.workers[0].send_signal(signal.SIGTERM)  # one leaves cleanly
         assert self.workers[0].wait(20) == 0
+        # It said so (LeaveGroup): the group is not still stable with it, as after a crash.
+        assert describe(self.conn, self.group) != ("Stable", 4)
         self.wait_members(3)
+        left_at = time.monotonic_ns()
         self.produce(BATCH)
         self.wait_all_committed()
 
+        killed_at = time.monotonic_ns()
         self.workers[1].send_signal(signal.SIGKILL)  # one dies: only its session times out
         self.workers[1].wait(10)
+        # Nobody told the coordinator: the dead member is still in the stable group.
+        assert describe(self.conn, self.group) == ("Stable", 3)
         self.produce(BATCH)
         self.wait_all_committed()
         self.wait_members(2)
         self.stop()
         self.verify(joiner, joined_at)
+        self.verify_session_timeout(left_at, killed_at)
 
     def stop(self) -> None:
         for w in self.workers:
@@ -221,14 +230,12 @@ class Scenario:
         self.conn.close()
 
     def verify(self, joiner: int, joined_at: int) -> None:
-        deliveries: list[tuple[int, int, int, int]] = []  # (time, partition, offset, worker)
+        deliveries = self._deliveries()
         commits: dict[int, list[tuple[int, int]]] = defaultdict(list)  # p -> [(time, offset)]
-        for worker, path in enumerate(self.logs):
+        for path in self.logs:
             for line in path.read_text().splitlines():
                 f = line.split()
-                if len(f) == 4 and f[0] == "D":
-                    deliveries.append((int(f[1]), int(f[2]), int(f[3]), worker))
-                elif len(f) == 4 and f[0] == "C":
+                if len(f) == 4 and f[0] == "C":
                     commits[int(f[2])].append((int(f[1]), int(f[3])))
         seen = {(p, o) for _, p, o, _ in deliveries}
         missing = [
@@ -255,6 +262,34 @@ class Scenario:
         assert any(w == joiner and t >= joined_at for t, _, _, w in deliveries), (
             f"{self.group}: the member that joined never got a partition"
         )
+
+    def verify_session_timeout(self, left_at: int, killed_at: int) -> None:
+        """The killed member's partitions moved on, and not before its session could expire."""
+        dead = 1
+        deliveries = self._deliveries()
+        owned = {p for t, p, _, w in deliveries if w == dead and left_at <= t < killed_at}
+        assert owned, f"{self.group}: worker {dead} owned nothing when it was killed"
+        moved = [
+            (t, p, w) for t, p, _, w in deliveries if p in owned and t >= killed_at and w != dead
+        ]
+        assert {p for _, p, _ in moved} == owned, f"{self.group}: {owned} did not move on"
+        # Its last heartbeat was at most a heartbeat interval before the kill; allow for a
+        # late one, which only brings the expiry closer.
+        waited_ms = (min(t for t, _, _ in moved) - killed_at) / 1e6
+        assert waited_ms >= SESSION_TIMEOUT_MS / 2, (
+            f"{self.group}: the dead member's partitions moved after {waited_ms:.0f} ms, "
+            f"before its {SESSION_TIMEOUT_MS} ms session could time out"
+        )
+
+    def _deliveries(self) -> list[tuple[int, int, int, int]]:
+        """(time, partition, offset, worker) of every delivery in the workers' logs."""
+        out = []
+        for worker, path in enumerate(self.logs):
+            for line in path.read_text().splitlines():
+                f = line.split()
+                if len(f) == 4 and f[0] == "D":
+                    out.append((int(f[1]), int(f[2]), int(f[3]), worker))
+        return out
 
     def kill_all(self) -> None:
         for w in self.workers:
