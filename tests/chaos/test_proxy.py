@@ -4,7 +4,9 @@
 * A broker advertising another address than the bootstrap one gets a listener of its own,
   and clients reach the broker through it.
 * A lost response (drop rate 1) means the broker acted and the client never heard; a reset
-  (reset rate 1) means the request never reached the broker. Delays hold frames in order.
+  (reset rate 1) means the request never reached the broker. The first requests of each
+  connection pass unharmed (grace), ``apis`` limits the faults to some request types, and
+  delays hold every frame.
 * ``samsa proxy`` serves clients until SIGTERM and prints its counters.
 """
 
@@ -22,7 +24,14 @@ import pytest
 from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.messages import ApiKey, make_request
-from samsa.testing import FaultProxy, Faults, create_topic
+from samsa.testing import (
+    FaultProxy,
+    Faults,
+    create_topic,
+    fetch_request,
+    idempotent_batch,
+    produce_one,
+)
 from samsa.testing.proxy import parse_address
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,16 +92,17 @@ def test_metadata_and_coordinator_answers_name_the_proxy(broker) -> None:  # typ
 
 
 def test_other_advertised_address_gets_its_own_listener(broker_factory) -> None:  # type: ignore[no-untyped-def]
-    # "localhost" reaches the broker but is not the bootstrap address the proxy was given
+    # "127.1" is 127.0.0.1 written another way (numeric: no name lookup, never IPv6): it
+    # reaches the broker but is not the bootstrap address the proxy was given.
     b = broker_factory(overrides={}).start()
     b.stop()
-    b.overrides = {"advertised.listeners": f"PLAINTEXT://localhost:{b.port}"}
+    b.overrides = {"advertised.listeners": f"PLAINTEXT://127.1:{b.port}"}
     b.start()
     with FaultProxy(b.bootstrap).start() as proxy:
         with _conn(proxy.address) as conn:
             [(host, port)] = _metadata_brokers(conn)
         assert host == "127.0.0.1" and port != proxy.port
-        assert proxy.listeners[f"127.0.0.1:{port}"] == f"localhost:{b.port}"
+        assert proxy.listeners[f"127.0.0.1:{port}"] == f"127.1:{b.port}"
         topic = f"adv-{uuid.uuid4().hex[:6]}"
         with Admin({"bootstrap.servers": proxy.address}) as admin:
             admin.create_topic(topic, 1)
@@ -123,21 +133,45 @@ def test_reset_means_the_request_never_arrived(broker) -> None:  # type: ignore[
     assert topic not in _topics(broker.bootstrap)
 
 
-def test_grace_and_api_filter_and_delay(broker) -> None:  # type: ignore[no-untyped-def]
+def test_grace_requests_pass_then_faults_start(broker) -> None:  # type: ignore[no-untyped-def]
+    faults = Faults(reset_rate=1.0, grace_requests=2)
+    with FaultProxy(broker.bootstrap, faults=faults, seed=1).start() as proxy:
+        for connection in (1, 2):  # the grace is per connection
+            with _conn(proxy.address) as conn:
+                assert _metadata_brokers(conn) == [parse_address(proxy.address)]
+                assert _metadata_brokers(conn) == [parse_address(proxy.address)]
+                with pytest.raises((ConnectionClosed, OSError)):
+                    _metadata_brokers(conn)
+            assert (proxy.stats.requests, proxy.stats.resets) == (3 * connection, connection)
+
+
+def test_api_filter_and_delay(broker) -> None:  # type: ignore[no-untyped-def]
     # faults only on Produce: metadata and topic creation go through untouched
     faults = Faults(drop_response_rate=1.0, apis=frozenset({ApiKey.PRODUCE}), delay_ms=20)
     topic = f"apis-{uuid.uuid4().hex[:6]}"
+    rounds = 10
     with FaultProxy(broker.bootstrap, faults=faults, seed=3).start() as proxy:
         with _conn(proxy.address) as conn:
-            t0 = time.monotonic()
             assert create_topic(conn, topic) == 0
-            _metadata_brokers(conn)
+            t0 = time.monotonic()
+            for _ in range(rounds):
+                _metadata_brokers(conn)
             elapsed = time.monotonic() - t0
-        assert proxy.stats.dropped_responses == 0
-        assert proxy.stats.delayed_frames == 4  # two requests, two responses
-        assert elapsed < 4 * 0.02 + 2.0
+            assert proxy.stats.dropped_responses == 0
+            # Each frame waits a uniform [0, 20] ms: 2 * rounds frames, 10 ms each on average
+            # (202 ms in all with this seed); half of that is 4 standard deviations below.
+            frames = 2 * rounds
+            assert frames * 0.005 <= elapsed < frames * 0.02 + 2.0, elapsed
+            # A Produce is subject to faults: the broker writes it, the answer is lost.
+            with pytest.raises((ConnectionClosed, OSError)):
+                produce_one(conn, topic, 0, idempotent_batch(1, 0, 0))
+        assert proxy.stats.dropped_responses == 1
+        assert proxy.stats.delayed_frames == 2 * (rounds + 1) + 1  # the lost answer: none
         proxy.set_faults()  # all off, delay kept
         assert proxy.faults.delay_ms == 20 and proxy.faults.drop_response_rate == 0
+    with BlockingConnection("127.0.0.1", broker.port) as conn:
+        resp = conn.request(ApiKey.FETCH, 12, fetch_request({(topic, 0): 0}))
+    assert int(resp.responses[0].partitions[0].high_watermark) == 1
     with pytest.raises(ValueError, match="drop_response_rate"):
         FaultProxy(broker.bootstrap, faults=Faults(drop_response_rate=2))
 
@@ -186,7 +220,12 @@ def test_cli_proxy_serves_until_sigterm_and_prints_stats(broker) -> None:  # typ
         assert [r.offset for r in got] == list(range(200))
     finally:
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=20)
+        try:
+            _out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never leave it running
+            proc.communicate()
+            raise
     assert proc.returncode == 0, err
     assert "proxy stats: connections=" in err and "rewritten_responses=" in err
 
