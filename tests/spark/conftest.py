@@ -11,8 +11,13 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+except ImportError as exc:
+    # Not an optional feature: `make test` installs the spark extra, so this is a broken
+    # install, and skipping would hide it.
+    raise ImportError(f"{exc}: the Spark tests need the 'spark' extra (make test)") from exc
 
 from samsa.client import Admin, ConsumerRecord
 from samsa.testing import read_topic as read_whole_topic

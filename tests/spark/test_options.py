@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("pyarrow")
-
 from samsa.client import TopicPartition
 from samsa.spark._options import (
     SinkOptions,
