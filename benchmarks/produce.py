@@ -425,10 +425,24 @@ def confluent_produce(port: int, topic: str, records: int, max_seconds: float) -
 # --- (c) fetch --------------------------------------------------------------------------
 
 
-def raw_fetch(port: int, topic: str, expected: int, max_seconds: float) -> Result:
-    """Read the whole topic with sequential Fetch v12 requests (all partitions in each)."""
+def high_watermarks(port: int, topic: str) -> dict[int, int]:
+    """Each partition's end offset (a Fetch that asks for as little data as it can)."""
+    req = fetch_request({(topic, p): 0 for p in range(PARTITIONS)}, max_wait_ms=100,
+                        max_bytes=1, partition_max_bytes=1)
+    with BlockingConnection(HOST, port, client_id="samsa-bench") as conn:
+        resp = conn.request(ApiKey.FETCH, FETCH_V, req)
+    ends = {int(part.partition_index): int(part.high_watermark)
+            for t in resp.responses for part in t.partitions if int(part.error_code) == 0}
+    if sorted(ends) != list(range(PARTITIONS)):
+        raise RuntimeError(f"{topic}: no end offset for every partition ({ends})")
+    return ends
+
+
+def raw_fetch(port: int, topic: str, ends: dict[int, int], max_seconds: float) -> Result:
+    """Read offsets [0, ends[p]) of every partition with sequential Fetch v12 requests (all
+    partitions in each); records past ``ends`` are not counted."""
     offsets = dict.fromkeys(range(PARTITIONS), 0)
-    ends: dict[int, int] = {}
+    expected = sum(ends.values())
     records = 0
     requests = 0
     errors: Counter[int] = Counter()
@@ -439,28 +453,24 @@ def raw_fetch(port: int, topic: str, expected: int, max_seconds: float) -> Resul
         while records < expected and time.perf_counter() < deadline:
             # max_wait 100 ms, not 0: Tansu answers max_wait=0 with no partitions at all.
             req = fetch_request(
-                {(topic, p): o for p, o in offsets.items() if ends.get(p) != o},
+                {(topic, p): o for p, o in offsets.items() if o < ends[p]},
                 max_wait_ms=100,
                 max_bytes=64 * 1024 * 1024,
                 partition_max_bytes=32 * 1024 * 1024,
             )
             resp = conn.request(ApiKey.FETCH, FETCH_V, req)
             requests += 1
-            progressed = False
             for t in resp.responses:
                 for part in t.partitions:
+                    p = part.partition_index
                     if int(part.error_code) != 0:
                         errors[int(part.error_code)] += 1
                         continue
-                    ends[part.partition_index] = int(part.high_watermark)
                     for b in iter_batches(part.records or b""):
-                        if b.base_offset < offsets[part.partition_index]:
-                            continue
-                        records += b.record_count
-                        offsets[part.partition_index] = b.next_offset
-                        progressed = True
-            if not progressed and all(ends.get(p) == o for p, o in offsets.items()):
-                break
+                        first, end = max(b.base_offset, offsets[p]), min(b.next_offset, ends[p])
+                        if end > first:
+                            records += end - first
+                            offsets[p] = end
         seconds = time.perf_counter() - start
         cpu = time.process_time() - cpu0
     note = f"{requests} fetch request" + ("s" if requests != 1 else "")
@@ -469,7 +479,8 @@ def raw_fetch(port: int, topic: str, expected: int, max_seconds: float) -> Resul
     return Result(records, seconds, errors, note, cpu)
 
 
-def confluent_fetch(port: int, topic: str, expected: int, max_seconds: float) -> Result:
+def confluent_fetch(port: int, topic: str, ends: dict[int, int], max_seconds: float) -> Result:
+    """Read offsets [0, ends[p]) of every partition; records past ``ends`` are not counted."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -484,10 +495,11 @@ def confluent_fetch(port: int, topic: str, expected: int, max_seconds: float) ->
             "queued.max.messages.kbytes": 1_048_576,
         }
     )
+    expected = sum(ends.values())
     errors: Counter[int] = Counter()
     records = 0
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p]])
         # The clock starts at the first message: connecting and metadata are not counted.
         start = cpu0 = 0.0
         deadline = time.perf_counter() + 30.0  # for the first message
@@ -498,7 +510,8 @@ def confluent_fetch(port: int, topic: str, expected: int, max_seconds: float) ->
                     if not records:
                         start, cpu0 = time.perf_counter(), time.process_time()
                         deadline = start + max_seconds
-                    records += 1
+                    if msg.offset() < ends[msg.partition()]:
+                        records += 1
                 elif err.code() != KafkaError._PARTITION_EOF:
                     errors[int(err.code())] += 1
         seconds = time.perf_counter() - start if records else 0.0
@@ -518,7 +531,9 @@ class Target:
 
     name: str
     broker: BrokerProcess
-    produced: Counter[str] = field(default_factory=Counter)  # topic -> records acknowledged
+    # topic -> partition -> end offset to read up to: the same on every broker, so that the
+    # fetch rows compare reads of the same records
+    read_to: dict[str, dict[int, int]] = field(default_factory=dict)
 
     @property
     def port(self) -> int:
@@ -571,10 +586,10 @@ def workloads(scale: Scale) -> list[Workload]:
                                               t),
                  r),
         Workload("c-raw", "(c) fetch, raw Fetch v12", fetched,
-                 lambda tg: raw_fetch(tg.port, fetched, tg.produced[fetched], 30.0),
+                 lambda tg: raw_fetch(tg.port, fetched, tg.read_to[fetched], 30.0),
                  r, produces=False),
         Workload("c-confluent", "(c) fetch, confluent consumer", fetched,
-                 lambda tg: confluent_fetch(tg.port, fetched, tg.produced[fetched], 30.0),
+                 lambda tg: confluent_fetch(tg.port, fetched, tg.read_to[fetched], 30.0),
                  1, produces=False),
     ]
 
@@ -596,12 +611,20 @@ def run_all(scale: Scale, targets: dict[str, Target]) -> dict[str, Row]:
             continue
         for tg in here:
             ensure_topic(tg.port, w.topic)
+        if not w.produces:
+            # A broker whose produce hit its time cap holds fewer records: every broker reads
+            # the records all of them have, no more.
+            ends = [high_watermarks(tg.port, w.topic) for tg in here]
+            common = {p: min(e[p] for e in ends) for p in range(PARTITIONS)}
+            for tg, e in zip(here, ends, strict=True):
+                tg.read_to[w.topic] = common
+                if e != common:
+                    print(f"  {tg.name:<11} {w.topic}: reading {sum(common.values())} of its "
+                          f"{sum(e.values())} records, as many as every broker has", flush=True)
         runs: dict[str, list[Result]] = {tg.name: [] for tg in here}
         for i in range(w.repeats):
             for tg in here if i % 2 == 0 else here[::-1]:
                 r = _timed(tg, lambda tg=tg, w=w: w.run(tg))
-                if w.produces:
-                    tg.produced[w.topic] += r.records
                 runs[tg.name].append(r)
                 run_no = f" #{i + 1}" if w.repeats > 1 else ""
                 _print_run(tg.name, w.label + run_no, r)
