@@ -1,6 +1,6 @@
 """Stateful property test: ProducerStateManager against a deliberately naive model.
 
-The model is written from kafka-semantics.md (rules 2-6, 12, 16-17 and 48) without reusing any
+The model is written from docs/semantics.md (rules 2-6, 12 and 16-17; error 48) without reusing any
 code of the module under test: plain tuples, a deque per producer and modulo arithmetic for
 sequence wrap. Transactions end through the real marker path (prepare_end_txn/complete_txn), and
 the first unstable offset (the last stable offset) is checked against the model after every step.

@@ -1,4 +1,4 @@
-"""Raw-protocol tests of the idempotence rules (kafka-semantics.md 1-8), one per rule."""
+"""Raw-protocol tests of the idempotence rules (docs/semantics.md, rules 1-8), one per rule."""
 
 from __future__ import annotations
 
