@@ -137,7 +137,7 @@ def delivery_semantics(bootstrap: str, events: int, seed: int) -> str:
             )  # fmt: skip
             futures = []
             for n in range(events):
-                futures.append(producer.produce(topic, b"event-%06d" % n))
+                futures.append(producer.send(topic, b"event-%06d" % n))
                 if n % 20 == 19:
                     time.sleep(0.003)  # many small requests: many chances for faults
             producer.flush(60)

@@ -70,7 +70,7 @@ def test_every_record_once_in_order_at_its_future_offset(
         futures = {}
         for i in range(n):
             value = b"rec-%06d" % i
-            futures[value] = producer.produce(topic, value, b"key-%d" % (i % 11))
+            futures[value] = producer.send(topic, value, b"key-%d" % (i % 11))
             if i % 500 == 499:
                 time.sleep(0.02)  # let several requests be in flight at different points
         assert producer.flush(60) == 0

@@ -107,7 +107,7 @@ def test_other_advertised_address_gets_its_own_listener(broker_factory) -> None:
         with Admin({"bootstrap.servers": proxy.address}) as admin:
             admin.create_topic(topic, 1)
         with Producer({"bootstrap.servers": proxy.address}) as p:
-            md = p.produce(topic, b"v").result(20)
+            md = p.send(topic, b"v").result(20)
         assert md.offset == 0
         assert proxy.stats.listeners == 2
         assert proxy.stats.connections >= 3  # bootstrap + the second listener's
@@ -208,7 +208,7 @@ def test_cli_proxy_serves_until_sigterm_and_prints_stats(broker) -> None:  # typ
         with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
             admin.create_topic(topic, 1)
         with Producer({"bootstrap.servers": address, "linger.ms": 1}) as p:
-            futures = [p.produce(topic, b"%d" % i) for i in range(200)]
+            futures = [p.send(topic, b"%d" % i) for i in range(200)]
             assert p.flush(30) == 0
         assert sorted(f.result().offset for f in futures) == list(range(200))
         with Consumer({"bootstrap.servers": address, "auto.offset.reset": "earliest"}) as c:

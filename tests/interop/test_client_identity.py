@@ -106,7 +106,7 @@ def test_killed_producer_resumes_without_duplicates(
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 3}, state=state) as p:
         assert (p.producer_id, p.epoch) == (state.producer_id, state.epoch)
         futures = [
-            p.produce(topic, b"rec-%06d" % i, b"k%d" % (i % 5)) for i in range(saved["next"], N)
+            p.send(topic, b"rec-%06d" % i, b"k%d" % (i % 5)) for i in range(saved["next"], N)
         ]
         assert p.flush(30) == 0
         skipped = [f.result().duplicate for f in futures]
@@ -132,7 +132,7 @@ def test_sequence_divergence_recovered_by_epoch_bump(shared_broker) -> None:  # 
     tp = TopicPartition(topic, 0)
     wrong = replace(state, sequences={tp: state.sequences[tp] + 50})  # a gap: 45 from the broker
     with Producer({"bootstrap.servers": bootstrap}, state=wrong) as p:
-        futures = [p.produce(topic, b"b%d" % i, partition=0) for i in range(5)]
+        futures = [p.send(topic, b"b%d" % i, partition=0) for i in range(5)]
         assert p.flush(30) == 0
         offsets = [f.result().offset for f in futures]
         assert (p.producer_id, p.epoch) != (state.producer_id, state.epoch)

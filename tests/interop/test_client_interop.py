@@ -55,7 +55,7 @@ def test_idempotent_round_trip(bootstrap: str) -> None:
     n = 3000
     with Producer({"bootstrap.servers": bootstrap, "linger.ms": 5}) as p:
         futures = [
-            p.produce(topic, b"v-%05d" % i, b"k-%d" % (i % 37), headers=[("i", b"%d" % i)])
+            p.send(topic, b"v-%05d" % i, b"k-%d" % (i % 37), headers=[("i", b"%d" % i)])
             for i in range(n)
         ]
         assert p.flush(30) == 0
@@ -94,7 +94,7 @@ def test_keys_land_where_confluent_puts_them(bootstrap: str) -> None:
         ck.produce(topic, b"ck", key=k, on_delivery=report)
     assert ck.flush(30) == 0
     with Producer({"bootstrap.servers": bootstrap}) as p:
-        ours = {k: p.produce(topic, b"samsa", k) for k in keys}
+        ours = {k: p.send(topic, b"samsa", k) for k in keys}
         p.flush(30)
     for k in keys:
         if k == b"":
@@ -122,7 +122,7 @@ def test_compressed_batches_read_by_confluent(bootstrap: str, codec: str) -> Non
     with Producer(
         {"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20}
     ) as p:
-        futures = [p.produce(topic, v) for v in values]
+        futures = [p.send(topic, v) for v in values]
         p.flush(30)
         offsets = [f.result().offset for f in futures]
     assert offsets == list(range(500))
@@ -154,8 +154,8 @@ def test_producer_auto_creates_topics_like_javas(shared_broker) -> None:  # type
     topic = f"auto-{uuid.uuid4().hex[:8]}"
     config = {"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 0}
     with Producer(config) as p:
-        meta = p.produce(topic, value=b"v").result(timeout=15)
+        meta = p.send(topic, value=b"v").result(timeout=15)
     assert (meta.partition, meta.offset) == (0, 0)
     with Producer({**config, "allow.auto.create.topics": False, "max.block.ms": 1000}) as p:
         with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION"):
-            p.produce(f"{topic}-no", value=b"v").result(timeout=15)
+            p.send(f"{topic}-no", value=b"v").result(timeout=15)

@@ -143,7 +143,7 @@ def test_commit_visible_abort_hidden(broker: tuple[str, bool]) -> None:
     p = _txn_producer(bootstrap)
     try:
         p.begin_transaction()
-        committed = [p.produce(topic, b"c%02d" % i, b"k%d" % i) for i in range(20)]
+        committed = [p.send(topic, b"c%02d" % i, b"k%d" % i) for i in range(20)]
         p.commit_transaction(T)
         assert all(f.result(T).offset >= 0 for f in committed)
         p.begin_transaction()
@@ -209,7 +209,7 @@ def test_zombie_is_fenced(broker: tuple[str, bool]) -> None:
         assert zombie.flush(T) == 0
         successor = _txn_producer(bootstrap, txn_id)  # fences, aborts the open transaction
         assert successor.epoch > zombie.epoch or successor.producer_id != zombie.producer_id
-        late = zombie.produce(topic, b"zombie-2", b"k")
+        late = zombie.send(topic, b"zombie-2", b"k")
         with pytest.raises(ProducerFencedError):
             late.result(T)
         with pytest.raises(ProducerFencedError):
@@ -390,9 +390,9 @@ def test_abortable_error_then_recovery(samsa_broker: str) -> None:
     try:
         epoch = p.epoch
         p.begin_transaction()
-        ok = p.produce(topic, b"ok")
+        ok = p.send(topic, b"ok")
         ok.result(T)
-        too_big = p.produce(topic, b"x" * (2 * 1024 * 1024))  # over message.max.bytes
+        too_big = p.send(topic, b"x" * (2 * 1024 * 1024))  # over message.max.bytes
         with pytest.raises(KafkaError):
             too_big.result(T)
         with pytest.raises(AbortableTransactionError):
@@ -413,8 +413,8 @@ def test_record_lost_before_sending_makes_the_transaction_abortable(samsa_broker
     p = _txn_producer(samsa_broker)
     try:
         p.begin_transaction()
-        p.produce(topic, b"kept?").result(T)
-        lost = p.produce(topic, b"lost", partition=5)
+        p.send(topic, b"kept?").result(T)
+        lost = p.send(topic, b"lost", partition=5)
         with pytest.raises(KafkaError):
             lost.result(T)
         with pytest.raises(AbortableTransactionError):

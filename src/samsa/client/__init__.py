@@ -10,6 +10,7 @@ from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing, Grou
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
     AbortableTransactionError,
+    BufferExhaustedError,
     ClosedError,
     ConfigError,
     CorruptRecordError,
@@ -46,6 +47,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "AsyncResumedTransaction",
+    "BufferExhaustedError",
     "ClosedError",
     "ConfigError",
     "Consumer",

@@ -53,6 +53,20 @@ class KafkaTimeoutError(KafkaError):
         super().__init__(ErrorCode.REQUEST_TIMED_OUT, message)
 
 
+class BufferExhaustedError(KafkaTimeoutError):
+    """``buffer.memory`` stayed full for ``max.block.ms``: the producer holds as many
+    records as it may and the broker does not take them fast enough (Kafka's
+    BufferExhaustedException). Nothing was queued; the record can be produced again."""
+
+    def __init__(self, buffer_memory: int, max_block: float, what: str = "") -> None:
+        super().__init__(
+            what
+            or f"buffer.memory ({buffer_memory} bytes) still full after max.block.ms "
+            f"({max_block * 1000:.0f} ms): records are produced faster than the broker "
+            "takes them"
+        )
+
+
 class ProducerFencedError(KafkaError):
     """Fatal: another producer with the same identity took over."""
 

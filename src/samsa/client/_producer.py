@@ -71,17 +71,36 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+from samsa.client._accumulator import (
+    EXTRAS,
+    KEY,
+    SEQ_MOD,
+    SIZE,
+    TOPIC,
+    VALUE,
+    Batch,
+    Headers,
+    Item,
+    Sink,
+    assign_partitions,
+    fail_items,
+    group_by_partition,
+    make_item,
+    take,
+)
 from samsa.client._aconn import AsyncConnection
 from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
     FATAL_PRODUCER_ERRORS,
     AbortableTransactionError,
+    BufferExhaustedError,
     ClosedError,
     ConfigError,
     KafkaConnectionError,
@@ -91,7 +110,7 @@ from samsa.client._errors import (
     TransactionAbortedError,
     TransactionStateError,
 )
-from samsa.client._partitioner import StickyPartitioner, partition_for_key
+from samsa.client._partitioner import StickyPartitioner
 from samsa.client._transactions import (
     ABORTABLE_ADD,
     ABORTABLE_OFFSETS,
@@ -113,13 +132,11 @@ from samsa.client._types import (
 )
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
-from samsa.protocol.records import NewRecord, build_batch
+from samsa.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("samsa.client.producer")
 
-SEQ_MOD = 1 << 31
 MAX_EPOCH = 32767
-_RECORD_OVERHEAD = 24  # rough bytes of framing per record, for batch.size accounting
 _REFRESH_ERRORS = frozenset(
     {
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -130,51 +147,22 @@ _REFRESH_ERRORS = frozenset(
         ErrorCode.NOT_ENOUGH_REPLICAS,
     }
 )
-Headers = Sequence[tuple[str, bytes | None]] | dict[str, bytes | None] | None
+_Batch = Batch  # the sender's name for it
+__all__ = ["AsyncProducer", "Headers"]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _Batch:
-    __slots__ = (
-        "attempts",
-        "base_sequence",
-        "created",
-        "epoch",
-        "full",
-        "futures",
-        "in_flight",
-        "payload",
-        "producer_id",
-        "records",
-        "retry_at",
-        "size",
-        "tp",
-    )
-
-    def __init__(self, tp: TopicPartition, created: float) -> None:
-        self.tp = tp
-        self.records: list[NewRecord] = []
-        self.futures: list[asyncio.Future[RecordMetadata]] = []
-        self.size = 0
-        self.created = created
-        self.full = False
-        self.base_sequence = -1
-        self.producer_id = -1
-        self.epoch = -1
-        self.payload: bytes | None = None
-        self.in_flight = False
-        self.attempts = 0
-        self.retry_at = 0.0
-
-    @property
-    def last_sequence(self) -> int:
-        return (self.base_sequence + len(self.records) - 1) % SEQ_MOD
-
-    def __repr__(self) -> str:
-        return f"_Batch({self.tp}, seq={self.base_sequence}, n={len(self.records)})"
+def _settle(fut: asyncio.Future[RecordMetadata], err: BaseException | None, md: Any) -> None:
+    """The sink of a record sent with :meth:`AsyncProducer.send`."""
+    if fut.done():
+        return
+    if err is not None:
+        fut.set_exception(err)
+    else:
+        fut.set_result(md)
 
 
 class _Partition:
@@ -213,7 +201,7 @@ class _Partition:
             b.producer_id = producer_id
             b.epoch = epoch
             b.payload = None
-            seq = (seq + len(b.records)) % SEQ_MOD
+            seq = (seq + b.count) % SEQ_MOD
         self.next_seq = seq
         self.last_acked = -1
         self.skip = 0
@@ -275,6 +263,8 @@ class AsyncProducer:
         self._new_id_on_bump = False
         self._fatal: KafkaError | None = None
         self._buffered = 0
+        self.released_bytes = 0  # ever given back (monotonic; see _sync.Producer)
+        self.on_release: Callable[[], None] | None = None
         self._space = asyncio.Event()
         self._space.set()
         self._outstanding = 0  # batches not yet completed
@@ -378,8 +368,8 @@ class AsyncProducer:
     async def send(
         self,
         topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
         *,
         partition: int | None = None,
         timestamp_ms: int | None = None,
@@ -387,97 +377,147 @@ class AsyncProducer:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; the returned future resolves with its RecordMetadata."""
         self.check_can_send()
+        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        item = make_item(
+            topic, value, key, partition, timestamp_ms, headers, functools.partial(_settle, fut)
+        )
         if not self._space.is_set():
             try:
                 await asyncio.wait_for(self._space.wait(), self.max_block)
             except TimeoutError:
-                raise KafkaTimeoutError("buffer.memory full for max.block.ms") from None
-        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        self.append(topic, value, key, partition, timestamp_ms, headers, fut)
+                raise BufferExhaustedError(self.buffer_memory, self.max_block) from None
+        self.append_many([item])
         return fut
 
     async def send_and_wait(
         self,
         topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
         **kwargs: Any,
     ) -> RecordMetadata:
         return await (await self.send(topic, value, key, **kwargs))
 
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int | None,
-        timestamp_ms: int | None,
-        headers: Headers,
-        fut: asyncio.Future[RecordMetadata],
-    ) -> None:
-        """Add a record to its partition's open batch (loop thread; never blocks)."""
+    def _intake_error(self) -> BaseException | None:
         if self._fatal is not None:
-            fut.set_exception(self._fatal)
-            return
+            return self._fatal
         if self._closing:
-            fut.set_exception(ClosedError("producer closed"))
-            return
+            return ClosedError("producer closed")
         if not self._started:
-            fut.set_exception(ClosedError("producer not started"))
-            return
+            return ClosedError("producer not started")
         if (
             self.transactional_id is not None
             and self._txn_state is not TransactionState.IN_TRANSACTION
         ):
-            fut.set_exception(self._txn_send_error())
+            return self._txn_send_error()
+        return None
+
+    def append_many(self, items: list[Item]) -> None:
+        """Add records (intake tuples, see :func:`make_item`) to their partitions' batches,
+        in order (loop thread; never blocks)."""
+        self._buffered += sum(map(SIZE, items))
+        if self._buffered >= self.buffer_memory:
+            self._space.clear()
+        err = self._intake_error()
+        if err is not None:
+            self._drop_items(items, err)
             return
-        if isinstance(headers, dict):
-            headers = list(headers.items())
-        record = NewRecord(
-            value=value,
-            key=key,
-            timestamp=_now_ms() if timestamp_ms is None else timestamp_ms,
-            headers=tuple(headers or ()),
-        )
+        topic = items[0][0]
+        if len(items) == 1 or len(set(map(TOPIC, items))) == 1:
+            self._append_topic(topic, items)
+            return
+        by_topic: dict[str, list[Item]] = {}
+        for item in items:
+            by_topic.setdefault(item[0], []).append(item)
+        for topic, group in by_topic.items():
+            self._append_topic(topic, group)
+
+    def _drop_items(self, items: Sequence[Item], err: BaseException) -> None:
+        """Records that never reach a batch: fail them and give their bytes back."""
+        fail_items(items, err)
+        self._release_bytes(sum(map(SIZE, items)))
+
+    def _append_topic(self, topic: str, items: list[Item]) -> None:
         if topic in self._awaiting_metadata or self.cluster.partition_count(topic) is None:
             waiting = self._awaiting_metadata.setdefault(topic, [])
-            waiting.append((record, partition, fut))
-            if len(waiting) == 1:
+            if not waiting:
                 self._outstanding += 1  # flush() waits for the metadata too
                 self._idle.clear()
                 self._spawn(self._await_metadata(topic))
+            waiting.extend(items)
             return
-        self._append_record(topic, record, partition, fut)
+        self._append_records(topic, items)
 
-    def _append_record(
-        self,
-        topic: str,
-        record: NewRecord,
-        partition: int | None,
-        fut: asyncio.Future[RecordMetadata],
-    ) -> None:
+    def _append_records(self, topic: str, items: list[Item]) -> None:
+        """Partition a burst of one topic's records and add them to their batches."""
         if self.transactional_id is not None and self._txn_state not in (
             TransactionState.IN_TRANSACTION,
             TransactionState.COMMITTING,  # it was sent in the transaction, before commit
         ):
-            fut.set_exception(self._txn_send_error())
+            self._drop_items(items, self._txn_send_error())
             return
         n = self.cluster.partition_count(topic)
         assert n is not None
-        if partition is None:
-            if record.key is not None:
-                partition = partition_for_key(record.key, n)
-            else:
-                partition = self._partitioner.partition(topic, n)
-        elif not 0 <= partition < n:
-            err = KafkaError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}"
+        # Columns by itemgetter: no object per row (zip(*items) makes one, and the GC runs)
+        values = list(map(VALUE, items))
+        keys = list(map(KEY, items))
+        sizes = list(map(SIZE, items))
+        extras = list(map(EXTRAS, items))
+        now = _now_ms()
+        explicit = ts = hdrs = sinks = None
+        if extras.count(None) != len(extras):
+            none = (None, None, None, None)
+            explicit, stamps, hdrs, sinks = zip(*(e or none for e in extras), strict=True)
+            if stamps.count(None) != len(stamps):
+                ts = [now if t is None else t for t in stamps]
+            if hdrs.count(None) == len(hdrs):
+                hdrs = None
+            if sinks.count(None) == len(sinks):
+                sinks = None
+        parts = assign_partitions(keys, explicit, n, lambda: self._partitioner.partition(topic, n))
+        if isinstance(parts, int):
+            self._accumulate(
+                TopicPartition(topic, parts),
+                values,
+                keys,
+                ts if ts is not None else [now] * len(values),
+                hdrs,
+                sinks,
+                sizes,
             )
-            fut.set_exception(err)
-            if self.transactional_id is not None:
-                self._txn_fail(err, bump=False)
             return
-        tp = TopicPartition(topic, partition)
+        for p, rows in group_by_partition(parts).items():
+            if p < 0:  # an explicit partition the topic does not have
+                assert explicit is not None
+                err = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} has no partition {take(explicit, rows)[0]}",
+                )
+                self._drop_items(take(items, rows), err)
+                if self.transactional_id is not None:
+                    self._txn_fail(err, bump=False)
+                continue
+            self._accumulate(
+                TopicPartition(topic, p),
+                take(values, rows),
+                take(keys, rows),
+                take(ts, rows) if ts is not None else [now] * len(rows),
+                take(hdrs, rows) if hdrs is not None else None,
+                take(sinks, rows) if sinks is not None else None,
+                take(sizes, rows),
+            )
+
+    def _accumulate(
+        self,
+        tp: TopicPartition,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        headers: Sequence[Any] | None,
+        sinks: Sequence[Sink | None] | None,
+        sizes: Sequence[int],
+    ) -> None:
+        """Append one partition's records to its open batch; seal the whole batches."""
         ps = self._partitions.get(tp)
         if ps is None:
             resumed = (
@@ -490,31 +530,27 @@ class AsyncProducer:
             ps.skip_known = not resumed
         if self.transactional_id is not None and tp not in self._txn_added:
             self._txn_add_partition(tp)
-        size = (
-            _RECORD_OVERHEAD
-            + len(record.key or b"")
-            + len(record.value or b"")
-            + sum(len(h) + len(v or b"") for h, v in record.headers)
-        )
         batch = ps.queue[-1] if ps.queue else None
-        if batch is None or batch.full or (batch.size + size > self.batch_size and batch.records):
-            if batch is not None:
-                batch.full = True
-            batch = _Batch(tp, asyncio.get_running_loop().time())
+        if batch is None or batch.full:
+            batch = Batch(tp, asyncio.get_running_loop().time())
             ps.queue.append(batch)
             self._outstanding += 1
             self._idle.clear()
-        batch.records.append(record)
-        batch.futures.append(fut)
-        batch.size += size
-        self._buffered += size
-        if self._buffered >= self.buffer_memory:
-            self._space.clear()
-        if batch.size >= self.batch_size:
-            batch.full = True
-            self._wake.set()
-        elif len(batch.records) == 1 and (self.linger <= 0 or len(ps.queue) > 1):
-            self._wake.set()
+            self._wake.set()  # as Java's sender is woken for a new batch (its linger starts)
+        batch.extend(values, keys, timestamps, headers, sinks, sizes)
+        if batch.size >= self.batch_size - HEADER_SIZE:
+            sealed = batch.seal_full(self.batch_size, self.codec, asyncio.get_running_loop().time())
+            if sealed:
+                if batch.count:
+                    ps.queue.pop()
+                    ps.queue.extend(sealed)
+                    ps.queue.append(batch)
+                    self._outstanding += len(sealed)
+                else:  # all of it sealed: the open batch object is not needed any more
+                    ps.queue.pop()
+                    ps.queue.extend(sealed)
+                    self._outstanding += len(sealed) - 1
+                self._wake.set()
 
     async def _await_metadata(self, topic: str) -> None:
         deadline = asyncio.get_running_loop().time() + self.max_block
@@ -533,17 +569,22 @@ class AsyncProducer:
             if self.cluster.partition_count(topic) is None:
                 await asyncio.sleep(self.retry_backoff)
         waiting = self._awaiting_metadata.pop(topic, [])
-        for record, partition, fut in waiting:
-            if fut.done():
-                continue
+        if waiting:
             if error is not None or self._fatal is not None:
-                fut.set_exception(error or self._fatal)  # type: ignore[arg-type]
+                self._drop_items(waiting, error or self._fatal)  # type: ignore[arg-type]
                 if error is not None and self.transactional_id is not None:
                     # As Java's doSend: a record lost in a transaction makes it abortable.
                     self._txn_fail(error, bump=False)
             else:
-                self._append_record(topic, record, partition, fut)
+                self._append_records(topic, waiting)
         self._batch_done()
+
+    def queued_records(self) -> int:
+        """Records given to the producer and not yet acknowledged or failed."""
+        n = sum(len(w) for w in self._awaiting_metadata.values())
+        for ps in self._partitions.values():
+            n += sum(b.count for b in ps.pending) + sum(b.count for b in ps.queue)
+        return n
 
     # --- identity --------------------------------------------------------------------------
 
@@ -729,22 +770,18 @@ class AsyncProducer:
         if self.idempotent:
             batch.base_sequence = ps.next_seq
             batch.producer_id, batch.epoch = ps.producer_id, ps.epoch
-            ps.next_seq = (ps.next_seq + len(batch.records)) % SEQ_MOD
+            ps.next_seq = (ps.next_seq + batch.count) % SEQ_MOD
         ps.pending.append(batch)
         requests.setdefault(leader, []).append(batch)
         return None
 
     def _skip_written(self, ps: _Partition, batch: _Batch) -> bool:
         """Resolve the records a previous incarnation wrote; False if none is left."""
-        k = min(ps.skip, len(batch.records))
-        for rec, fut in zip(batch.records[:k], batch.futures[:k], strict=True):
-            if not fut.done():
-                fut.set_result(RecordMetadata(*batch.tp, -1, rec.timestamp or -1, duplicate=True))
-        del batch.records[:k]
-        del batch.futures[:k]
+        k = min(ps.skip, batch.count)
+        batch.drop_first(k)
         ps.skip -= k
         ps.next_seq = (ps.next_seq + k) % SEQ_MOD
-        if not batch.records:
+        if not batch.count:
             self._release(batch)
             return False
         return True
@@ -782,13 +819,12 @@ class AsyncProducer:
         by_topic: dict[str, list[Any]] = {}
         for b in batches:
             if b.payload is None:
-                b.payload = build_batch(
-                    b.records,
-                    producer_id=b.producer_id,
-                    producer_epoch=b.epoch,
-                    base_sequence=b.base_sequence,
-                    transactional=self.transactional_id is not None,
-                    compression=self.codec,
+                b.payload = b.build(
+                    b.producer_id,
+                    b.epoch,
+                    b.base_sequence,
+                    self.transactional_id is not None,
+                    self.codec,
                 )
             by_topic.setdefault(b.tp.topic, []).append(
                 make_request(
@@ -914,17 +950,7 @@ class AsyncProducer:
             ps.pending.remove(b)
         if b.base_sequence >= 0:
             ps.last_acked = b.last_sequence
-        for i, (rec, fut) in enumerate(zip(b.records, b.futures, strict=True)):
-            if not fut.done():
-                fut.set_result(
-                    RecordMetadata(
-                        b.tp.topic,
-                        b.tp.partition,
-                        base_offset + i if base_offset >= 0 else -1,
-                        append_time if append_time >= 0 else rec.timestamp or -1,
-                        duplicate=base_offset < 0 and self.acks != 0,
-                    )
-                )
+        b.succeed(base_offset, append_time, base_offset < 0 and self.acks != 0)
         self._release(b)
 
     def _retry(self, b: _Batch, err: KafkaError) -> None:
@@ -955,16 +981,20 @@ class AsyncProducer:
                 self._txn_fail(err, bump=True)
             elif self.idempotent and not self._closing:
                 self._request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
-        for fut in b.futures:
-            if not fut.done():
-                fut.set_exception(err)
+        b.fail(err)
         self._release(b)
 
     def _release(self, b: _Batch) -> None:
-        self._buffered -= b.size
+        self._release_bytes(b.size)
+        self._batch_done()
+
+    def _release_bytes(self, size: int) -> None:
+        self._buffered -= size
+        self.released_bytes += size  # the sync facade's buffer.memory bound reads it
         if self._buffered < self.buffer_memory:
             self._space.set()
-        self._batch_done()
+        if self.on_release is not None:
+            self.on_release()
 
     def _batch_done(self) -> None:
         self._outstanding -= 1
@@ -977,9 +1007,7 @@ class AsyncProducer:
             while ps.queue and now - ps.queue[0].created > self.delivery_timeout:
                 b = ps.queue.popleft()
                 expired = KafkaTimeoutError("delivery.timeout.ms expired")
-                for fut in b.futures:
-                    if not fut.done():
-                        fut.set_exception(expired)
+                b.fail(expired)
                 self._release(b)
                 if self.transactional_id is not None:
                     self._txn_fail(expired, bump=False)
@@ -998,17 +1026,18 @@ class AsyncProducer:
     def _fail_all(self, err: BaseException) -> None:
         for ps in self._partitions.values():
             for b in list(ps.pending) + list(ps.queue):
-                for fut in b.futures:
-                    if not fut.done():
-                        fut.set_exception(err)
+                b.fail(err)
                 self._release(b)
             ps.pending.clear()
             ps.queue.clear()
-        for waiting in self._awaiting_metadata.values():
-            for _rec, _p, fut in waiting:
-                if not fut.done():
-                    fut.set_exception(err)
+        self._drop_waiting(err)
         self._wake.set()
+
+    def _drop_waiting(self, err: BaseException) -> None:
+        """Fail the records waiting for their topic's metadata."""
+        for waiting in self._awaiting_metadata.values():
+            self._drop_items(waiting, err)
+            waiting.clear()
 
     # --- transactions ----------------------------------------------------------------------
 
@@ -1243,14 +1272,9 @@ class AsyncProducer:
         for ps in self._partitions.values():
             while ps.queue:
                 b = ps.queue.popleft()
-                for fut in b.futures:
-                    if not fut.done():
-                        fut.set_exception(err)
+                b.fail(err)
                 self._release(b)
-        for waiting in self._awaiting_metadata.values():
-            for _rec, _p, fut in waiting:
-                if not fut.done():
-                    fut.set_exception(err)
+        self._drop_waiting(err)
         self._wake.set()
 
     def _txn_add_partition(self, tp: TopicPartition) -> None:

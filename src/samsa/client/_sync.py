@@ -1,26 +1,31 @@
 """Synchronous facades: each runs its asyncio core on a private event loop thread.
 
 The facade methods hand work to the loop (``run_coroutine_threadsafe``) and wait for it.
-``Producer.produce`` does not wait: records go into an inbox that the loop drains in one
-call per burst, and delivery callbacks are served from :meth:`Producer.poll` /
+``Producer.produce`` does not wait: it checks the record, appends one tuple to an inbox
+and returns (no future per record unless :meth:`Producer.send` asks for one). The loop
+drains the inbox in one call per burst (partitioning and encoding per burst, see
+``_accumulator``), and delivery callbacks are served from :meth:`Producer.poll` /
 :meth:`Producer.flush` in the caller's thread, as confluent-kafka does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import functools
+import logging
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Generic, Protocol, Self, TypeVar
 
+from samsa.client._accumulator import RECORD_OVERHEAD, Item, fail_items, make_item
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
+    BufferExhaustedError,
     ClosedError,
     KafkaError,
     KafkaTimeoutError,
@@ -41,9 +46,38 @@ from samsa.client._types import (
     TransactionDescription,
     TransactionListing,
 )
+from samsa.protocol.errors import ErrorCode
 
 T = TypeVar("T")
 DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], None]
+log = logging.getLogger("samsa.client.producer")
+# produce(on_delivery=...) serves callbacks itself beyond this many, if nobody polls
+_MAX_UNSERVED_CALLBACKS = 100_000
+
+
+def _queue_callback(
+    put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
+    cb: DeliveryCallback,
+    err: BaseException | None,
+    md: RecordMetadata | None,
+) -> None:
+    put((cb, err, md))
+
+
+def _settle_future(
+    cf: concurrent.futures.Future[RecordMetadata],
+    put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
+    cb: DeliveryCallback | None,
+    err: BaseException | None,
+    md: RecordMetadata | None,
+) -> None:
+    if not cf.done():
+        if err is not None:
+            cf.set_exception(err)
+        else:
+            cf.set_result(md)  # type: ignore[arg-type]
+    if cb is not None:
+        put((cb, err, md))
 
 
 class LoopThread:
@@ -151,7 +185,12 @@ class _Facade(Generic[C]):
 
 
 class Producer(_Facade[AsyncProducer]):
-    """Synchronous idempotent producer (see :class:`AsyncProducer`)."""
+    """Synchronous idempotent producer (see :class:`AsyncProducer`).
+
+    :meth:`produce` is confluent-kafka's: it queues the record and returns nothing; the
+    outcome goes to ``on_delivery``, called from :meth:`poll` / :meth:`flush` in the
+    caller's thread. :meth:`send` returns a future instead, for callers that want one.
+    """
 
     def __init__(
         self, config: dict[str, Any] | None = None, *, state: ProducerState | None = None
@@ -159,9 +198,22 @@ class Producer(_Facade[AsyncProducer]):
         self._lt, self._core = start_client(
             "samsa-producer", lambda: AsyncProducer(config, state=state)
         )
+        core = self._core
+        # Producing threads append to the inbox under _lock (which also guards _queued);
+        # the loop thread takes items without it (see _drain_inbox), so a producing
+        # thread never waits for the loop thread.
         self._lock = threading.Lock()
-        self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._inbox: list[Item] = []
         self._scheduled = False
+        # buffer.memory: bytes ever queued here (under _lock) against bytes the core ever
+        # released (core.released_bytes, loop thread); the difference is what is held.
+        self._queued = 0
+        self._buffer_memory = core.buffer_memory
+        self._max_block = core.max_block
+        self._space = threading.Event()
+        self._want_space = False
+        core.on_release = self._released
+        self._transactional = core.transactional_id is not None
         self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
         self._closed = False
 
@@ -175,53 +227,125 @@ class Producer(_Facade[AsyncProducer]):
         timestamp: int | None = None,
         headers: Headers = None,
         on_delivery: DeliveryCallback | None = None,
-    ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue a record. The future (and ``on_delivery``, served by poll()/flush())
-        get its RecordMetadata with partition and offset."""
+    ) -> None:
+        """Queue a record; ``on_delivery(err, metadata)`` is called from poll()/flush().
+
+        Blocks while ``buffer.memory`` is full, at most ``max.block.ms``, then raises
+        :class:`BufferExhaustedError`; an invalid record raises TypeError/ValueError here.
+        """
         if self._closed:
             raise ClosedError("producer is closed")
-        self._core.check_can_send()
-        if isinstance(value, str):
-            value = value.encode()
-        if isinstance(key, str):
-            key = key.encode()
-        if not self._core._space.is_set():
-            self._lt.run(self._core._space.wait(), self._core.max_block)
-        cf: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        item = (topic, value, key, partition, timestamp, headers, cf, on_delivery)
+        if self._transactional:
+            self._core.check_can_send()
+        if (
+            type(topic) is str
+            and (value is None or type(value) is bytes)
+            and (key is None or type(key) is bytes)
+            and partition is None
+            and timestamp is None
+            and headers is None
+            and on_delivery is None
+            and topic
+        ):  # the common case, checked inline
+            size = RECORD_OVERHEAD + len(value or b"") + len(key or b"")
+            item: Item = (topic, value, key, size, None)
+        else:
+            sink = None
+            if on_delivery is not None:
+                sink = functools.partial(_queue_callback, self._callbacks.put, on_delivery)
+                if self._callbacks.qsize() >= _MAX_UNSERVED_CALLBACKS:
+                    self.poll()  # nobody polls: serve them here rather than hold them all
+            item = make_item(topic, value, key, partition, timestamp, headers, sink)
+            size = item[3]
+        # _enqueue, inlined: this is the per-record path
+        if self._queued - self._core.released_bytes + size > self._buffer_memory:
+            self._wait_for_space(size)
         with self._lock:
             self._inbox.append(item)
-            if not self._scheduled:
-                self._scheduled = True
-                self._lt.call(self._drain_inbox)
+            self._queued += size
+            scheduled = self._scheduled
+            self._scheduled = True
+        if not scheduled:
+            self._lt.call(self._drain_inbox)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        headers: Headers = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """:meth:`produce`, returning a future of the record's RecordMetadata (a future
+        costs a lock and a condition per record: use produce() when you do not need it)."""
+        if self._closed:
+            raise ClosedError("producer is closed")
+        if self._transactional:
+            self._core.check_can_send()
+        cf: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        sink = functools.partial(_settle_future, cf, self._callbacks.put, on_delivery)
+        item = make_item(topic, value, key, partition, timestamp, headers, sink)
+        self._enqueue(item, item[3])
         return cf
 
-    def _drain_inbox(self) -> None:
+    def _enqueue(self, item: Item, size: int) -> None:
+        if self._queued - self._core.released_bytes + size > self._buffer_memory:
+            self._wait_for_space(size)
         with self._lock:
-            items = list(self._inbox)
-            self._inbox.clear()
-            self._scheduled = False
-        loop = self._lt.loop
-        for topic, value, key, partition, timestamp, headers, cf, cb in items:
-            fut: asyncio.Future[RecordMetadata] = loop.create_future()
-            fut.add_done_callback(functools.partial(self._delivered, cf, cb))
-            self._core.append(topic, value, key, partition, timestamp, headers, fut)
+            self._inbox.append(item)
+            self._queued += size
+            scheduled = self._scheduled
+            self._scheduled = True
+        if not scheduled:
+            self._lt.call(self._drain_inbox)
 
-    def _delivered(
-        self,
-        cf: concurrent.futures.Future[RecordMetadata],
-        cb: DeliveryCallback | None,
-        fut: asyncio.Future[RecordMetadata],
-    ) -> None:
-        exc = fut.exception()
-        if exc is not None:
-            cf.set_exception(exc)
-            if cb is not None:
-                self._callbacks.put((cb, exc, None))
-        else:
-            cf.set_result(fut.result())
-            if cb is not None:
-                self._callbacks.put((cb, None, fut.result()))
+    def _wait_for_space(self, size: int) -> None:
+        """Block until the producer holds less than buffer.memory, up to max.block.ms."""
+        if size > self._buffer_memory:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the record is {size} bytes when serialized, more than buffer.memory "
+                f"({self._buffer_memory})",
+            )
+        deadline = time.monotonic() + self._max_block
+        while True:
+            self._space.clear()
+            self._want_space = True
+            if self._queued - self._core.released_bytes + size <= self._buffer_memory:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BufferExhaustedError(self._buffer_memory, self._max_block)
+            # the core sets _space when it releases; the timeout only bounds a lost wakeup
+            self._space.wait(min(remaining, 0.05))
+
+    def _released(self) -> None:
+        """The core gave bytes back (loop thread): wake a caller blocked in produce."""
+        if self._want_space:
+            self._want_space = False
+            self._space.set()
+
+    def _drain_inbox(self) -> None:
+        # Reset the flag first: an item appended after it schedules another drain, one
+        # appended before it is taken below. Slicing and deleting the first n are single
+        # operations under the GIL, so an append meanwhile lands after them, kept.
+        self._scheduled = False
+        inbox = self._inbox
+        n = len(inbox)
+        items = inbox[:n]
+        del inbox[:n]
+        if not items:
+            return
+        try:
+            self._core.append_many(items)
+        except Exception as exc:  # a bug here must not leave records unresolved
+            log.exception("producer intake failed")
+            err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
+            self._core._set_fatal(err)
+            fail_items(items, err)
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one."""
@@ -250,11 +374,14 @@ class Producer(_Facade[AsyncProducer]):
         except (KafkaTimeoutError, TimeoutError):
             pass
         self.poll()
-        return sum(
-            len(b.records)
-            for ps in self._core._partitions.values()
-            for b in list(ps.pending) + list(ps.queue)
-        )
+        return len(self)
+
+    def __len__(self) -> int:
+        """Records queued and not yet delivered or failed (confluent-kafka's len())."""
+        inbox = len(self._inbox)
+        if self._lt.loop.is_closed():
+            return inbox
+        return inbox + self._lt.run_sync(self._core.queued_records)
 
     def _wait_inbox_drained(self) -> None:
         # call_soon order: once this runs, every earlier _drain_inbox has run.

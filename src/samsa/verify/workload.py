@@ -270,7 +270,7 @@ class _ProducerRun:
         return None
 
     def _produce(self, p: Producer, seq: int, txn: int) -> None:
-        fut = p.produce(
+        fut = p.send(
             self.topic,
             encode_value(self.index, seq, txn),
             b"p%d-%d" % (self.index, seq),

@@ -705,7 +705,7 @@ def test_sync_facade_transaction_context() -> None:
         with Producer({"bootstrap.servers": f"127.0.0.1:{fake.port}", **CONFIG}) as p:
             p.init_transactions()
             with p.transaction():
-                f = p.produce(TOPIC, "a", partition=0)
+                f = p.send(TOPIC, "a", partition=0)
             assert f.result(5).offset == 0
             with pytest.raises(RuntimeError), p.transaction():
                 p.produce(TOPIC, "b", partition=0)
