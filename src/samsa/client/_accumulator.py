@@ -523,7 +523,10 @@ class Batch:
                     sink, None, RecordMetadata(*self.tp, -1, self.timestamps[i], duplicate=True)
                 )
         self.sinks = [(i - k, s) for i, s in self.sinks if i >= k]
+        dropped = sum(self.sizes[:k])
         del self.values[:k], self.keys[:k], self.timestamps[:k], self.sizes[:k]
+        if self.sizes:  # the batch's release gives back the dropped records' bytes too
+            self.sizes[0] += dropped
         if self.headers is not None:
             del self.headers[:k]
         self.count -= k
