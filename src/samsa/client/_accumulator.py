@@ -33,6 +33,8 @@ import itertools
 import logging
 import operator
 import struct
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -73,6 +75,7 @@ KEY = operator.itemgetter(2)
 SIZE = operator.itemgetter(3)
 EXTRAS = operator.itemgetter(4)
 
+_NO_TIMESTAMPS = np.zeros(0, np.int64)
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
 _BEFORE_CRC = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, crc
 _FIRST_MAX_TS = struct.Struct(">qq")
@@ -161,6 +164,24 @@ def check_record(
         raise ValueError(f"timestamp must be a non-negative int (ms) or None, not {timestamp!r}")
     hdrs = normalize_headers(headers)
     return value, key, hdrs, record_size(value, key, hdrs)
+
+
+def _import_columnar() -> None:
+    from samsa.protocol import columnar
+
+    columnar.encode_batches([b""], [b""])  # pyarrow's first conversion imports pandas too
+
+
+def warm_up_columnar() -> None:
+    """Import the columnar codec (pyarrow, numpy: ~0.5 s, once per process) in a thread,
+    so that the first large burst does not stall the event loop while it loads."""
+    global _warming
+    if _warming is None and "samsa.protocol.columnar" not in sys.modules:
+        _warming = threading.Thread(target=_import_columnar, name="samsa-import", daemon=False)
+        _warming.start()
+
+
+_warming: threading.Thread | None = None
 
 
 # --- partitioning --------------------------------------------------------------------------
@@ -275,7 +296,7 @@ def _split(sizes: Sequence[int], limit: int) -> list[tuple[int, int]]:
 def encode_columns(
     values: Sequence[bytes | None],
     keys: Sequence[bytes | None],
-    timestamps: Sequence[int],
+    timestamps: np.ndarray,
     headers: Sequence[HeaderTuple | None] | None,
     sizes: Sequence[int],
     *,
@@ -302,19 +323,20 @@ def encode_columns(
             out.append(Encoded(section, eb.first, eb.count, first_ts, max_ts))
         return out
     out = []
+    stamps: list[int] = timestamps.tolist()
     for a, b in _split(sizes, max_batch_bytes - HEADER_SIZE):
-        base_ts = timestamps[a]
+        base_ts = stamps[a]
         body = b"".join(
             encode_record(
                 i - a,
-                timestamps[i] - base_ts,
+                stamps[i] - base_ts,
                 keys[i],
                 values[i],
                 (headers[i] or ()) if headers is not None else (),
             )
             for i in range(a, b)
         )
-        out.append(Encoded(compress(codec, body), a, b - a, base_ts, max(timestamps[a:b])))
+        out.append(Encoded(compress(codec, body), a, b - a, base_ts, max(stamps[a:b])))
     return out
 
 
@@ -365,7 +387,8 @@ class Batch:
         # open: the columns
         self.values: list[bytes | None] = []
         self.keys: list[bytes | None] = []
-        self.timestamps: list[int] | None = []  # sealed: kept only when there are sinks
+        # int64 ms (one Arrow conversion fewer than a list); sealed: only with sinks
+        self.timestamps: np.ndarray | None = _NO_TIMESTAMPS
         self.headers: list[HeaderTuple | None] | None = None
         self.sizes: list[int] = []
         # sealed
@@ -399,17 +422,21 @@ class Batch:
         self,
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None],
-        timestamps: Sequence[int],
+        timestamps: int | Sequence[int],
         headers: Sequence[HeaderTuple | None] | None,
         sinks: Sequence[Sink | None] | None,
         sizes: Sequence[int],
     ) -> None:
-        """Append rows to this open batch."""
+        """Append rows to this open batch (``timestamps``: one for all, or one per row)."""
         assert self.section is None and self.timestamps is not None
         base = self.count
         self.values.extend(values)
         self.keys.extend(keys)
-        self.timestamps.extend(timestamps)
+        if isinstance(timestamps, int):
+            ts = np.full(len(values), timestamps, np.int64)
+        else:
+            ts = np.asarray(timestamps, np.int64)
+        self.timestamps = np.concatenate((self.timestamps, ts)) if base else ts
         if headers is not None:
             if self.headers is None:
                 self.headers = [None] * base
@@ -446,7 +473,8 @@ class Batch:
             self._give(b, e, codec)
             out.append(b)
         rest = self.count - cut
-        del self.values[:cut], self.keys[:cut], self.timestamps[:cut], self.sizes[:cut]
+        del self.values[:cut], self.keys[:cut], self.sizes[:cut]
+        self.timestamps = self.timestamps[cut:].copy()
         if self.headers is not None:
             del self.headers[:cut]
         k = bisect.bisect_left(self.sinks, cut, key=operator.itemgetter(0))
@@ -469,7 +497,7 @@ class Batch:
         hi = bisect.bisect_left(self.sinks, end, key=operator.itemgetter(0))
         b.sinks = [(i - e.first, s) for i, s in self.sinks[lo:hi]]
         assert self.timestamps is not None
-        b.timestamps = self.timestamps[e.first : end] if b.sinks else None
+        b.timestamps = self.timestamps[e.first : end].copy() if b.sinks else None
         b.values, b.keys, b.sizes, b.headers = [], [], [], None
 
     def seal(self, codec: int) -> None:
@@ -520,11 +548,14 @@ class Batch:
         for i, sink in self.sinks:
             if i < k:
                 _deliver(
-                    sink, None, RecordMetadata(*self.tp, -1, self.timestamps[i], duplicate=True)
+                    sink,
+                    None,
+                    RecordMetadata(*self.tp, -1, int(self.timestamps[i]), duplicate=True),
                 )
         self.sinks = [(i - k, s) for i, s in self.sinks if i >= k]
         dropped = sum(self.sizes[:k])
-        del self.values[:k], self.keys[:k], self.timestamps[:k], self.sizes[:k]
+        del self.values[:k], self.keys[:k], self.sizes[:k]
+        self.timestamps = self.timestamps[k:]
         if self.sizes:  # the batch's release gives back the dropped records' bytes too
             self.sizes[0] += dropped
         if self.headers is not None:
@@ -541,7 +572,7 @@ class Batch:
         self.full = False
         self.values = [r.value for r in records]
         self.keys = [r.key for r in records]
-        self.timestamps = [r.timestamp for r in records]
+        self.timestamps = np.array([r.timestamp for r in records], np.int64)
         self.headers = [r.headers or None for r in records]
         self.sizes = [record_size(r.value, r.key, r.headers) for r in records]
         # the release must give back what the intake took, not a new estimate
@@ -557,8 +588,8 @@ class Batch:
         if not self.sinks:
             return
         topic, partition = self.tp
-        ts = self.timestamps
-        assert ts is not None
+        assert self.timestamps is not None
+        ts = self.timestamps.tolist()
         for i, sink in self.sinks:
             md = RecordMetadata(
                 topic,

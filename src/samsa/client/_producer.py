@@ -2,12 +2,16 @@
 
 Theory of operation
 -------------------
-``send()`` never waits for the network. A record is partitioned (murmur2 of the key like
-the Java client, sticky for unkeyed records) and appended to the open batch of its
-partition, which closes when it reaches ``batch.size``. One sender task drains batches
-whose ``linger.ms`` elapsed (or that are full, or when flushing), groups them per leader
-broker into Produce requests (one batch per partition per request) and writes the requests
-in order on that broker's connection.
+``send()`` never waits for the network. Records reach :meth:`AsyncProducer.append_many` in
+bursts (the sync facade hands over everything its callers queued since the last burst), and
+the accumulator (``_accumulator``) partitions a burst at once (murmur2 of the key like the
+Java client, sticky for unkeyed records) and appends it to the open batch of each
+partition; whole ``batch.size`` batches are encoded together from columns, and what is left
+stays open until ``linger.ms`` elapses. One sender task drains batches whose ``linger.ms``
+elapsed (or that are full, or when flushing), groups them per leader broker into Produce
+requests (one batch per partition per request) and writes the requests in order on that
+broker's connection. A batch's header (producer id, epoch, sequence) is written when it is
+sent: a renumbered batch gets a new header over the same encoded records.
 
 Idempotence (rules 20-21 of kafka-semantics.md). The producer gets a producer id and epoch
 from InitProducerId. Each partition keeps, in ``pending``, the batches that have a sequence
@@ -93,6 +97,7 @@ from samsa.client._accumulator import (
     group_by_partition,
     make_item,
     take,
+    warm_up_columnar,
 )
 from samsa.client._aconn import AsyncConnection
 from samsa.client._cluster import Cluster
@@ -306,6 +311,7 @@ class AsyncProducer:
         elif self.idempotent:
             await self.cluster.refresh([])
         self._sender = asyncio.get_running_loop().create_task(self._run())
+        warm_up_columnar()
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -480,7 +486,7 @@ class AsyncProducer:
                 TopicPartition(topic, parts),
                 values,
                 keys,
-                ts if ts is not None else [now] * len(values),
+                ts if ts is not None else now,
                 hdrs,
                 sinks,
                 sizes,
@@ -501,7 +507,7 @@ class AsyncProducer:
                 TopicPartition(topic, p),
                 take(values, rows),
                 take(keys, rows),
-                take(ts, rows) if ts is not None else [now] * len(rows),
+                take(ts, rows) if ts is not None else now,
                 take(hdrs, rows) if hdrs is not None else None,
                 take(sinks, rows) if sinks is not None else None,
                 take(sizes, rows),
@@ -512,7 +518,7 @@ class AsyncProducer:
         tp: TopicPartition,
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None],
-        timestamps: Sequence[int],
+        timestamps: int | Sequence[int],
         headers: Sequence[Any] | None,
         sinks: Sequence[Sink | None] | None,
         sizes: Sequence[int],
