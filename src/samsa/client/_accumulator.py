@@ -33,7 +33,6 @@ import itertools
 import logging
 import operator
 import struct
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -167,21 +166,36 @@ def check_record(
 
 
 def _import_columnar() -> None:
+    global _columnar_ready
     from samsa.protocol import columnar
 
     columnar.encode_batches([b""], [b""])  # pyarrow's first conversion imports pandas too
+    _columnar_ready = True
 
 
-def warm_up_columnar() -> None:
-    """Import the columnar codec (pyarrow, numpy: ~0.5 s, once per process) in a thread,
-    so that the first large burst does not stall the event loop while it loads."""
-    global _warming
-    if _warming is None and "samsa.protocol.columnar" not in sys.modules:
-        _warming = threading.Thread(target=_import_columnar, name="samsa-import", daemon=False)
-        _warming.start()
+def columnar_ready(wait: bool = False) -> bool:
+    """Whether the columnar codec is loaded (with ``wait``, once it is). The first call (a
+    producer's start) starts loading it (pyarrow and numpy: ~0.5 s once per process) in a
+    thread, overlapping the connection set-up. A large burst then waits for the rest of the
+    load rather than take the per-record paths meanwhile: measured, those paths competing
+    with the import for the GIL cost more than the wait (the caller goes on queueing). The
+    thread is not a daemon: an import is never cut off at exit.
+    """
+    global _loader
+    if _columnar_ready:
+        return True
+    with _loader_lock:
+        if _loader is None:
+            _loader = threading.Thread(target=_import_columnar, name="samsa-columnar-import")
+            _loader.start()
+    if wait:
+        _loader.join()
+    return _columnar_ready
 
 
-_warming: threading.Thread | None = None
+_columnar_ready = False
+_loader: threading.Thread | None = None
+_loader_lock = threading.Lock()
 
 
 # --- partitioning --------------------------------------------------------------------------
@@ -189,7 +203,7 @@ _warming: threading.Thread | None = None
 
 def hash_partitions(keys: Sequence[bytes], num_partitions: int) -> Sequence[int]:
     """Java's default partition of each (non-null) key (a numpy array for many keys)."""
-    if len(keys) >= COLUMNAR_HASH_MIN:
+    if len(keys) >= COLUMNAR_HASH_MIN and columnar_ready(wait=True):
         from samsa.protocol.columnar import partitions_for_keys  # pyarrow: imported lazily
 
         return partitions_for_keys(keys, num_partitions)  # type: ignore[no-any-return]
@@ -306,7 +320,7 @@ def encode_columns(
     """Encode columns as the records sections of batches of at most ``max_batch_bytes``
     (one record alone may exceed it), compressed with ``codec``; one call for all rows."""
     n = len(values)
-    if n >= COLUMNAR_ENCODE_MIN:
+    if n >= COLUMNAR_ENCODE_MIN and columnar_ready(wait=True):
         from samsa.protocol.columnar import encode_batches  # pyarrow: imported lazily
 
         out = []

@@ -93,11 +93,11 @@ from samsa.client._accumulator import (
     Item,
     Sink,
     assign_partitions,
+    columnar_ready,
     fail_items,
     group_by_partition,
     make_item,
     take,
-    warm_up_columnar,
 )
 from samsa.client._aconn import AsyncConnection
 from samsa.client._cluster import Cluster
@@ -311,7 +311,7 @@ class AsyncProducer:
         elif self.idempotent:
             await self.cluster.refresh([])
         self._sender = asyncio.get_running_loop().create_task(self._run())
-        warm_up_columnar()
+        columnar_ready()  # start loading the codec now, while we connect, not mid-burst
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()

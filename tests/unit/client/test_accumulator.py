@@ -12,6 +12,7 @@ from samsa.client._accumulator import (
     COLUMNAR_HASH_MIN,
     Batch,
     assign_partitions,
+    columnar_ready,
     group_by_partition,
     make_item,
     normalize_headers,
@@ -28,6 +29,12 @@ from samsa.protocol.records import (
 )
 
 TP = TopicPartition("t", 3)
+
+
+@pytest.fixture(autouse=True)
+def _columnar_loaded() -> None:
+    """Large inputs take the columnar paths only once the codec is loaded: load it."""
+    assert columnar_ready(wait=True)
 
 
 class Sinks:
