@@ -529,6 +529,33 @@ def test_admin_calls(steady_broker: BrokerProcess, seed: int) -> None:
         assert proxy.stats.faults > 0, proxy.stats
 
 
+def test_lost_create_and_delete_answers_are_reported_as_such(
+    steady_broker: BrokerProcess,
+) -> None:
+    """CreateTopics / DeleteTopics are not idempotent: when the answer was lost the resent
+    request finds the work done, and the error says it may have been this client's."""
+    faults = Faults(
+        drop_response_rate=0.5, apis=frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS})
+    )
+    names = [f"lost-{uuid.uuid4().hex[:6]}-{i}" for i in range(6)]
+    with FaultProxy(("127.0.0.1", steady_broker.port), faults=faults, seed=3) as proxy:
+        proxy.start()
+        with Admin({**CLIENT, "bootstrap.servers": proxy.address}) as admin:
+            created = {n: admin.create_topics([NewTopic(n, 1)])[n] for n in names}
+            assert set(names) <= set(admin.list_topics())
+            deleted = {n: admin.delete_topics([n])[n] for n in names}
+            assert not set(names) & set(admin.list_topics())
+        assert proxy.stats.dropped_responses > 0, proxy.stats
+    for results, code in [
+        (created, ErrorCode.TOPIC_ALREADY_EXISTS),
+        (deleted, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]:
+        errors = [e for e in results.values() if e is not None]
+        assert errors, results  # the seed loses some answers of each
+        for e in errors:
+            assert e.code == code and "answer was lost" in str(e), e
+
+
 # --- a corrupt batch on disk -----------------------------------------------------------------
 
 
