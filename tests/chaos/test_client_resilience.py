@@ -564,7 +564,8 @@ def test_corrupt_batch_is_reported_after_the_good_records(
 ) -> None:
     b = broker_factory(tmp_path / "crc").start()
     topic = new_topic(b, 1)
-    with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0}) as p:
+    # a long linger: each flush() sends its 4 records as one batch
+    with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 10_000}) as p:
         for i in range(3):  # three batches of 4 records
             for j in range(4):
                 p.produce(topic, b"value-%d-%d" % (i, j), partition=0)
