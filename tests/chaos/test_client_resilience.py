@@ -559,43 +559,61 @@ def test_lost_create_and_delete_answers_are_reported_as_such(
 # --- a corrupt batch on disk -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("damage", "start"), [("record", 0), ("magic", 0), ("magic", 4)])
 def test_corrupt_batch_is_reported_after_the_good_records(
-    broker_factory: type[BrokerProcess], tmp_path: Path
+    broker_factory: type[BrokerProcess], tmp_path: Path, damage: str, start: int
 ) -> None:
-    b = broker_factory(tmp_path / "crc").start()
+    """A batch damaged at rest in a closed segment (a clean start only re-checks the active
+    one). A flipped record byte fails the client's CRC check, a flipped magic byte the
+    client's format check; a fetch starting at the damaged batch fails the broker's read
+    (CORRUPT_MESSAGE for the partition). Each time the consumer hands out the records
+    before the batch, then raises CorruptRecordError at its offset on every poll until a
+    seek; never a silent stall."""
+    b = broker_factory(tmp_path / "crc", {"log.segment.bytes": str(1 << 20)}).start()
     topic = new_topic(b, 1)
-    # a long linger: each flush() sends its 4 records as one batch
+    # a long linger: each flush() sends its records as one batch
     with Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 10_000}) as p:
-        for i in range(3):  # three batches of 4 records
+        for i in range(2):  # offsets 0-3 and 4-7
             for j in range(4):
                 p.produce(topic, b"value-%d-%d" % (i, j), partition=0)
             assert p.flush(10) == 0
+        for j in range(12):  # offsets 8-19, 100 kB each: the segment rolls
+            p.produce(topic, b"filler-%02d-" % j + bytes(100_000), partition=0)
+            assert p.flush(10) == 0
     b.stop()
-    segment = next((tmp_path / "crc" / f"{topic}-0").glob("*.log"))
-    data = bytearray(segment.read_bytes())
+    first, second = sorted((tmp_path / "crc" / f"{topic}-0").glob("*.log"))
+    assert second.name == f"{18:020d}.log"
+    data = bytearray(first.read_bytes())
     batches = list(iter_batches(bytes(data)))
-    assert [x.base_offset for x in batches] == [0, 4, 8]
-    second_end = sum(x.size for x in batches[:2])
-    data[second_end - 1] ^= 0x01  # the last byte of batch 2's last record
-    segment.write_bytes(bytes(data))
+    assert [x.base_offset for x in batches[:3]] == [0, 4, 8]
+    if damage == "record":
+        data[batches[0].size + batches[1].size - 1] ^= 0x01  # batch 2's last value byte
+    else:
+        data[batches[0].size + 16] ^= 0x7F  # batch 2's magic byte (not under the CRC)
+    first.write_bytes(bytes(data))
     b.start()
     tp = TopicPartition(topic, 0)
     with Consumer({"bootstrap.servers": b.bootstrap, "auto.offset.reset": "earliest"}) as c:
         c.assign([tp])
+        c.seek(tp, start)
         got: list[ConsumerRecord] = []
         deadline = time.monotonic() + 10
         with pytest.raises(CorruptRecordError) as info:
             while time.monotonic() < deadline:
                 got += c.poll(0.2)
-        assert [r.offset for r in got] == [0, 1, 2, 3]
         err = info.value
-        assert (err.topic, err.partition, err.offset) == (topic, 0, 4)
-        assert f"{topic}-0" in str(err) and "CRC" in str(err)
+        assert (err.topic, err.partition) == (topic, 0) and f"{topic}-0" in str(err)
+        assert err.offset == 4
+        assert ("CRC" if damage == "record" else "magic" if start == 0 else "broker") in str(err)
+        assert [r.offset for r in got] == list(range(start, 4))
         assert c.position(tp) == 4
         with pytest.raises(CorruptRecordError):  # again, until the application seeks
             c.poll(0.2)
-        c.seek(tp, 8)
+        # Past the damage (into the next segment: the broker's own walk from an index
+        # entry before a damaged header would meet it again).
+        c.seek(tp, 18)
         rest: list[ConsumerRecord] = []
-        while len(rest) < 4 and time.monotonic() < deadline:
+        while len(rest) < 2 and time.monotonic() < deadline:
             rest += c.poll(0.2)
-        assert [r.value for r in rest] == [b"value-2-%d" % j for j in range(4)]
+        assert [r.offset for r in rest] == [18, 19]
+        assert (rest[0].value or b"").startswith(b"filler-10-")

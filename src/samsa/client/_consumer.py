@@ -59,6 +59,7 @@ from samsa.client._types import ConsumerGroupMetadata, ConsumerRecord, TopicPart
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import (
+    MAGIC_V2,
     TIMESTAMP_TYPE_FLAG,
     ControlType,
     control_type_of,
@@ -134,11 +135,19 @@ def parse_fetched(
     for batch in iter_batches(data):
         if batch.next_offset <= position:
             continue
-        if check_crcs and not batch.crc_is_valid():
+        # The CRC does not cover the magic byte: a damaged one is caught on its own.
+        problem = (
+            f"has magic {batch.magic}, not {MAGIC_V2}"
+            if batch.magic != MAGIC_V2
+            else "failed its CRC check"
+            if check_crcs and not batch.crc_is_valid()
+            else ""
+        )
+        if problem:
             at = max(position, batch.base_offset)
             err = CorruptRecordError(
                 f"{tp.topic}-{tp.partition}: record batch at offset {batch.base_offset} "
-                f"failed its CRC check; seek past offset {batch.last_offset} to skip it",
+                f"{problem}; seek past offset {batch.last_offset} to skip it",
                 tp.topic,
                 tp.partition,
                 at,
@@ -658,6 +667,20 @@ class AsyncConsumer:
                     continue
                 if code in _REFRESH_ERRORS:
                     self._spawn_refresh(tp.topic)
+                    continue
+                if code == ErrorCode.CORRUPT_MESSAGE:
+                    # The broker met damaged data reading at this offset. Asking again reads
+                    # the same bytes: not retried, as Java's consumer (a KafkaException).
+                    pos = positions[tp]
+                    assert pos is not None
+                    self._corrupt[tp] = err = CorruptRecordError(
+                        f"{tp.topic}-{tp.partition}: the broker found corrupt data fetching "
+                        f"offset {pos}; seek past it to go on",
+                        tp.topic,
+                        tp.partition,
+                        pos,
+                    )
+                    log.error("%s", err)
                     continue
                 if code:
                     raise KafkaError(code, f"Fetch {tp.topic}-{tp.partition}")
