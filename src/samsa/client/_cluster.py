@@ -151,7 +151,8 @@ class Cluster:
             wait = last + self.reconnect_backoff.delay(failures) - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-        self._reconnects[addr] = (failures, loop.time())
+        started = loop.time()
+        self._reconnects[addr] = (failures, started)
         conn = AsyncConnection(
             host,
             port,
@@ -162,7 +163,9 @@ class Cluster:
         try:
             await conn.connect(self.connect_timeout)
         except KafkaError:
-            self._reconnects[addr] = (failures + 1, self._reconnects[addr][1])
+            # another attempt to the same address may have run meanwhile (bootstrap + node)
+            count = self._reconnects.get(addr, (failures, started))[0]
+            self._reconnects[addr] = (count + 1, started)
             raise
         self._reconnects.pop(addr, None)
         self._connected_once = True

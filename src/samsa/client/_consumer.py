@@ -100,9 +100,9 @@ _COMMIT_RETRY = frozenset(
         ErrorCode.REQUEST_TIMED_OUT,
     }
 )
-_OFFSET_FETCH_RETRY = frozenset(
-    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT}
-)
+# UNSTABLE_OFFSET_COMMIT (offsets of an open transaction pending) is not waited out here:
+# committed() reports it, and poll() retries it (it is retriable) while initialising.
+_OFFSET_FETCH_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 
 # --- parsing fetched data (pure) -----------------------------------------------------------
@@ -881,6 +881,9 @@ class AsyncConsumer:
             except KafkaError as exc:
                 log.debug("heartbeat: %s", exc)
                 continue
+            except Exception:  # a bug must not end heartbeats silently (the member expires)
+                log.exception("heartbeat failed")
+                continue
             code = int(resp.error_code)
             if code in _REJOIN_ERRORS:
                 if code != ErrorCode.REBALANCE_IN_PROGRESS:
@@ -1015,8 +1018,8 @@ class AsyncConsumer:
         self, tps: Iterable[TopicPartition], *, timeout: float | None = None
     ) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None where nothing is committed); retried like
-        :meth:`commit`, and while offsets of an open transaction are pending
-        (UNSTABLE_OFFSET_COMMIT, read_committed only, as Java's ``require_stable``)."""
+        :meth:`commit`. While offsets of an open transaction are pending it raises
+        UNSTABLE_OFFSET_COMMIT (retriable: poll() asks again until they are stable)."""
         if self.group_id is None:
             raise ConfigError("committed() needs group.id")
         tps = [TopicPartition(*tp) for tp in tps]
@@ -1060,7 +1063,7 @@ class AsyncConsumer:
                 if v >= 8
                 else ()
             ),
-            require_stable=self.isolation_level == READ_COMMITTED,
+            require_stable=True,
         )
         out: dict[TopicPartition, int | None] = dict.fromkeys(tps)
         group = group_of(resp)
