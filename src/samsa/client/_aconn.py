@@ -79,7 +79,11 @@ class AsyncConnection:
             self._closed = True
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
-        await self._negotiate()
+        try:
+            await self._negotiate()
+        except BaseException:
+            self.close("ApiVersions failed")  # not left half-open
+            raise
         return self
 
     async def _negotiate(self) -> None:

@@ -1,4 +1,10 @@
-"""The asyncio admin client: topics, producers, groups, transactions, cluster."""
+"""The asyncio admin client: topics, producers, groups, transactions, cluster.
+
+Every call retries lost connections and retriable errors until ``default.api.timeout.ms``
+(see ``_retry.py``), as Java's AdminClient. Two requests are not idempotent: a CreateTopics
+or DeleteTopics whose answer was lost may have been carried out, so the resent request can
+answer TOPIC_ALREADY_EXISTS / UNKNOWN_TOPIC_OR_PARTITION; the error then says so.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from samsa.client._aconn import AsyncConnection
-from samsa.client._cluster import Cluster
+from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import ADMIN, Config
-from samsa.client._errors import KafkaError
-from samsa.client._transactions import KEY_TRANSACTION, REFIND, RETRY, TxnChannel
+from samsa.client._errors import KafkaConnectionError, KafkaError
+from samsa.client._retry import INVALID_METADATA, RetryLater
+from samsa.client._transactions import REFIND, RETRY, TxnChannel
 from samsa.client._types import (
     NewTopic,
     PartitionMetadata,
@@ -23,7 +29,7 @@ from samsa.client._types import (
     TransactionListing,
 )
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.messages import ApiKey, api_name, make_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +61,8 @@ class AsyncAdmin:
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         self.config = c = Config(ADMIN, config)
         self.request_timeout = c.seconds("request.timeout.ms")
-        self.cluster = Cluster(
-            c["bootstrap.servers"], client_id=c["client.id"], request_timeout=self.request_timeout
-        )
+        self.api_timeout = c.seconds("default.api.timeout.ms")
+        self.cluster = Cluster.from_config(c, api_timeout=self.api_timeout)
 
     async def start(self) -> None:
         await self.cluster.refresh([])
@@ -72,12 +77,63 @@ class AsyncAdmin:
     async def close(self) -> None:
         await self.cluster.close()
 
-    async def _controller(self) -> AsyncConnection:
+    async def _controller(self) -> int | None:
+        """The controller's node id (None: unknown, any broker will do)."""
         if self.cluster.controller_id < 0 or self.cluster.controller_id not in self.cluster.brokers:
             await self.cluster.refresh([])
         if self.cluster.controller_id in self.cluster.brokers:
-            return await self.cluster.connection(self.cluster.controller_id)
-        return await self.cluster.any_connection()
+            return self.cluster.controller_id
+        return None
+
+    async def _controller_call(
+        self,
+        names: list[str],
+        api_key: int,
+        versions: tuple[int, int],
+        cls: str,
+        fields: Any,
+        results: Any,
+        already_done: int,
+    ) -> dict[str, KafkaError | None]:
+        """CreateTopics / DeleteTopics to the controller, per name: resent for the names
+        that got NOT_CONTROLLER or THROTTLING_QUOTA_EXCEEDED (as Java's AdminClient) or whose
+        answer was lost. ``already_done`` is the code a resent request may get for a name
+        the lost attempt handled; it is reported with that explanation."""
+        out: dict[str, KafkaError | None] = {}
+        unknown: set[str] = set()  # sent in an attempt whose answer was lost
+
+        async def attempt() -> None:
+            todo = [n for n in names if n not in out]
+            try:
+                resp = await self.cluster.send(
+                    await self._controller(),
+                    api_key,
+                    versions,
+                    cls,
+                    lambda v: fields(v, todo),
+                )
+            except KafkaConnectionError:
+                unknown.update(todo)
+                raise
+            again = 0
+            for name, code, message in results(resp):
+                if code in (ErrorCode.NOT_CONTROLLER, ErrorCode.THROTTLING_QUOTA_EXCEEDED):
+                    again = code
+                    continue
+                if code == already_done and name in unknown:
+                    message = (message + "; " if message else "") + (
+                        "an earlier attempt whose answer was lost may have done it"
+                    )
+                out[name] = KafkaError(code, message) if code else None
+            if again:
+                raise RetryLater(again, api_name(api_key))
+
+        async def react(exc: KafkaError) -> None:
+            if exc.code == ErrorCode.NOT_CONTROLLER:
+                await self.cluster.refresh([])
+
+        await self.cluster.retry(attempt, what=api_name(api_key), on_retriable=react)
+        return out
 
     # --- topics ----------------------------------------------------------------------------
 
@@ -85,40 +141,44 @@ class AsyncAdmin:
         self, topics: Iterable[NewTopic], *, validate_only: bool = False
     ) -> dict[str, KafkaError | None]:
         """CreateTopics; maps each name to None (created) or its error."""
-        conn = await self._controller()
-        v = conn.version(ApiKey.CREATE_TOPICS, 2, 7)
-        req = make_request(
+        by_name = {t.name: t for t in topics}
+
+        def fields(v: int, names: list[str]) -> dict[str, Any]:
+            return {
+                "topics": tuple(
+                    make_request(
+                        ApiKey.CREATE_TOPICS,
+                        v,
+                        "CreatableTopic",
+                        name=t.name,
+                        num_partitions=t.num_partitions,
+                        replication_factor=t.replication_factor,
+                        assignments=(),
+                        configs=tuple(
+                            make_request(
+                                ApiKey.CREATE_TOPICS, v, "CreatableTopicConfig", name=k, value=val
+                            )
+                            for k, val in t.config.items()
+                        ),
+                    )
+                    for t in (by_name[n] for n in names)
+                ),
+                "timeout": int(self.request_timeout * 1000),
+                "validate_only": validate_only,
+            }
+
+        return await self._controller_call(
+            list(by_name),
             ApiKey.CREATE_TOPICS,
-            v,
+            (2, 7),
             "CreateTopicsRequest",
-            topics=tuple(
-                make_request(
-                    ApiKey.CREATE_TOPICS,
-                    v,
-                    "CreatableTopic",
-                    name=t.name,
-                    num_partitions=t.num_partitions,
-                    replication_factor=t.replication_factor,
-                    assignments=(),
-                    configs=tuple(
-                        make_request(
-                            ApiKey.CREATE_TOPICS, v, "CreatableTopicConfig", name=k, value=val
-                        )
-                        for k, val in t.config.items()
-                    ),
-                )
-                for t in topics
-            ),
-            timeout=int(self.request_timeout * 1000),
-            validate_only=validate_only,
+            fields,
+            lambda resp: [
+                (t.name, int(t.error_code), getattr(t, "error_message", None) or "")
+                for t in resp.topics
+            ],
+            ErrorCode.TOPIC_ALREADY_EXISTS,
         )
-        resp = await conn.request(ApiKey.CREATE_TOPICS, req, version=v)
-        return {
-            t.name: KafkaError(int(t.error_code), getattr(t, "error_message", None) or "")
-            if t.error_code
-            else None
-            for t in resp.topics
-        }
 
     async def create_topic(self, name: str, num_partitions: int = 1, **config: str) -> None:
         """Create one topic, raising its error (TOPIC_ALREADY_EXISTS included)."""
@@ -128,27 +188,30 @@ class AsyncAdmin:
         await self._wait_for_topics([name], present=True)
 
     async def delete_topics(self, names: Iterable[str]) -> dict[str, KafkaError | None]:
-        names = list(names)
-        conn = await self._controller()
-        v = conn.version(ApiKey.DELETE_TOPICS, 1, 6)
-        req = make_request(
+        names = list(dict.fromkeys(names))
+
+        def fields(v: int, todo: list[str]) -> dict[str, Any]:
+            return {
+                "topic_names": tuple(todo),
+                "topics": tuple(
+                    make_request(ApiKey.DELETE_TOPICS, v, "DeleteTopicState", name=n, topic_id=None)
+                    for n in todo
+                ),
+                "timeout": int(self.request_timeout * 1000),
+            }
+
+        out = await self._controller_call(
+            names,
             ApiKey.DELETE_TOPICS,
-            v,
+            (1, 6),
             "DeleteTopicsRequest",
-            topic_names=tuple(names),
-            topics=tuple(
-                make_request(ApiKey.DELETE_TOPICS, v, "DeleteTopicState", name=n, topic_id=None)
-                for n in names
-            ),
-            timeout=int(self.request_timeout * 1000),
+            fields,
+            lambda resp: [
+                (r.name, int(r.error_code), getattr(r, "error_message", None) or "")
+                for r in resp.responses
+            ],
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         )
-        resp = await conn.request(ApiKey.DELETE_TOPICS, req, version=v)
-        out = {
-            r.name: KafkaError(int(r.error_code), getattr(r, "error_message", None) or "")
-            if r.error_code
-            else None
-            for r in resp.responses
-        }
         await self._wait_for_topics([n for n, e in out.items() if e is None], present=False)
         return out
 
@@ -157,7 +220,7 @@ class AsyncAdmin:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(self.request_timeout, 10.0)
         while names and loop.time() < deadline:
-            await self.cluster.refresh(names)
+            await self.cluster.refresh(names, timeout=max(0.0, deadline - loop.time()))
             if all((n in self.cluster.topics) == present for n in names):
                 return
             await asyncio.sleep(0.05)
@@ -193,107 +256,147 @@ class AsyncAdmin:
     async def describe_producers(
         self, partitions: Iterable[TopicPartition | tuple[str, int]]
     ) -> dict[TopicPartition, list[ProducerInfo]]:
-        tps = [TopicPartition(*tp) for tp in partitions]
-        await self.cluster.refresh(sorted({tp.topic for tp in tps}))
-        by_node: dict[int, list[TopicPartition]] = {}
-        for tp in tps:
-            leader = self.cluster.leader(*tp)
-            if leader is None:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
-            by_node.setdefault(leader, []).append(tp)
+        """DescribeProducers, sent to each partition's leader (found again when stale)."""
+        tps = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
         out: dict[TopicPartition, list[ProducerInfo]] = {}
-        for node, group in by_node.items():
-            conn = await self.cluster.connection(node)
-            v = conn.version(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-            topics: dict[str, list[int]] = {}
-            for tp in group:
-                topics.setdefault(tp.topic, []).append(tp.partition)
-            req = make_request(
-                ApiKey.DESCRIBE_PRODUCERS,
-                v,
-                "DescribeProducersRequest",
-                topics=tuple(
-                    make_request(
-                        ApiKey.DESCRIBE_PRODUCERS,
-                        v,
-                        "TopicRequest",
-                        name=t,
-                        partition_indexes=tuple(ps),
-                    )
-                    for t, ps in topics.items()
-                ),
-            )
-            resp = await conn.request(ApiKey.DESCRIBE_PRODUCERS, req, version=v)
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code:
-                        raise KafkaError(int(p.error_code), f"{t.name}-{p.partition_index}")
-                    out[TopicPartition(t.name, int(p.partition_index))] = [
-                        ProducerInfo(
-                            int(s.producer_id),
-                            int(s.producer_epoch),
-                            int(s.last_sequence),
-                            int(s.last_timestamp),
-                            int(s.coordinator_epoch),
-                            int(s.current_txn_start_offset),
+
+        names = sorted({tp.topic for tp in tps})
+        await self.cluster.refresh(names)
+        for tp in tps:
+            info = self.cluster.topics.get(tp.topic)
+            if info is None or tp.partition not in info.partitions:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+
+        async def attempt() -> None:
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in tps:
+                if tp in out:
+                    continue
+                leader = self.cluster.leader(*tp)
+                if leader is None:
+                    await self.cluster.refresh(names)
+                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition}")
+                by_node.setdefault(leader, []).append(tp)
+            stale = 0
+            for node, group in by_node.items():
+                topics: dict[str, list[int]] = {}
+                for tp in group:
+                    topics.setdefault(tp.topic, []).append(tp.partition)
+                resp = await self.cluster.send(
+                    node,
+                    ApiKey.DESCRIBE_PRODUCERS,
+                    (0, 0),
+                    "DescribeProducersRequest",
+                    lambda v, topics=topics: {
+                        "topics": tuple(
+                            make_request(
+                                ApiKey.DESCRIBE_PRODUCERS,
+                                v,
+                                "TopicRequest",
+                                name=t,
+                                partition_indexes=tuple(ps),
+                            )
+                            for t, ps in topics.items()
                         )
-                        for s in p.active_producers
-                    ]
+                    },
+                )
+                for t in resp.topics:
+                    for p in t.partitions:
+                        code = int(p.error_code)
+                        if code in INVALID_METADATA:
+                            stale = code
+                            continue
+                        if code:
+                            raise KafkaError(code, f"{t.name}-{p.partition_index}")
+                        out[TopicPartition(t.name, int(p.partition_index))] = [
+                            ProducerInfo(
+                                int(s.producer_id),
+                                int(s.producer_epoch),
+                                int(s.last_sequence),
+                                int(s.last_timestamp),
+                                int(s.coordinator_epoch),
+                                int(s.current_txn_start_offset),
+                            )
+                            for s in p.active_producers
+                        ]
+            if stale:
+                await self.cluster.refresh(names)
+                raise RetryLater(stale, "DescribeProducers")
+
+        await self.cluster.retry(attempt, what="DescribeProducers")
         return out
 
     # --- groups ----------------------------------------------------------------------------
 
-    async def list_groups(self) -> list[GroupListing]:
-        out: list[GroupListing] = []
+    async def _each_broker(self, what: str, call: Any) -> list[Any]:
+        """``call(node)`` on every broker, each retried on its own."""
+        await self.cluster.refresh([])
+        out: list[Any] = []
         for node in list(self.cluster.brokers):
-            conn = await self.cluster.connection(node)
-            v = conn.version(ApiKey.LIST_GROUPS, 0, 4)
-            req = make_request(ApiKey.LIST_GROUPS, v, "ListGroupsRequest", states_filter=())
-            resp = await conn.request(ApiKey.LIST_GROUPS, req, version=v)
+            out.append(
+                await self.cluster.retry(lambda node=node: call(node), what=f"{what} to {node}")
+            )
+        return out
+
+    async def list_groups(self) -> list[GroupListing]:
+        async def call(node: int) -> list[GroupListing]:
+            resp = await self.cluster.send(
+                node,
+                ApiKey.LIST_GROUPS,
+                (0, 4),
+                "ListGroupsRequest",
+                lambda v: {"states_filter": ()},
+            )
             if resp.error_code:
                 raise KafkaError(int(resp.error_code), "ListGroups")
-            out.extend(
+            return [
                 GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
                 for g in resp.groups
-            )
-        return sorted(out, key=lambda g: g.group_id)
+            ]
+
+        found = await self._each_broker("ListGroups", call)
+        return sorted((g for gs in found for g in gs), key=lambda g: g.group_id)
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """DescribeGroups, sent to each group's coordinator."""
         from samsa.client._consumer import decode_assignment
 
-        conn = await self.cluster.any_connection()
-        v = conn.version(ApiKey.DESCRIBE_GROUPS, 0, 5)
-        req = make_request(
-            ApiKey.DESCRIBE_GROUPS,
-            v,
-            "DescribeGroupsRequest",
-            groups=tuple(group_ids),
-            include_authorized_operations=False,
-        )
-        resp = await conn.request(ApiKey.DESCRIBE_GROUPS, req, version=v)
         out: list[GroupDescription] = []
-        for g in resp.groups:
-            members = tuple(
-                GroupMember(
-                    m.member_id,
-                    m.client_id,
-                    m.client_host,
-                    tuple(decode_assignment(m.member_assignment))
-                    if g.protocol_type == "consumer"
-                    else (),
-                )
-                for m in g.members
+        for group_id in group_ids:
+            resp, _ = await self.cluster.coordinator_call(
+                KEY_GROUP,
+                group_id,
+                ApiKey.DESCRIBE_GROUPS,
+                (0, 5),
+                "DescribeGroupsRequest",
+                lambda v, gid=group_id: {
+                    "groups": (gid,),
+                    "include_authorized_operations": False,
+                },
+                lambda r: [int(g.error_code) for g in r.groups],
             )
-            out.append(
-                GroupDescription(
-                    g.group_id,
-                    g.group_state,
-                    g.protocol_type,
-                    g.protocol_data,
-                    members,
-                    int(g.error_code),
+            for g in resp.groups:
+                members = tuple(
+                    GroupMember(
+                        m.member_id,
+                        m.client_id,
+                        m.client_host,
+                        tuple(decode_assignment(m.member_assignment))
+                        if g.protocol_type == "consumer"
+                        else (),
+                    )
+                    for m in g.members
                 )
-            )
+                out.append(
+                    GroupDescription(
+                        g.group_id,
+                        g.group_state,
+                        g.protocol_type,
+                        g.protocol_data,
+                        members,
+                        int(g.error_code),
+                    )
+                )
         return out
 
     # --- transactions ----------------------------------------------------------------------
@@ -302,38 +405,36 @@ class AsyncAdmin:
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:
         """ListTransactions on every broker (each lists the ids it coordinates)."""
-        out: list[TransactionListing] = []
-        await self.cluster.refresh([])
-        for node in list(self.cluster.brokers):
-            conn = await self.cluster.connection(node)
-            v = conn.version(ApiKey.LIST_TRANSACTIONS, 0, 1)
-            req = make_request(
+        state_filters, pid_filters = tuple(states), tuple(producer_ids)
+
+        async def call(node: int) -> list[TransactionListing]:
+            resp = await self.cluster.send(
+                node,
                 ApiKey.LIST_TRANSACTIONS,
-                v,
+                (0, 1),
                 "ListTransactionsRequest",
-                state_filters=tuple(states),
-                producer_id_filters=tuple(producer_ids),
-                duration_filter=-1,
+                lambda v: {
+                    "state_filters": state_filters,
+                    "producer_id_filters": pid_filters,
+                    "duration_filter": -1,
+                },
             )
-            resp = await conn.request(ApiKey.LIST_TRANSACTIONS, req, version=v)
             if resp.error_code:
                 raise KafkaError(int(resp.error_code), "ListTransactions")
-            out.extend(
+            return [
                 TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
                 for t in resp.transaction_states
-            )
-        return sorted(out, key=lambda t: t.transactional_id)
+            ]
+
+        found = await self._each_broker("ListTransactions", call)
+        return sorted((t for ts in found for t in ts), key=lambda t: t.transactional_id)
 
     async def describe_transactions(
         self, transactional_ids: Iterable[str]
     ) -> dict[str, TransactionDescription]:
         """DescribeTransactions, sent to each id's transaction coordinator; an unknown id
         is described with ``error`` TRANSACTIONAL_ID_NOT_FOUND."""
-        channel = TxnChannel(
-            self.cluster,
-            retry_backoff=self.config.seconds("retry.backoff.ms"),
-            timeout=self.request_timeout,
-        )
+        channel = TxnChannel(self.cluster, timeout=self.api_timeout)
         out: dict[str, TransactionDescription] = {}
         for tid in transactional_ids:
             resp, _ = await channel.call(

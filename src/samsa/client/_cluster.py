@@ -3,6 +3,14 @@
 One :class:`Cluster` per client object. It bootstraps from ``bootstrap.servers``, keeps one
 connection per broker node (reopened on demand after a failure) and refreshes metadata when
 asked, coalescing concurrent refreshes into one Metadata request.
+
+It is also where requests are retried (see ``_retry.py``): a failed connection attempt to an
+address delays the next one to it by ``reconnect.backoff.ms``, doubling per consecutive
+failure up to ``reconnect.backoff.max.ms`` (Java's ClusterConnectionStates); metadata
+refreshes retry until the client's API timeout; :meth:`Cluster.retry` runs any request
+attempt under the client's retry policy; :meth:`Cluster.coordinator_call` sends a request
+to the coordinator of a group or transactional id, finding it (FindCoordinator) and finding
+it again when it moved or its connection was lost.
 """
 
 from __future__ import annotations
@@ -11,15 +19,23 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from samsa.client._aconn import AsyncConnection
-from samsa.client._errors import KafkaConnectionError, KafkaError
+from samsa.client._config import Config
+from samsa.client._errors import BootstrapError, KafkaConnectionError, KafkaError
+from samsa.client._retry import COORDINATOR_MOVED, Backoff, RetryLater, deciding_code, retry
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.messages import ApiKey, api_name, make_request
 
 log = logging.getLogger("samsa.client")
+T = TypeVar("T")
+KEY_GROUP = 0
+KEY_TRANSACTION = 1
+# A coordinator request's answers that only ask to try again (after a backoff).
+COORDINATOR_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 
 def parse_bootstrap(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -75,11 +91,21 @@ class Cluster:
         client_id: str = "samsa",
         request_timeout: float = 30.0,
         allow_auto_create_topics: bool = False,
+        api_timeout: float = 60.0,
+        retry_backoff: float = 0.1,
+        retry_backoff_max: float = 1.0,
+        reconnect_backoff: float = 0.05,
+        reconnect_backoff_max: float = 1.0,
+        connect_timeout: float | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.allow_auto_create_topics = allow_auto_create_topics
         self.client_id = client_id
         self.request_timeout = request_timeout
+        self.api_timeout = api_timeout
+        self.connect_timeout = connect_timeout or request_timeout
+        self.backoff = Backoff(retry_backoff, retry_backoff_max)
+        self.reconnect_backoff = Backoff(reconnect_backoff, reconnect_backoff_max)
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -87,13 +113,46 @@ class Cluster:
         self._conns: dict[int, AsyncConnection] = {}
         self._connecting: dict[int, asyncio.Task[AsyncConnection]] = {}
         self._bootstrap_conn: AsyncConnection | None = None
+        # (host, port) -> (consecutive failed connection attempts, time of the last attempt)
+        self._reconnects: dict[tuple[str, int], tuple[int, float]] = {}
+        self._coordinators: dict[tuple[int, str], int] = {}
+        self._connected_once = False
+        self._bootstrap_since: float | None = None  # first failed bootstrap, never connected
         self._refresh: asyncio.Task[None] | None = None
         self._refresh_topics: set[str] = set()
         self._closed = False
 
+    @classmethod
+    def from_config(
+        cls, c: Config, *, api_timeout: float, allow_auto_create_topics: bool = False
+    ) -> Cluster:
+        """A cluster with the connection and retry settings every client shares."""
+        return cls(
+            c["bootstrap.servers"],
+            client_id=c["client.id"],
+            request_timeout=c.seconds("request.timeout.ms"),
+            allow_auto_create_topics=allow_auto_create_topics,
+            api_timeout=api_timeout,
+            retry_backoff=c.seconds("retry.backoff.ms"),
+            retry_backoff_max=c.seconds("retry.backoff.max.ms"),
+            reconnect_backoff=c.seconds("reconnect.backoff.ms"),
+            reconnect_backoff_max=c.seconds("reconnect.backoff.max.ms"),
+            connect_timeout=c.seconds("socket.connection.setup.timeout.ms"),
+        )
+
     # --- connections -------------------------------------------------------------------
 
     async def _open(self, host: str, port: int, node_id: int) -> AsyncConnection:
+        """Connect (after the reconnect backoff this address has earned) and negotiate."""
+        loop = asyncio.get_running_loop()
+        addr = (host, port)
+        failures, last = self._reconnects.get(addr, (0, 0.0))
+        if failures:
+            wait = last + self.reconnect_backoff.delay(failures) - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        started = loop.time()
+        self._reconnects[addr] = (failures, started)
         conn = AsyncConnection(
             host,
             port,
@@ -101,7 +160,16 @@ class Cluster:
             request_timeout=self.request_timeout,
             node_id=node_id,
         )
-        return await conn.connect()
+        try:
+            await conn.connect(self.connect_timeout)
+        except KafkaError:
+            # another attempt to the same address may have run meanwhile (bootstrap + node)
+            count = self._reconnects.get(addr, (failures, started))[0]
+            self._reconnects[addr] = (count + 1, started)
+            raise
+        self._reconnects.pop(addr, None)
+        self._connected_once = True
+        return conn
 
     async def connection(self, node_id: int) -> AsyncConnection:
         """The open connection to broker ``node_id``, connecting if needed."""
@@ -147,7 +215,51 @@ class Cluster:
                 return self._bootstrap_conn
             except KafkaError as exc:
                 errors.append(str(exc))
-        raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+        message = "no broker reachable: " + "; ".join(errors)
+        if not self._connected_once:
+            now = asyncio.get_running_loop().time()
+            if self._bootstrap_since is None:
+                self._bootstrap_since = now
+            elif now - self._bootstrap_since >= self.connect_timeout:
+                raise BootstrapError(f"{message} (for {now - self._bootstrap_since:.1f}s)")
+        raise KafkaConnectionError(message)
+
+    # --- requests under the retry policy -----------------------------------------------
+
+    async def retry(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        what: str,
+        timeout: float | None = None,
+        on_retriable: Callable[[KafkaError], Awaitable[None] | None] | None = None,
+    ) -> T:
+        """:func:`samsa.client._retry.retry` with this client's backoff; ``timeout``
+        defaults to the client's API timeout."""
+        return await retry(
+            attempt,
+            what=what,
+            timeout=self.api_timeout if timeout is None else timeout,
+            backoff=self.backoff,
+            on_retriable=on_retriable,
+        )
+
+    async def send(
+        self,
+        node: int | None,
+        api_key: int,
+        versions: tuple[int, int],
+        cls: str,
+        fields: Callable[[int], dict[str, Any]],
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """One attempt of a request to broker ``node`` (None: any broker), at the highest
+        version in ``versions`` the broker serves; ``fields(version)`` builds the body."""
+        conn = await (self.any_connection() if node is None else self.connection(node))
+        v = conn.version(api_key, *versions)
+        req = make_request(api_key, v, cls, **fields(v))
+        return await conn.request(api_key, req, version=v, timeout=timeout)
 
     async def find_coordinator(self, key_type: int, key: str, min_version: int, what: str) -> int:
         """The node coordinating ``key`` (FindCoordinator), added to ``brokers`` when new.
@@ -174,30 +286,97 @@ class Cluster:
             self.brokers[node] = BrokerInfo(node, c.host, int(c.port))
         return node
 
+    async def coordinator(self, key_type: int, key: str) -> AsyncConnection:
+        """The connection to the coordinator of a group (KEY_GROUP) or transactional id
+        (KEY_TRANSACTION): the one known, else found with FindCoordinator."""
+        node = self._coordinators.get((key_type, key))
+        if node is not None:
+            try:
+                return await self.connection(node)
+            except KafkaError:
+                self.forget_coordinator(key_type, key)
+        # key_type exists from v1
+        node = await self.find_coordinator(
+            key_type, key, 1 if key_type else 0, f"FindCoordinator({key!r})"
+        )
+        self._coordinators[(key_type, key)] = node
+        return await self.connection(node)
+
+    def forget_coordinator(self, key_type: int, key: str) -> None:
+        self._coordinators.pop((key_type, key), None)
+
+    async def coordinator_call(
+        self,
+        key_type: int,
+        key: str,
+        api_key: int,
+        versions: tuple[int, int],
+        cls: str,
+        fields: Callable[[int], dict[str, Any]],
+        codes: Callable[[Any], Iterable[int]] = lambda r: (int(r.error_code),),
+        *,
+        retry_codes: frozenset[int] = COORDINATOR_RETRY,
+        timeout: float | None = None,
+        request_timeout: float | None = None,
+    ) -> tuple[Any, int]:
+        """Send to the coordinator of ``key`` until the answer is final; returns (response,
+        deciding error code). A lost connection or NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE
+        finds the coordinator again; the codes in ``retry_codes`` are retried after a
+        backoff; until ``timeout`` (default: the API timeout), then KafkaTimeoutError. The
+        caller must only use this for requests the coordinator answers consistently when
+        they are resent after a lost response."""
+        name = f"{api_name(api_key)} for {key!r}"
+
+        async def attempt() -> tuple[Any, int]:
+            conn = await self.coordinator(key_type, key)
+            v = conn.version(api_key, *versions)
+            req = make_request(api_key, v, cls, **fields(v))
+            resp = await conn.request(api_key, req, version=v, timeout=request_timeout)
+            code = deciding_code(codes(resp), retry_codes)
+            if code in COORDINATOR_MOVED or code in retry_codes:
+                raise RetryLater(code, name, resp)
+            return resp, code
+
+        def react(exc: KafkaError) -> None:
+            if isinstance(exc, KafkaConnectionError) or exc.code in COORDINATOR_MOVED:
+                self.forget_coordinator(key_type, key)
+
+        return await self.retry(attempt, what=name, timeout=timeout, on_retriable=react)
+
     # --- metadata ------------------------------------------------------------------------
 
-    async def refresh(self, topics: list[str] | None = None) -> None:
-        """Fetch metadata for ``topics`` (plus every known topic); None means all topics."""
+    async def refresh(
+        self, topics: list[str] | None = None, *, timeout: float | None = None
+    ) -> None:
+        """Fetch metadata for ``topics`` (plus every known topic); None means all topics.
+        Lost connections are retried for ``timeout`` seconds (default: the API timeout;
+        0: one attempt)."""
         if topics is None:
-            await self._fetch_metadata(None)
+            await self._fetch_metadata(None, timeout)
             return
         self._refresh_topics.update(topics)
         task = self._refresh
         if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(self._refresh_known())
+            task = asyncio.get_running_loop().create_task(self._refresh_known(timeout))
+            task.add_done_callback(_retrieve_exception)
             self._refresh = task
         await asyncio.shield(task)
         missing = [t for t in topics if t not in self.topics]
         if missing:  # asked for while a refresh without them was running
-            await self._fetch_metadata(sorted(set(self.topics) | set(missing)))
+            await self._fetch_metadata(sorted(set(self.topics) | set(missing)), timeout)
 
-    async def _refresh_known(self) -> None:
+    async def _refresh_known(self, timeout: float | None) -> None:
         await asyncio.sleep(0)  # let concurrent callers add their topics
         wanted = sorted(set(self.topics) | self._refresh_topics)
         self._refresh_topics.clear()
-        await self._fetch_metadata(wanted)
+        await self._fetch_metadata(wanted, timeout)
 
-    async def _fetch_metadata(self, topics: list[str] | None) -> None:
+    async def _fetch_metadata(self, topics: list[str] | None, timeout: float | None) -> None:
+        await self.retry(
+            lambda: self._fetch_metadata_once(topics), what="Metadata", timeout=timeout
+        )
+
+    async def _fetch_metadata_once(self, topics: list[str] | None) -> None:
         conn = await self.any_connection()
         v = conn.version(ApiKey.METADATA, 1, 12)
         req = make_request(

@@ -14,6 +14,8 @@ COMMON: dict[str, Any] = {
     "request.timeout.ms": 30_000,
     "retry.backoff.ms": 100,
     "retry.backoff.max.ms": 1_000,
+    "reconnect.backoff.ms": 50,
+    "reconnect.backoff.max.ms": 1_000,
     "socket.connection.setup.timeout.ms": 10_000,
     "metadata.max.age.ms": 300_000,
 }
@@ -55,9 +57,11 @@ CONSUMER: dict[str, Any] = {
     "rebalance.timeout.ms": None,
     "partition.assignment.strategy": "range",
     "check.crcs": True,
+    # how long a blocking call (commit, committed, list_offsets, ...) retries
+    "default.api.timeout.ms": 60_000,
 }
 
-ADMIN: dict[str, Any] = dict(COMMON)
+ADMIN: dict[str, Any] = {**COMMON, "default.api.timeout.ms": 60_000}
 
 _ALIASES = {
     "compression.codec": "compression.type",

@@ -46,8 +46,7 @@ from kio.schema.consumer_protocol_assignment.v1.data import (
 from kio.schema.consumer_protocol_subscription.v1 import ConsumerProtocolSubscription
 from kio.serial import entity_reader, entity_writer
 
-from samsa.client._aconn import AsyncConnection
-from samsa.client._cluster import Cluster
+from samsa.client._cluster import KEY_GROUP, Cluster
 from samsa.client._config import CONSUMER, Config
 from samsa.client._errors import (
     ClosedError,
@@ -55,10 +54,12 @@ from samsa.client._errors import (
     CorruptRecordError,
     KafkaError,
 )
+from samsa.client._retry import INVALID_METADATA, RetryLater
 from samsa.client._types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import (
+    MAGIC_V2,
     TIMESTAMP_TYPE_FLAG,
     ControlType,
     control_type_of,
@@ -90,13 +91,18 @@ _REJOIN_ERRORS = frozenset(
         ErrorCode.FENCED_INSTANCE_ID,
     }
 )
-_COORDINATOR_ERRORS = frozenset(
+# Per-request answers retried after a backoff (besides a lost connection and the
+# coordinator moving, which every coordinator request retries), as Java's consumer does.
+_COMMIT_RETRY = frozenset(
     {
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.REQUEST_TIMED_OUT,
     }
 )
+# UNSTABLE_OFFSET_COMMIT (offsets of an open transaction pending) is not waited out here:
+# committed() reports it, and poll() retries it (it is retriable) while initialising.
+_OFFSET_FETCH_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
 
 
 # --- parsing fetched data (pure) -----------------------------------------------------------
@@ -117,7 +123,9 @@ def parse_fetched(
     aborted: Iterable[AbortedTxn] = (),
     check_crcs: bool = True,
 ) -> tuple[list[ConsumerRecord], int]:
-    """Records at or after ``position`` in a fetched partition, and the next position."""
+    """Records at or after ``position`` in a fetched partition, and the next position.
+
+    A batch failing its CRC raises CorruptRecordError carrying the records before it."""
     out: list[ConsumerRecord] = []
     if not data:
         return out, position
@@ -127,10 +135,25 @@ def parse_fetched(
     for batch in iter_batches(data):
         if batch.next_offset <= position:
             continue
-        if check_crcs and not batch.crc_is_valid():
-            raise CorruptRecordError(
-                f"{tp.topic}-{tp.partition}: CRC mismatch at {batch.base_offset}"
+        # The CRC does not cover the magic byte: a damaged one is caught on its own.
+        problem = (
+            f"has magic {batch.magic}, not {MAGIC_V2}"
+            if batch.magic != MAGIC_V2
+            else "failed its CRC check"
+            if check_crcs and not batch.crc_is_valid()
+            else ""
+        )
+        if problem:
+            at = max(position, batch.base_offset)
+            err = CorruptRecordError(
+                f"{tp.topic}-{tp.partition}: record batch at offset {batch.base_offset} "
+                f"{problem}; seek past offset {batch.last_offset} to skip it",
+                tp.topic,
+                tp.partition,
+                at,
             )
+            err.records = out
+            raise err
         if isolation_level == READ_COMMITTED and batch.has_producer_id:
             while heap and heap[0][0] <= batch.last_offset:
                 aborted_pids.add(heapq.heappop(heap)[1])
@@ -301,20 +324,22 @@ class AsyncConsumer:
         self.max_poll_records = c.int("max.poll.records")
         self.request_timeout = c.seconds("request.timeout.ms")
         self.retry_backoff = c.seconds("retry.backoff.ms")
+        self.api_timeout = c.seconds("default.api.timeout.ms")
         strategy = str(c["partition.assignment.strategy"]).lower().split(",")[0].strip()
         if strategy not in ASSIGNORS:
             raise ConfigError("partition.assignment.strategy must be range or roundrobin")
         self.assignor = strategy
-        self.cluster = Cluster(
-            c["bootstrap.servers"], client_id=c["client.id"], request_timeout=self.request_timeout
-        )
+        self.cluster = Cluster.from_config(c, api_timeout=self.api_timeout)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int | None] = {}
         self._buffer: dict[TopicPartition, list[ConsumerRecord]] = {}
         self._subscription: list[str] = []
+        # A fetched batch that failed its CRC, per partition: raised by poll while the
+        # position is at it (after the records before it), until a seek moves past it.
+        self._corrupt: dict[TopicPartition, CorruptRecordError] = {}
         self._member_id = ""
         self._generation = -1
-        self._coordinator: int | None = None
+        self._commit_lock = asyncio.Lock()  # commits in call order: offsets never go back
         self._needs_join = False
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._last_commit = 0.0
@@ -344,6 +369,7 @@ class AsyncConsumer:
         self._assignment = list(dict.fromkeys(tps))
         self._positions = {tp: self._positions.get(tp) for tp in self._assignment}
         self._buffer = {tp: r for tp, r in self._buffer.items() if tp in self._positions}
+        self._corrupt = {tp: e for tp, e in self._corrupt.items() if tp in self._positions}
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._assignment)
@@ -365,6 +391,7 @@ class AsyncConsumer:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} is not assigned")
         self._positions[tp] = offset
         self._buffer.pop(tp, None)
+        self._corrupt.pop(tp, None)
 
     async def seek_to_beginning(self, *tps: TopicPartition) -> None:
         await self._seek_to(list(tps) or self._assignment, EARLIEST)
@@ -387,65 +414,85 @@ class AsyncConsumer:
 
     # --- offsets ---------------------------------------------------------------------------
 
-    async def _leader_conn(self, tp: TopicPartition) -> AsyncConnection:
-        leader = self.cluster.leader(*tp)
-        if leader is None:
-            await self.cluster.refresh([tp.topic])
-            leader = self.cluster.leader(*tp)
-            if leader is None:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no leader for {tp}")
-        return await self.cluster.connection(leader)
-
     async def list_offsets(
-        self, tps: Iterable[TopicPartition], timestamp: int
+        self, tps: Iterable[TopicPartition], timestamp: int, *, timeout: float | None = None
     ) -> dict[TopicPartition, int]:
-        """ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at a timestamp."""
-        by_node: dict[int, list[TopicPartition]] = {}
-        for tp in tps:
-            conn = await self._leader_conn(tp)
-            by_node.setdefault(conn.node_id, []).append(tp)
-        out: dict[TopicPartition, int] = {}
-        for node, group in by_node.items():
-            conn = await self.cluster.connection(node)
-            v = conn.version(ApiKey.LIST_OFFSETS, 1, 7)
-            topics: dict[str, list[Any]] = {}
-            for tp in group:
-                topics.setdefault(tp.topic, []).append(
-                    make_request(
-                        ApiKey.LIST_OFFSETS,
-                        v,
-                        "ListOffsetsPartition",
-                        partition_index=tp.partition,
-                        current_leader_epoch=-1,
-                        timestamp=timestamp,
-                    )
-                )
-            req = make_request(
-                ApiKey.LIST_OFFSETS,
-                v,
-                "ListOffsetsRequest",
-                replica_id=-1,
-                isolation_level=self.isolation_level,
-                topics=tuple(
-                    make_request(
-                        ApiKey.LIST_OFFSETS, v, "ListOffsetsTopic", name=t, partitions=tuple(p)
-                    )
-                    for t, p in topics.items()
-                ),
-            )
-            resp = await conn.request(ApiKey.LIST_OFFSETS, req, version=v)
-            for t in resp.topics:
-                for p in t.partitions:
-                    if p.error_code:
-                        raise KafkaError(
-                            int(p.error_code), f"ListOffsets {t.name}-{p.partition_index}"
-                        )
-                    out[TopicPartition(t.name, int(p.partition_index))] = int(p.offset)
-        return out
+        """ListOffsets: EARLIEST (-2), LATEST (-1) or the first offset at a timestamp.
 
-    async def _init_positions(self, tps: list[TopicPartition]) -> None:
+        Sent to each partition's leader; lost connections and stale leaders (metadata
+        refreshed) are retried until ``timeout`` (default ``default.api.timeout.ms``)."""
+        todo = list(dict.fromkeys(TopicPartition(*tp) for tp in tps))
+        out: dict[TopicPartition, int] = {}
+
+        async def attempt() -> dict[TopicPartition, int]:
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in todo:
+                if tp in out:
+                    continue
+                leader = self.cluster.leader(*tp)
+                if leader is None:
+                    await self.cluster.refresh([tp.topic])
+                    leader = self.cluster.leader(*tp)
+                    if leader is None:
+                        raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp}")
+                by_node.setdefault(leader, []).append(tp)
+            stale: list[int] = []
+            for node, group in by_node.items():
+                resp = await self.cluster.send(
+                    node,
+                    ApiKey.LIST_OFFSETS,
+                    (1, 7),
+                    "ListOffsetsRequest",
+                    lambda v, group=group: self._list_offsets_fields(v, group, timestamp),
+                )
+                for t in resp.topics:
+                    for p in t.partitions:
+                        code = int(p.error_code)
+                        if code in INVALID_METADATA:
+                            stale.append(code)
+                        elif code:
+                            raise KafkaError(code, f"ListOffsets {t.name}-{p.partition_index}")
+                        else:
+                            out[TopicPartition(t.name, int(p.partition_index))] = int(p.offset)
+            if stale:
+                await self.cluster.refresh(sorted({tp.topic for tp in todo}))
+                raise RetryLater(stale[0], "ListOffsets")
+            return out
+
+        await self.cluster.retry(attempt, what="ListOffsets", timeout=timeout)
+        return {tp: out[tp] for tp in todo if tp in out}
+
+    def _list_offsets_fields(
+        self, v: int, tps: list[TopicPartition], timestamp: int
+    ) -> dict[str, Any]:
+        topics: dict[str, list[Any]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(
+                make_request(
+                    ApiKey.LIST_OFFSETS,
+                    v,
+                    "ListOffsetsPartition",
+                    partition_index=tp.partition,
+                    current_leader_epoch=-1,
+                    timestamp=timestamp,
+                )
+            )
+        return {
+            "replica_id": -1,
+            "isolation_level": self.isolation_level,
+            "topics": tuple(
+                make_request(
+                    ApiKey.LIST_OFFSETS, v, "ListOffsetsTopic", name=t, partitions=tuple(p)
+                )
+                for t, p in topics.items()
+            ),
+        }
+
+    async def _init_positions(
+        self, tps: list[TopicPartition], timeout: float | None = None
+    ) -> None:
         if self.group_id is not None:
-            committed = await self.committed(tps)
+            committed = await self.committed(tps, timeout=timeout)
             for tp, off in committed.items():
                 if off is not None and off >= 0 and self._positions.get(tp) is None:
                     self._positions[tp] = off
@@ -455,7 +502,7 @@ class AsyncConsumer:
         if self.reset_policy == "none":
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"no offset for {missing}")
         offsets = await self.list_offsets(
-            missing, EARLIEST if self.reset_policy == "earliest" else LATEST
+            missing, EARLIEST if self.reset_policy == "earliest" else LATEST, timeout=timeout
         )
         for tp, off in offsets.items():
             self._positions[tp] = off
@@ -473,21 +520,31 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         limit = max_records or self.max_poll_records
+        failures = 0
         while True:
-            await self._maybe_group_work()
-            out = self._take_buffered(limit)
-            if out:
-                return out
-            remaining = deadline - loop.time()
+            out: dict[TopicPartition, list[ConsumerRecord]] = {}
             try:
+                # As Java's poll: group membership, positions and fetches that fail on a
+                # lost connection or a retriable error are tried again within the poll's
+                # time (and in the next poll); other errors reach the caller.
+                await self._maybe_group_work()
+                out = self._take_buffered(limit)
+                if out:
+                    return out
+                self._raise_corrupt()
+                remaining = deadline - loop.time()
                 await self._fetch_once(
-                    max(0.0, min(remaining, self.config.seconds("fetch.max.wait.ms")))
+                    max(0.0, min(remaining, self.config.seconds("fetch.max.wait.ms"))),
+                    max(0.0, remaining),
                 )
+                failures = 0
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
-                log.debug("fetch: %s", exc)
-                await asyncio.sleep(min(self.retry_backoff, max(0.0, remaining)))
+                failures += 1
+                log.debug("poll: %s", exc)
+                wait = self.cluster.backoff.delay(failures)
+                await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
             out = self._take_buffered(limit)
             if out or loop.time() >= deadline:
                 return out
@@ -515,14 +572,24 @@ class AsyncConsumer:
                 limit -= len(take)
         return out
 
-    async def _fetch_once(self, max_wait: float) -> None:
-        wanted = [tp for tp in self._assignment if tp not in self._buffer]
+    def _raise_corrupt(self) -> None:
+        """Raise the CRC failure of a partition whose position reached the corrupt batch."""
+        for tp, err in self._corrupt.items():
+            if tp not in self._buffer:
+                # only skipped batches (control, aborted) lie between
+                self._positions[tp] = err.offset
+                raise err
+
+    async def _fetch_once(self, max_wait: float, time_left: float) -> None:
+        wanted = [
+            tp for tp in self._assignment if tp not in self._buffer and tp not in self._corrupt
+        ]
         if not wanted:
             await asyncio.sleep(max_wait)
             return
         unknown = [tp for tp in wanted if self._positions.get(tp) is None]
         if unknown:
-            await self._init_positions(unknown)
+            await self._init_positions(unknown, timeout=time_left)
         by_node: dict[int, list[TopicPartition]] = {}
         for tp in wanted:
             leader = self.cluster.leader(*tp)
@@ -548,6 +615,8 @@ class AsyncConsumer:
         c = self.config
         topics: dict[str, list[Any]] = {}
         positions = {tp: self._positions[tp] for tp in tps}
+        if any(p is None for p in positions.values()):
+            return  # seeked to "unknown" meanwhile; the next pass initialises it
         for tp in tps:
             topics.setdefault(tp.topic, []).append(
                 make_request(
@@ -599,6 +668,20 @@ class AsyncConsumer:
                 if code in _REFRESH_ERRORS:
                     self._spawn_refresh(tp.topic)
                     continue
+                if code == ErrorCode.CORRUPT_MESSAGE:
+                    # The broker met damaged data reading at this offset. Asking again reads
+                    # the same bytes: not retried, as Java's consumer (a KafkaException).
+                    pos = positions[tp]
+                    assert pos is not None
+                    self._corrupt[tp] = err = CorruptRecordError(
+                        f"{tp.topic}-{tp.partition}: the broker found corrupt data fetching "
+                        f"offset {pos}; seek past it to go on",
+                        tp.topic,
+                        tp.partition,
+                        pos,
+                    )
+                    log.error("%s", err)
+                    continue
                 if code:
                     raise KafkaError(code, f"Fetch {tp.topic}-{tp.partition}")
                 aborted = [
@@ -607,14 +690,21 @@ class AsyncConsumer:
                 ]
                 start = positions[tp]
                 assert start is not None
-                records, nxt = parse_fetched(
-                    tp,
-                    p.records,
-                    start,
-                    isolation_level=self.isolation_level,
-                    aborted=aborted,
-                    check_crcs=self.check_crcs,
-                )
+                try:
+                    records, nxt = parse_fetched(
+                        tp,
+                        p.records,
+                        start,
+                        isolation_level=self.isolation_level,
+                        aborted=aborted,
+                        check_crcs=self.check_crcs,
+                    )
+                except CorruptRecordError as exc:
+                    # Not retriable (the same bytes come back): hand out what precedes
+                    # the batch, then poll raises at its offset (Java's Fetcher).
+                    log.error("%s", exc)
+                    self._corrupt[tp] = exc
+                    records, nxt = exc.records, exc.offset
                 if records:
                     # the position moves as records are handed out; trailing control or
                     # aborted batches are skipped again by the next fetch
@@ -631,31 +721,41 @@ class AsyncConsumer:
 
     # --- groups ----------------------------------------------------------------------------
 
-    async def _coordinator_conn(self) -> AsyncConnection:
-        if self._coordinator is not None:
-            try:
-                return await self.cluster.connection(self._coordinator)
-            except KafkaError:
-                self._coordinator = None
-        node = await self.cluster.find_coordinator(0, self.group_id, 0, "FindCoordinator")
-        self._coordinator = node
-        return await self.cluster.connection(node)
+    async def _group_request(
+        self,
+        api_key: int,
+        lo: int,
+        hi: int,
+        cls: str,
+        *,
+        codes: Any = None,
+        retry_codes: frozenset[int] = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}),
+        timeout: float | None = None,
+        request_timeout: float | None = None,
+        **fields: Any,
+    ) -> Any:
+        """A request to the group coordinator, resent after a lost connection, a moved
+        coordinator (found again) or a ``retry_codes`` answer until ``timeout`` (default
+        ``default.api.timeout.ms``). Fields may be callables of the negotiated version
+        (nested entities are built for it). Other answers are the caller's to handle."""
+        assert self.group_id is not None
 
-    async def _group_request(self, api_key: int, lo: int, hi: int, cls: str, **fields: Any) -> Any:
-        """A coordinator request, re-finding the coordinator when it moved."""
-        for _attempt in range(5):
-            conn = await self._coordinator_conn()
-            v = conn.version(api_key, lo, hi)
-            # nested entities are built for the negotiated version
-            built = {k: f(v) if callable(f) else f for k, f in fields.items()}
-            resp = await conn.request(api_key, make_request(api_key, v, cls, **built), version=v)
-            code = int(getattr(resp, "error_code", 0))
-            if code in _COORDINATOR_ERRORS:
-                self._coordinator = None
-                await asyncio.sleep(self.retry_backoff)
-                continue
-            return resp
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "group coordinator")
+        def build(v: int) -> dict[str, Any]:
+            return {k: f(v) if callable(f) else f for k, f in fields.items()}
+
+        resp, _ = await self.cluster.coordinator_call(
+            KEY_GROUP,
+            self.group_id,
+            api_key,
+            (lo, hi),
+            cls,
+            build,
+            codes or (lambda r: (int(getattr(r, "error_code", 0)),)),
+            retry_codes=retry_codes,
+            timeout=timeout,
+            request_timeout=request_timeout,
+        )
+        return resp
 
     async def _maybe_group_work(self) -> None:
         if self.group_id is None:
@@ -683,6 +783,8 @@ class AsyncConsumer:
                 0,
                 7,
                 "JoinGroupRequest",
+                # the coordinator holds a JoinGroup until the rebalance completes (Java)
+                request_timeout=max(self.request_timeout, int(rebalance) / 1000 + 5),
                 group_id=self.group_id,
                 session_timeout=session,
                 rebalance_timeout=int(rebalance),
@@ -770,6 +872,7 @@ class AsyncConsumer:
                     0,
                     4,
                     "HeartbeatRequest",
+                    timeout=interval,  # retried within the interval, then the next one
                     group_id=self.group_id,
                     generation_id=self._generation,
                     member_id=self._member_id,
@@ -777,6 +880,9 @@ class AsyncConsumer:
                 )
             except KafkaError as exc:
                 log.debug("heartbeat: %s", exc)
+                continue
+            except Exception:  # a bug must not end heartbeats silently (the member expires)
+                log.exception("heartbeat failed")
                 continue
             code = int(resp.error_code)
             if code in _REJOIN_ERRORS:
@@ -798,6 +904,8 @@ class AsyncConsumer:
                 0,
                 4,
                 "LeaveGroupRequest",
+                # best effort, as Java's: without it the member expires after its session
+                timeout=min(self.api_timeout, self.request_timeout, 5.0),
                 group_id=self.group_id,
                 member_id=self._member_id,
                 members=lambda v: (
@@ -817,31 +925,34 @@ class AsyncConsumer:
         self._generation = -1
         self._member_id = ""
 
-    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """OffsetCommit of ``offsets`` (next offset to read), default the positions."""
+    async def commit(
+        self, offsets: dict[TopicPartition, int] | None = None, *, timeout: float | None = None
+    ) -> None:
+        """OffsetCommit of ``offsets`` (next offset to read), default the positions.
+
+        A lost connection, a moved coordinator and COORDINATOR_LOAD_IN_PROGRESS /
+        UNKNOWN_TOPIC_OR_PARTITION / REQUEST_TIMED_OUT are retried until ``timeout``
+        (default ``default.api.timeout.ms``) with the same generation, which the coordinator
+        checks: once the group rebalanced, the resent commit is refused (ILLEGAL_GENERATION,
+        UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS), never applied late. Those are not retried:
+        they raise, and the consumer rejoins. Commits run one at a time in call order, so a
+        retried commit cannot land after a later one."""
         if self.group_id is None:
             raise ConfigError("commit() needs group.id")
-        if offsets is None:
-            offsets = {tp: p for tp, p in self._positions.items() if p is not None}
-        if not offsets:
-            return
+        async with self._commit_lock:
+            if offsets is None:
+                offsets = {tp: p for tp, p in self._positions.items() if p is not None}
+            if not offsets:
+                return
+            await self._commit(offsets, timeout)
+
+    async def _commit(self, offsets: dict[TopicPartition, int], timeout: float | None) -> None:
         topics: dict[str, list[tuple[int, int]]] = {}
         for tp, off in offsets.items():
             topics.setdefault(tp.topic, []).append((tp.partition, off))
-        conn = await self._coordinator_conn()
-        v = conn.version(ApiKey.OFFSET_COMMIT, 2, 8)
-        resp = await self._group_request(
-            ApiKey.OFFSET_COMMIT,
-            2,
-            8,
-            "OffsetCommitRequest",
-            group_id=self.group_id,
-            generation_id_or_member_epoch=self._generation,
-            generation_id=self._generation,
-            member_id=self._member_id,
-            group_instance_id=self.config["group.instance.id"],
-            retention_time=-1,
-            topics=tuple(
+
+        def topic_entities(v: int) -> tuple[Any, ...]:
+            return tuple(
                 make_request(
                     ApiKey.OFFSET_COMMIT,
                     v,
@@ -861,15 +972,36 @@ class AsyncConsumer:
                     ),
                 )
                 for t, ps in topics.items()
-            ),
+            )
+
+        resp = await self._group_request(
+            ApiKey.OFFSET_COMMIT,
+            2,
+            8,
+            "OffsetCommitRequest",
+            codes=lambda r: [int(p.error_code) for t in r.topics for p in t.partitions],
+            retry_codes=_COMMIT_RETRY,
+            timeout=timeout,
+            group_id=self.group_id,
+            generation_id_or_member_epoch=self._generation,
+            generation_id=self._generation,
+            member_id=self._member_id,
+            group_instance_id=self.config["group.instance.id"],
+            retention_time=-1,
+            topics=topic_entities,
         )
         for t in resp.topics:
             for p in t.partitions:
                 code = int(p.error_code)
+                what = f"OffsetCommit {t.name}-{p.partition_index}"
                 if code in _REJOIN_ERRORS:
                     self._needs_join = True
+                    what += (
+                        ": the group rebalanced (or is rebalancing) since these records were "
+                        "polled; the offsets were not committed"
+                    )
                 if code:
-                    raise KafkaError(code, f"OffsetCommit {t.name}-{p.partition_index}")
+                    raise KafkaError(code, what)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The membership a transactional producer's offset commit is checked against."""
@@ -882,56 +1014,59 @@ class AsyncConsumer:
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(self.commit(offsets))
 
-    async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets (None where nothing is committed)."""
+    async def committed(
+        self, tps: Iterable[TopicPartition], *, timeout: float | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None where nothing is committed); retried like
+        :meth:`commit`. While offsets of an open transaction are pending it raises
+        UNSTABLE_OFFSET_COMMIT (retriable: poll() asks again until they are stable)."""
         if self.group_id is None:
             raise ConfigError("committed() needs group.id")
         tps = [TopicPartition(*tp) for tp in tps]
         topics: dict[str, list[int]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(tp.partition)
-        conn = await self._coordinator_conn()
-        v = conn.version(ApiKey.OFFSET_FETCH, 1, 8)
-        if v >= 8:
-            fields: dict[str, Any] = {
-                "groups": (
+
+        def topic_entities(v: int, cls: str) -> tuple[Any, ...]:
+            return tuple(
+                make_request(ApiKey.OFFSET_FETCH, v, cls, name=t, partition_indexes=tuple(ps))
+                for t, ps in topics.items()
+            )
+
+        def group_of(resp: Any) -> Any:
+            return resp.groups[0] if hasattr(resp, "groups") else resp
+
+        def codes(resp: Any) -> list[int]:
+            g = group_of(resp)
+            return [int(g.error_code)] + [int(p.error_code) for t in g.topics for p in t.partitions]
+
+        resp = await self._group_request(
+            ApiKey.OFFSET_FETCH,
+            1,
+            8,
+            "OffsetFetchRequest",
+            codes=codes,
+            retry_codes=_OFFSET_FETCH_RETRY,
+            timeout=timeout,
+            group_id=self.group_id,
+            topics=lambda v: topic_entities(v, "OffsetFetchRequestTopic") if v < 8 else (),
+            groups=lambda v: (
+                (
                     make_request(
                         ApiKey.OFFSET_FETCH,
                         v,
                         "OffsetFetchRequestGroup",
                         group_id=self.group_id,
-                        topics=tuple(
-                            make_request(
-                                ApiKey.OFFSET_FETCH,
-                                v,
-                                "OffsetFetchRequestTopics",
-                                name=t,
-                                partition_indexes=tuple(ps),
-                            )
-                            for t, ps in topics.items()
-                        ),
+                        topics=topic_entities(v, "OffsetFetchRequestTopics"),
                     ),
-                ),
-                "require_stable": True,
-            }
-        else:
-            fields = {
-                "group_id": self.group_id,
-                "topics": tuple(
-                    make_request(
-                        ApiKey.OFFSET_FETCH,
-                        v,
-                        "OffsetFetchRequestTopic",
-                        name=t,
-                        partition_indexes=tuple(ps),
-                    )
-                    for t, ps in topics.items()
-                ),
-                "require_stable": True,
-            }
-        resp = await self._group_request(ApiKey.OFFSET_FETCH, v, v, "OffsetFetchRequest", **fields)
+                )
+                if v >= 8
+                else ()
+            ),
+            require_stable=True,
+        )
         out: dict[TopicPartition, int | None] = dict.fromkeys(tps)
-        group = resp.groups[0] if v >= 8 else resp
+        group = group_of(resp)
         if group.error_code:
             raise KafkaError(int(group.error_code), "OffsetFetch")
         for t in group.topics:
@@ -948,7 +1083,7 @@ class AsyncConsumer:
         try:
             if self.auto_commit and self._assignment and self._generation >= 0:
                 with contextlib.suppress(KafkaError, OSError):
-                    await self.commit()
+                    await self.commit(timeout=min(self.api_timeout, 20.0))
             await self._leave()
         finally:
             self._closed = True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from samsa.protocol.errors import ErrorCode
 
 # Errors after which an idempotent or transactional producer cannot go on (rule 21).
@@ -44,6 +46,16 @@ class KafkaConnectionError(KafkaError):
     @property
     def retriable(self) -> bool:
         return True
+
+
+class BootstrapError(KafkaConnectionError):
+    """No bootstrap server could ever be reached for ``socket.connection.setup.timeout.ms``:
+    most likely a wrong address, so it is not retried further (a cluster once reached is
+    retried until the call's own timeout)."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
 
 
 class KafkaTimeoutError(KafkaError):
@@ -98,7 +110,21 @@ class ClosedError(RuntimeError):
 
 
 class CorruptRecordError(KafkaError):
-    """A fetched batch failed its CRC-32C check."""
+    """A fetched batch failed its CRC-32C check (Java's ``CorruptRecordException`` as the
+    consumer reports it). Not retriable: fetching again returns the same bytes. The consumer
+    hands out the records before the batch first; it raises this while its position is at
+    ``offset``, until the application seeks past it. ``records`` are the good records that
+    preceded the batch in the fetched data."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(
+        self, message: str, topic: str = "", partition: int = -1, offset: int = -1
+    ) -> None:
         super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.records: list[Any] = []
+
+    @property
+    def retriable(self) -> bool:
+        return False

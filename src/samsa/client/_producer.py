@@ -127,6 +127,7 @@ from samsa.client._transactions import (
     classify,
     group_metadata,
     normalize_offsets,
+    txn_retry_timeout,
 )
 from samsa.client._types import (
     ConsumerGroupMetadata,
@@ -241,10 +242,9 @@ class AsyncProducer:
         self.retry_backoff_max = c.seconds("retry.backoff.max.ms")
         self.max_block = c.seconds("max.block.ms")
         self.buffer_memory = c.int("buffer.memory")
-        self.cluster = Cluster(
-            c["bootstrap.servers"],
-            client_id=c["client.id"],
-            request_timeout=self.request_timeout,
+        self.cluster = Cluster.from_config(
+            c,
+            api_timeout=self.max_block,
             allow_auto_create_topics=c.bool("allow.auto.create.topics"),
         )
         self._partitioner = StickyPartitioner()
@@ -285,9 +285,7 @@ class AsyncProducer:
         # --- transactions (see the module docstring) ---
         self.transaction_timeout_ms = c.int("transaction.timeout.ms")
         self._txn_state = TransactionState.UNINITIALIZED
-        self._txn_channel = TxnChannel(
-            self.cluster, retry_backoff=self.retry_backoff, timeout=self.max_block
-        )
+        self._txn_channel = TxnChannel(self.cluster, timeout=txn_retry_timeout(c))
         self._txn_lock = asyncio.Lock()  # one coordinator request at a time, in order
         self._txn_added: set[TopicPartition] = set()  # partitions in the open transaction
         self._txn_new: set[TopicPartition] = set()  # to add before their first batch
@@ -569,7 +567,8 @@ class AsyncProducer:
                 )
                 break
             try:
-                await self.cluster.refresh([topic])
+                left = deadline - asyncio.get_running_loop().time()
+                await self.cluster.refresh([topic], timeout=max(0.0, left))
             except KafkaError as exc:
                 log.debug("metadata for %s: %s", topic, exc)
             if self.cluster.partition_count(topic) is None:
@@ -595,38 +594,30 @@ class AsyncProducer:
     # --- identity --------------------------------------------------------------------------
 
     async def _init_producer_id(self, *, bump: bool = False) -> None:
-        """InitProducerId; with ``bump`` (KIP-360, v3+) for a transactional producer."""
-        deadline = asyncio.get_running_loop().time() + self.max_block
-        while True:
-            try:
-                conn = await self.cluster.any_connection()
-                v = conn.version(ApiKey.INIT_PRODUCER_ID, 0, 4)
-                req = make_request(
-                    ApiKey.INIT_PRODUCER_ID,
-                    v,
-                    "InitProducerIdRequest",
-                    transactional_id=self.transactional_id,
-                    transaction_timeout=self.config.int("transaction.timeout.ms"),
-                    producer_id=self.producer_id if bump else -1,
-                    producer_epoch=self.epoch if bump else -1,
-                )
-                resp = await conn.request(ApiKey.INIT_PRODUCER_ID, req, version=v)
-                code = int(resp.error_code)
-                if code == 0:
-                    self.producer_id = int(resp.producer_id)
-                    self.epoch = int(resp.producer_epoch)
-                    log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
-                    return
-                err = KafkaError(code, "InitProducerId")
-                if code in FATAL_PRODUCER_ERRORS or not err.retriable:
-                    raise err
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                err = exc
-            if asyncio.get_running_loop().time() > deadline:
-                raise err
-            await asyncio.sleep(self.retry_backoff)
+        """InitProducerId; with ``bump`` (KIP-360, v3+) for a transactional producer.
+        Retried (lost connections, retriable errors) until ``max.block.ms``."""
+
+        async def attempt() -> None:
+            conn = await self.cluster.any_connection()
+            v = conn.version(ApiKey.INIT_PRODUCER_ID, 0, 4)
+            req = make_request(
+                ApiKey.INIT_PRODUCER_ID,
+                v,
+                "InitProducerIdRequest",
+                transactional_id=self.transactional_id,
+                transaction_timeout=self.config.int("transaction.timeout.ms"),
+                producer_id=self.producer_id if bump else -1,
+                producer_epoch=self.epoch if bump else -1,
+            )
+            resp = await conn.request(ApiKey.INIT_PRODUCER_ID, req, version=v)
+            code = int(resp.error_code)
+            if code:
+                raise KafkaError(code, "InitProducerId")
+            self.producer_id = int(resp.producer_id)
+            self.epoch = int(resp.producer_epoch)
+            log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
+
+        await self.cluster.retry(attempt, what="InitProducerId", timeout=self.max_block)
 
     def _request_bump(self, ps: _Partition, reason: str) -> None:
         log.info("%s: epoch bump needed (%s)", ps.tp, reason)
@@ -647,27 +638,39 @@ class AsyncProducer:
         self._bump_partitions.clear()
         self._bump_requested = False
 
-    async def _check_resumed(self, ps: _Partition, conn: AsyncConnection) -> None:
-        """Find how many of a resumed partition's records the previous incarnation wrote."""
+    async def _check_resumed(self, ps: _Partition, node: int) -> None:
+        """Find how many of a resumed partition's records the previous incarnation wrote.
+        Until that is known (the answer may be lost) nothing of the partition is sent:
+        resending a written record under a new batching could not be recognised."""
+        known = False
         try:
+
+            async def attempt() -> Any:
+                return await self.cluster.send(
+                    node,
+                    ApiKey.DESCRIBE_PRODUCERS,
+                    (0, 0),
+                    "DescribeProducersRequest",
+                    lambda v: {
+                        "topics": (
+                            make_request(
+                                ApiKey.DESCRIBE_PRODUCERS,
+                                v,
+                                "TopicRequest",
+                                name=ps.tp.topic,
+                                partition_indexes=(ps.tp.partition,),
+                            ),
+                        )
+                    },
+                )
+
+            conn = await self.cluster.connection(node)
             if not conn.supports(ApiKey.DESCRIBE_PRODUCERS):
+                known = True
                 return
-            v = conn.version(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-            req = make_request(
-                ApiKey.DESCRIBE_PRODUCERS,
-                v,
-                "DescribeProducersRequest",
-                topics=(
-                    make_request(
-                        ApiKey.DESCRIBE_PRODUCERS,
-                        v,
-                        "TopicRequest",
-                        name=ps.tp.topic,
-                        partition_indexes=(ps.tp.partition,),
-                    ),
-                ),
+            resp = await self.cluster.retry(
+                attempt, what="DescribeProducers", timeout=self.request_timeout
             )
-            resp = await conn.request(ApiKey.DESCRIBE_PRODUCERS, req, version=v)
             part = resp.topics[0].partitions[0]
             if part.error_code:
                 raise KafkaError(int(part.error_code), "DescribeProducers")
@@ -677,8 +680,11 @@ class AsyncProducer:
                     if ahead < SEQ_MOD // 2:
                         ps.skip = ahead
                         log.info("%s: %d records already written before resume", ps.tp, ahead)
+            known = True
+        except KafkaError as exc:
+            log.info("%s: last written sequence not known yet: %s", ps.tp, exc)
         finally:
-            ps.skip_known = True
+            ps.skip_known = known
             self._checking.discard(ps.tp)
             self._wake.set()
 
@@ -766,7 +772,7 @@ class AsyncProducer:
         if not ps.skip_known:
             if ps.tp not in self._checking:
                 self._checking.add(ps.tp)
-                self._spawn(self._check_resumed(ps, conn))
+                self._spawn(self._check_resumed(ps, leader))
             return now + 0.5
         ps.queue.popleft()
         n = self.cluster.partition_count(ps.tp.topic) or 1
@@ -813,8 +819,9 @@ class AsyncProducer:
             await self._refresh_metadata(None)
 
     async def _refresh_metadata(self, topic: str | None) -> None:
+        # One attempt: the sender asks again on its next pass.
         try:
-            await self.cluster.refresh([topic] if topic else [])
+            await self.cluster.refresh([topic] if topic else [], timeout=0)
         except KafkaError as exc:
             log.debug("metadata refresh: %s", exc)
             await asyncio.sleep(self.retry_backoff)

@@ -3,8 +3,9 @@
 The producer (``_producer.py``) drives the state machine; this module holds what does not
 touch its batches: the states and their legal transitions (Kafka's ``TransactionManager``),
 how each coordinator error is classified, the request loop to a coordinator (found with
-FindCoordinator, re-found on NOT_COORDINATOR, retried on CONCURRENT_TRANSACTIONS and load
-errors until ``max.block.ms``), and :class:`AsyncResumedTransaction`, which ends a
+FindCoordinator, re-found on NOT_COORDINATOR or a lost connection, retried on
+CONCURRENT_TRANSACTIONS and load errors until ``transaction.timeout.ms``, see
+``txn_retry_timeout``), and :class:`AsyncResumedTransaction`, which ends a
 transaction opened by another process from its (transactional id, producer id, epoch).
 
 Why a resumed transaction can be ended at all: Kafka's coordinator authenticates
@@ -24,26 +25,22 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from samsa.client._aconn import AsyncConnection
-from samsa.client._cluster import Cluster
+from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
     AbortableTransactionError,
-    KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
     ProducerFencedError,
     TransactionStateError,
 )
+from samsa.client._retry import COORDINATOR_MOVED, deciding_code
 from samsa.client._types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, api_name, make_request
+from samsa.protocol.messages import ApiKey, make_request
 
 log = logging.getLogger("samsa.client.transactions")
 
 E = ErrorCode
-KEY_GROUP = 0
-KEY_TRANSACTION = 1
 
 
 class TransactionState(enum.Enum):
@@ -93,7 +90,7 @@ RETRY = frozenset(
         E.UNSTABLE_OFFSET_COMMIT,
     }
 )
-REFIND = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE})
+REFIND = COORDINATOR_MOVED
 FENCED = frozenset({E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED})
 # The coordinator no longer knows this producer id: the transaction can only be aborted,
 # and the next one needs a new epoch (KIP-360).
@@ -134,39 +131,18 @@ def classify(
 
 def first_error(codes: Iterable[int]) -> int:
     """The code that decides a multi-partition answer: a real error before a retriable one."""
-    nonzero = [int(c) for c in codes if int(c)]
-    for c in nonzero:
-        if c not in RETRY and c not in REFIND:
-            return c
-    for c in nonzero:
-        if c in REFIND:
-            return c
-    return nonzero[0] if nonzero else 0
+    return deciding_code(codes, RETRY)
 
 
 class TxnChannel:
     """Requests to the coordinator of a transactional id or of a consumer group."""
 
-    def __init__(self, cluster: Cluster, *, retry_backoff: float, timeout: float) -> None:
+    def __init__(self, cluster: Cluster, *, timeout: float) -> None:
         self.cluster = cluster
-        self.retry_backoff = retry_backoff
         self.timeout = timeout
-        self._nodes: dict[tuple[int, str], int] = {}
 
     def forget(self, key_type: int, key: str) -> None:
-        self._nodes.pop((key_type, key), None)
-
-    async def coordinator(self, key_type: int, key: str) -> AsyncConnection:
-        node = self._nodes.get((key_type, key))
-        if node is not None:
-            try:
-                return await self.cluster.connection(node)
-            except KafkaError:
-                self.forget(key_type, key)
-        # key_type exists from v1
-        node = await self.cluster.find_coordinator(key_type, key, 1, f"FindCoordinator({key!r})")
-        self._nodes[(key_type, key)] = node
-        return await self.cluster.connection(node)
+        self.cluster.forget_coordinator(key_type, key)
 
     async def call(
         self,
@@ -183,41 +159,21 @@ class TxnChannel:
         Connection failures, NOT_COORDINATOR and the codes in RETRY are retried, with
         backoff, until ``timeout`` seconds have passed (then KafkaTimeoutError). Every
         request here is idempotent at the coordinator (adding what is already added, or
-        ending a transaction that already ended the same way, succeeds), so resending
-        after an unknown outcome is safe.
+        ending a transaction that already ended the same way, succeeds; one still ending
+        answers CONCURRENT_TRANSACTIONS), so resending after an unknown outcome is safe
+        and cannot turn a commit into an abort or the reverse.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        name = api_name(api_key)
-        while True:
-            try:
-                conn = await self.coordinator(key_type, key)
-                v = conn.version(api_key, *versions)
-                req = make_request(api_key, v, cls, **fields(v))
-                resp = await conn.request(api_key, req, version=v)
-                code = first_error(codes(resp))
-            except KafkaConnectionError as exc:
-                code, resp = int(exc.code), None
-                self.forget(key_type, key)
-                log.debug("%s: %s", name, exc)
-            except KafkaError as exc:
-                if exc.code not in RETRY and exc.code not in REFIND:
-                    raise
-                code, resp = exc.code, None
-            if code in REFIND:
-                self.forget(key_type, key)
-            elif code not in RETRY and resp is not None:
-                return resp, code
-            if loop.time() >= deadline:
-                raise KafkaTimeoutError(f"{name} for {key!r}: still {E(code).name} after retries")
-            # CONCURRENT_TRANSACTIONS clears as soon as the previous transaction's markers
-            # are written: poll it faster than other errors (as Kafka's client does).
-            backoff = (
-                min(self.retry_backoff, 0.02)
-                if code == E.CONCURRENT_TRANSACTIONS
-                else self.retry_backoff
-            )
-            await asyncio.sleep(backoff)
+        return await self.cluster.coordinator_call(
+            key_type,
+            key,
+            api_key,
+            versions,
+            cls,
+            fields,
+            codes,
+            retry_codes=RETRY,
+            timeout=self.timeout,
+        )
 
     # --- the transactional requests ----------------------------------------------------------
 
@@ -384,6 +340,14 @@ class TxnChannel:
         return code
 
 
+def txn_retry_timeout(c: Config) -> float:
+    """How long a transactional coordinator request is retried: as long as the coordinator
+    may keep the transaction open (``transaction.timeout.ms``), and not less than
+    ``max.block.ms``. A commit whose answer was lost is thus resent until its outcome is
+    known; the caller's own timeout still returns earlier (and the call can be repeated)."""
+    return max(c.seconds("max.block.ms"), c.seconds("transaction.timeout.ms"))
+
+
 def group_metadata(group: str | ConsumerGroupMetadata) -> ConsumerGroupMetadata:
     return ConsumerGroupMetadata(group) if isinstance(group, str) else group
 
@@ -419,16 +383,9 @@ class AsyncResumedTransaction:
         self.producer_id = producer_id
         self.epoch = epoch
         self.started = started
-        self.cluster = Cluster(
-            c["bootstrap.servers"],
-            client_id=c["client.id"],
-            request_timeout=c.seconds("request.timeout.ms"),
-        )
-        self._channel = TxnChannel(
-            self.cluster,
-            retry_backoff=c.seconds("retry.backoff.ms"),
-            timeout=c.seconds("max.block.ms"),
-        )
+        timeout = txn_retry_timeout(c)
+        self.cluster = Cluster.from_config(c, api_timeout=timeout)
+        self._channel = TxnChannel(self.cluster, timeout=timeout)
         self._done: bool | None = None  # the outcome once ended (True: committed)
         self._lock = asyncio.Lock()
 

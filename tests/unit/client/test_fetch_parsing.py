@@ -111,6 +111,18 @@ def test_crc_mismatch_raises_and_can_be_disabled() -> None:
     assert len(records) == 1
 
 
+def test_crc_mismatch_keeps_the_records_before_the_corrupt_batch() -> None:
+    second = bytearray(batch(2, [b"c", b"d"]))
+    second[-1] ^= 0x01  # a byte of the last record's value
+    data = batch(0, [b"a", b"b"]) + bytes(second) + batch(4, [b"e"])
+    with pytest.raises(CorruptRecordError) as info:
+        parse_fetched(TP, data, 1)
+    err = info.value
+    assert (err.topic, err.partition, err.offset) == ("t", 0, 2)
+    assert values(err.records) == [b"b"] and not err.retriable
+    assert "t-0" in str(err) and "offset 2" in str(err)
+
+
 @pytest.mark.parametrize(
     "codec",
     [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD],
