@@ -2,7 +2,7 @@
 ``__transaction_state``): create on demand, append key/value records as one batch, read a
 partition back for replay.
 
-Appends go through the partition's own :class:`~samsa.log.log.Log` with ``append_raw``: one
+Appends go through the partition's own :class:`~samsa.log.log.Log` as ``COORDINATOR``: one
 batch, in the kernel before the call returns (so it survives ``kill -9``), and producer state
 is not validated (the coordinator is the writer, as Kafka's ``AppendOrigin.COORDINATOR``).
 A batch can carry a producer id and the transactional flag: TxnOffsetCommit writes its
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from samsa.broker.topics import TopicError, TopicManager
 from samsa.log.log import Log
+from samsa.log.producer_state import AppendOrigin
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     NO_PRODUCER_ID,
@@ -76,7 +77,7 @@ def append_records(
         base_sequence=0 if producer_id >= 0 else -1,
         transactional=transactional,
     )
-    result = p.log.append_raw(RecordBatchView(batch), now_ms)
+    result = p.log.append(RecordBatchView(batch), now_ms, AppendOrigin.COORDINATOR)
     if result.error != ErrorCode.NONE:
         log.error("cannot write %s-%d: %s", name, partition, result.error.name)
         return result.error

@@ -9,7 +9,7 @@ between, so operations never interleave:
 1. the state machine computes an :class:`Outcome` (records + response) at ``clock()``;
 2. the records are appended to their group's partition of ``__consumer_offsets`` through
    :mod:`samsa.coordinator.internal_topic` (the partition's own :class:`~samsa.log.log.Log`,
-   ``append_raw``: one batch per partition, in the kernel before ``append_raw`` returns, so
+   origin ``COORDINATOR``: one batch per partition, in the kernel before the append returns, so
    it survives ``kill -9``);
 3. only if the append succeeded are the records replayed into the state machine (the only
    way durable state changes); if it failed, the state machine is told (``store_failed``)
