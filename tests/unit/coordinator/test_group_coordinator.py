@@ -1,5 +1,6 @@
 """The group coordinator as a pure state machine: transitions, fencing, static membership,
-timers and retention with fake time, and replay equivalence."""
+timers and retention with fake time, and replay equivalence (docs/semantics.md, rules 23 and
+25)."""
 
 from __future__ import annotations
 

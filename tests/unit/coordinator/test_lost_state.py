@@ -2,7 +2,7 @@
 ``__transaction_state`` between two runs of the coordinators on real logs. A record that fails
 its CRC is never applied (the previous state stands), and a transactional id whose newest
 record may be lost is fenced: its previous instances can do nothing, and the next
-InitProducerId gets a producer id nobody held."""
+InitProducerId gets a producer id nobody held (docs/semantics.md, rule 26)."""
 
 from __future__ import annotations
 

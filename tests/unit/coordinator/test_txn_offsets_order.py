@@ -3,7 +3,8 @@ are ordered by their records' positions in ``__consumer_offsets``, as in Kafka: 
 marker a transactional offset replaces the committed one only if that one's record is earlier
 in the log. A plain commit made after the TxnOffsetCommit and before the marker wins; one made
 before the TxnOffsetCommit loses. Replaying the topic at start-up gives the same answer, also
-for a transaction still open at the restart and committed after it.
+for a transaction still open at the restart and committed after it (docs/semantics.md, rules
+15 and 24).
 
 The coordinators run on real logs, wired as the broker wires them: one ``CoordinatorLogs``
 appends markers to the partition and tells the listeners (the group runtime's ``on_marker``)."""

@@ -1,6 +1,7 @@
 """The transaction runtime on real logs: records reach ``__transaction_state``, markers are
 written to every partition and then the transaction completes; a restart replays the topic
-and finishes a transaction it finds prepared; transient marker errors are retried."""
+and finishes a transaction it finds prepared; transient marker errors are retried
+(docs/semantics.md, rules 16 and 26)."""
 
 from __future__ import annotations
 

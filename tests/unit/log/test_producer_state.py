@@ -1,4 +1,5 @@
-"""Unit tests for samsa.log.producer_state: one or more per rule of docs/semantics.md."""
+"""Unit tests for samsa.log.producer_state: one or more per rule of docs/semantics.md (rules 2-6, 8
+and 12)."""
 
 from __future__ import annotations
 
