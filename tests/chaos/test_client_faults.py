@@ -4,7 +4,8 @@ A fault-injecting proxy (samsa.testing.FaultProxy) sits between the client and t
 and rewrites the broker's address in Metadata so every connection goes through it. It swallows
 responses of requests the broker executed and resets connections, before or after the
 broker saw a request. Afterwards the log must hold every record exactly once, in production
-order per partition, and each future's offset must be the record's real offset.
+order per partition, and each future's offset must be the record's real offset
+(docs/semantics.md, rules 20 and 22: the idempotent producer and what it retries).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Storage errors: error codes, never half-done state (issue 10 §4).
+"""Storage errors: error codes, never half-done state.
 
 A full disk is a real one: a small tmpfs mounted for the test (the tests run as root, as in
 CI). A failed fsync cannot be produced by a real filesystem here, so those tests replace

@@ -25,11 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from samsa.broker.config import BrokerConfig
+from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.flusher import Flusher
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topics import Partition, TopicError, TopicManager
 from samsa.coordinator.group_coordinator import GroupConfig
-from samsa.coordinator.runtime import GroupCoordinatorRuntime
+from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
 from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from samsa.log.log import AppendResult, Log, LogConfig
@@ -73,21 +74,20 @@ class Broker:
         self.offline: str | None = None
         # Called with the reason when the data directory goes offline (serve() stops).
         self.offline_listeners: list[Callable[[str], None]] = []
-        # Called as (topic, partition, producer id, committed) after each marker is written.
-        self.txn_marker_listeners: list[Callable[[str, int, int, bool], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
-        # Group coordinator (issue 4): state rebuilt from __consumer_offsets at start().
-        self.groups = GroupCoordinatorRuntime(self.topics, _group_config(config), now_ms)
-        # Transaction coordinator (issue 5): state rebuilt from __transaction_state.
+        # The coordinators' ports (coordinator/ports.py): their internal topics, and markers.
+        self.coordinator_logs = CoordinatorLogs(self.topics, now_ms)
+        # Called as (topic, partition, producer id, committed) after each marker is written.
+        self.txn_marker_listeners = self.coordinator_logs.marker_listeners
+        # Transaction coordinator: state rebuilt from __transaction_state at start().
         self.transactions = TransactionCoordinatorRuntime(
-            self.topics,
-            _txn_config(config),
-            self.producer_ids.allocate,
-            self.write_txn_marker,
-            now_ms,
-            self.groups,
+            self.coordinator_logs, _txn_config(config), self.producer_ids.allocate, now_ms
         )
-        self.txn_marker_listeners.append(self.transactions.on_marker)
+        # Group coordinator: state rebuilt from __consumer_offsets; it asks the transaction
+        # coordinator whether a TxnOffsetCommit's producer may write (rule 19).
+        self.groups = GroupCoordinatorRuntime(
+            self.coordinator_logs, _group_config(config), now_ms, self.transactions.verify
+        )
 
     @property
     def node_id(self) -> int:
@@ -221,17 +221,9 @@ class Broker:
     ) -> ErrorCode:
         """Write a transaction's COMMIT/ABORT marker to one partition (rule 16), then tell the
         listeners (the group coordinator makes transactional offsets visible on commit)."""
-        p = self.topics.get_partition(topic, partition)
-        if p is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        result = p.log.append_end_txn_marker(
-            producer_id, producer_epoch, coordinator_epoch, commit, now_ms()
+        return self.coordinator_logs.write_marker(
+            topic, partition, producer_id, producer_epoch, coordinator_epoch, commit
         )
-        if result.error == ErrorCode.NONE:
-            p.notify()
-            for listener in self.txn_marker_listeners:
-                listener(topic, partition, producer_id, commit)
-        return result.error
 
     def needs_flush(self, plog: Log) -> bool:
         return plog.unflushed_messages >= self.config.log_flush_interval_messages

@@ -13,7 +13,7 @@ requests (one batch per partition per request) and writes the requests in order 
 broker's connection. A batch's header (producer id, epoch, sequence) is written when it is
 sent: a renumbered batch gets a new header over the same encoded records.
 
-Idempotence (rules 20-21 of kafka-semantics.md). The producer gets a producer id and epoch
+Idempotence (rules 20-21 of docs/semantics.md). The producer gets a producer id and epoch
 from InitProducerId. Each partition keeps, in ``pending``, the batches that have a sequence
 and are not yet acknowledged, ordered by sequence. A batch gets its sequence once, when it is
 first drained, and keeps it, with the same encoded bytes, on every retry. At most

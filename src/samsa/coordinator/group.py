@@ -1,4 +1,5 @@
-"""One consumer group of Kafka's classic protocol: its states, members and committed offsets.
+"""One consumer group of Kafka's classic protocol: its states and members (its committed offsets
+are ``offsets.py``'s).
 
 Theory of operation
 -------------------
@@ -12,7 +13,7 @@ checked against it::
           left/expired  ◀───────── join, leave, expiry, new metadata ──── Stable
     any state ──▶ Dead (group deleted, or expired with nothing left)
 
-A group has two kinds of state. *Durable* state — committed offsets and the metadata of the
+A group has two kinds of state. *Durable* state — the metadata of the
 last completed generation (protocol, generation id, leader, members with their subscription
 and assignment) — is exactly what ``__consumer_offsets`` records hold, and it changes only
 when those records are replayed (see ``group_coordinator.py``). *Membership in flight* —
@@ -29,11 +30,7 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from samsa.coordinator.offsets_records import (
-    GroupMetadataValue,
-    MemberMetadata,
-    OffsetCommitValue,
-)
+from samsa.coordinator.offsets_records import GroupMetadataValue, MemberMetadata
 
 
 class GroupState(enum.Enum):
@@ -97,7 +94,6 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)  # in join order
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, int] = field(default_factory=dict)  # member id -> deadline
-    offsets: dict[tuple[str, int], OffsetCommitValue] = field(default_factory=dict)
     stored: GroupMetadataValue | None = None  # the last replayed GroupMetadata record
     # PreparingRebalance: when the join phase ends at the latest.
     join_deadline_ms: int | None = None

@@ -4,12 +4,18 @@ Theory of operation
 -------------------
 Each operation (``join_group``, ``sync_group``, ``heartbeat``, ``leave_group``,
 ``commit_offsets``, ``delete_groups``, ``delete_offsets``, ``tick``) takes the request and
-``now_ms`` and returns an :class:`Outcome`: the ``__consumer_offsets`` records to write and
-the response. The caller (``runtime.py``) appends the records to the log and then
-``replay``\\s them; durable state (committed offsets, each group's stored generation) changes
-*only* in ``replay``, so a coordinator rebuilt by replaying the topic holds the same durable
-state as the one that wrote it. Start-up is exactly that: ``begin_load``, ``replay`` of every
-record, ``end_load``.
+``now_ms`` and returns an :class:`~samsa.coordinator.runtime.Outcome`: the
+``__consumer_offsets`` records to write and the typed response. It is the shard of a
+:class:`~samsa.coordinator.runtime.CoordinatorRuntime` (run by ``group_runtime.py``), which
+appends the records and then ``replay``\\s them; durable state (committed offsets, each
+group's stored generation) changes *only* in ``replay``, so a coordinator rebuilt by replaying
+the topic holds the same durable state as the one that wrote it (docs/semantics.md, rule 26).
+Start-up is exactly that: ``begin_load``, ``load_batch`` of every batch, ``end_load``.
+
+Committed offsets belong to :class:`~samsa.coordinator.offsets.OffsetStore` (``self.offsets``):
+this module decides whether a member may commit (rule 23) and which offsets a group's
+deletion or expiry removes; the store builds, orders and replays the offset records and the
+transaction markers that decide transactional ones (rules 15, 24).
 
 Classic-protocol membership in flight (who has rejoined, deadlines) is in memory only, as in
 Kafka. Its one step that waits for the log is CompletingRebalance -> Stable: the leader's
@@ -33,28 +39,58 @@ Timers are deadlines in the data (``heartbeat_deadline_ms``, ``join_deadline_ms`
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from samsa.coordinator.group import Group, GroupState, Member
+from samsa.coordinator.offsets import (
+    OFFSETS_TOPIC,
+    CoordinatorRecord,
+    FetchedOffset,
+    OffsetStore,
+    OffsetToCommit,
+    TopicPartition,
+)
 from samsa.coordinator.offsets_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     Key,
     OffsetCommitKey,
-    OffsetCommitValue,
     Value,
+    encode_key,
+    encode_value,
     partition_for,
 )
+from samsa.coordinator.ports import StoredBatch
+from samsa.coordinator.runtime import Outcome
 from samsa.protocol.errors import ErrorCode
 
 S = GroupState
 E = ErrorCode
 
 log = logging.getLogger("samsa.coordinator")
+
+R = TypeVar("R")
+
+__all__ = [
+    "CoordinatorRecord",
+    "FetchedOffset",
+    "GroupCoordinator",
+    "OffsetToCommit",
+    "Outcome",
+    "Owed",
+]
+
+
+class Owed(enum.StrEnum):
+    """The kind of a response owed to a member, answered later through the outbox."""
+
+    JOIN = "join"
+    SYNC = "sync"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +102,6 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorRecord:
-    key: Key
-    value: Value | None  # None: tombstone
-
-    @property
-    def group_id(self) -> str:
-        return self.key.group
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,32 +133,26 @@ class SyncResult:
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """The response will come through a Reply of the outbox (kind 'join' or 'sync')."""
+    """The response will come through a Reply of the outbox."""
 
-    kind: str
+    kind: Owed
     group_id: str
     member_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class Await:
-    kind: str
+    kind: Owed
     group_id: str
     member_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    kind: str
+    kind: Owed
     group_id: str
     member_id: str
     result: JoinResult | SyncResult
-
-
-@dataclass(slots=True)
-class Outcome:
-    records: list[CoordinatorRecord]
-    response: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,25 +167,6 @@ class JoinRequest:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     require_known_member_id: bool  # JoinGroup v4+
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetToCommit:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int = -1
-    metadata: str | None = ""
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedOffset:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str
-    error: ErrorCode = ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,30 +211,61 @@ class GroupCoordinator:
         self._buf = _Buffers()
         self._loading = False
         self._next_expiry_check_ms: int | None = None
-        # (group, topic, partition) -> offset in __consumer_offsets of the record holding the
-        # committed offset, when replay was told: orders transactional against plain commits.
-        self._offset_positions: dict[tuple[str, str, int], int] = {}
+        self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)
+
+    # == the shard of a CoordinatorRuntime ========================================================
+
+    topic = OFFSETS_TOPIC
+
+    @property
+    def num_partitions(self) -> int:
+        return self.config.num_partitions
+
+    def use_partitions(self, num_partitions: int) -> None:
+        self.config = dataclasses.replace(self.config, num_partitions=num_partitions)
+
+    def partition_of(self, record: CoordinatorRecord) -> int:
+        return self.partition_for(record.group_id)
+
+    def serialize(self, record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
+        return encode_key(record.key), encode_value(record.value)
+
+    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
+        for offset, record in self.offsets.load_batch(partition, batch):
+            self.replay(record, now_ms, offset)
+
+    def load_damaged(self, partition: int, what: str) -> None:
+        """Every record holds a key's whole state: what was skipped is only lost."""
+
+    def write_failed(self, records: Sequence[CoordinatorRecord], error: ErrorCode) -> None:
+        self.store_failed(records, error)
+
+    def replay_marker(self, partition: int, producer_id: int, commit: bool, now_ms: int) -> None:
+        """A transaction's marker reached ``__consumer_offsets`` partition ``partition``: its
+        staged offsets take effect at their log offsets (commit) or are dropped (abort)."""
+        for offset, record in self.offsets.replay_marker(partition, producer_id, commit):
+            self.replay(record, now_ms, offset)
 
     def take_outbox(self) -> list[Await | Reply]:
         out, self._buf.outbox = self._buf.outbox, []
         return out
 
-    def _outcome(self, response: Any) -> Outcome:
+    def _outcome(self, response: R) -> Outcome[CoordinatorRecord, R]:
         records, self._buf.records = self._buf.records, []
         return Outcome(records, response)
 
     def _emit(self, key: Key, value: Value | None) -> None:
         self._buf.records.append(CoordinatorRecord(key, value))
 
-    def _reply(self, kind: str, group: Group, member_id: str, result: Any) -> None:
+    def _reply(self, kind: Owed, group: Group, member_id: str, result: Any) -> None:
         self._buf.outbox.append(Reply(kind, group.group_id, member_id, result))
 
     # == JoinGroup =================================================================================
 
-    def join_group(self, req: JoinRequest, now_ms: int) -> Outcome:
+    def join_group(self, req: JoinRequest, now_ms: int) -> Outcome[CoordinatorRecord, Any]:
         return self._outcome(self._join(req, now_ms))
 
     def _join(self, req: JoinRequest, now_ms: int) -> JoinResult | Pending:
@@ -337,11 +369,11 @@ class GroupCoordinator:
             heartbeat_deadline_ms=now_ms + req.session_timeout_ms,
         )
         group.add(member)
-        self._buf.outbox.append(Await("join", group.group_id, member_id))
+        self._buf.outbox.append(Await(Owed.JOIN, group.group_id, member_id))
         if group.is_in(S.PREPARING_REBALANCE) and group.initial_delay_remaining_ms is not None:
             group.new_member_added = True
         self._maybe_prepare_rebalance(group, now_ms)
-        return Pending("join", group.group_id, member_id)
+        return Pending(Owed.JOIN, group.group_id, member_id)
 
     def _update_member_and_rebalance(
         self, group: Group, member: Member, req: JoinRequest, now_ms: int
@@ -349,15 +381,15 @@ class GroupCoordinator:
         if member.awaiting_join:
             # A duplicate join: the earlier request still needs an answer (responses on a
             # connection go out in order); it is told to rejoin.
-            self._reply("join", group, member.member_id, JoinResult(E.REBALANCE_IN_PROGRESS))
+            self._reply(Owed.JOIN, group, member.member_id, JoinResult(E.REBALANCE_IN_PROGRESS))
         member.protocols = list(req.protocols)
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.session_timeout_ms = req.session_timeout_ms
         member.awaiting_join = True
         member.heartbeat_deadline_ms = now_ms + req.session_timeout_ms
-        self._buf.outbox.append(Await("join", group.group_id, member.member_id))
+        self._buf.outbox.append(Await(Owed.JOIN, group.group_id, member.member_id))
         self._maybe_prepare_rebalance(group, now_ms)
-        return Pending("join", group.group_id, member.member_id)
+        return Pending(Owed.JOIN, group.group_id, member.member_id)
 
     def _replace_static_member(
         self, group: Group, iid: str, old_id: str, new_id: str, req: JoinRequest, now_ms: int
@@ -365,10 +397,10 @@ class GroupCoordinator:
         old = group.members[old_id]
         # The previous instance of this static member is fenced: its owed responses say so.
         if old.awaiting_join:
-            self._reply("join", group, old_id, JoinResult(E.FENCED_INSTANCE_ID, old_id))
+            self._reply(Owed.JOIN, group, old_id, JoinResult(E.FENCED_INSTANCE_ID, old_id))
             old.awaiting_join = False
         if old.awaiting_sync:
-            self._reply("sync", group, old_id, SyncResult(E.FENCED_INSTANCE_ID))
+            self._reply(Owed.SYNC, group, old_id, SyncResult(E.FENCED_INSTANCE_ID))
             old.awaiting_sync = False
         member = group.replace_static_member(iid, old_id, new_id)
         member.client_id = req.client_id
@@ -413,7 +445,7 @@ class GroupCoordinator:
             m.assignment = b""
             if m.awaiting_sync:
                 m.awaiting_sync = False
-                self._reply("sync", group, m.member_id, SyncResult(error))
+                self._reply(Owed.SYNC, group, m.member_id, SyncResult(error))
 
     def _maybe_complete_join(self, group: Group, now_ms: int) -> None:
         if not group.is_in(S.PREPARING_REBALANCE) or group.join_deadline_ms is None:
@@ -470,15 +502,15 @@ class GroupCoordinator:
             m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
             if m.awaiting_join:
                 m.awaiting_join = False
-                self._reply("join", group, m.member_id, self._join_result(group, m))
+                self._reply(Owed.JOIN, group, m.member_id, self._join_result(group, m))
 
     def _remove_member_and_update_group(
         self, group: Group, member: Member, now_ms: int, error: ErrorCode = E.UNKNOWN_MEMBER_ID
     ) -> None:
         if member.awaiting_join:
-            self._reply("join", group, member.member_id, JoinResult(error, member.member_id))
+            self._reply(Owed.JOIN, group, member.member_id, JoinResult(error, member.member_id))
         if member.awaiting_sync:
-            self._reply("sync", group, member.member_id, SyncResult(error))
+            self._reply(Owed.SYNC, group, member.member_id, SyncResult(error))
         group.remove(member.member_id)
         if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, now_ms)
@@ -496,7 +528,7 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
         now_ms: int,
-    ) -> Outcome:
+    ) -> Outcome[CoordinatorRecord, Any]:
         group = self.groups.get(group_id)
         if group is None:
             return self._outcome(SyncResult(E.UNKNOWN_MEMBER_ID))
@@ -521,9 +553,9 @@ class GroupCoordinator:
             return self._outcome(self._sync_result(group, member))
         # CompletingRebalance: owed an answer once the leader's assignment is stored.
         if member.awaiting_sync:
-            self._reply("sync", group, member_id, SyncResult(E.REBALANCE_IN_PROGRESS))
+            self._reply(Owed.SYNC, group, member_id, SyncResult(E.REBALANCE_IN_PROGRESS))
         member.awaiting_sync = True
-        self._buf.outbox.append(Await("sync", group_id, member_id))
+        self._buf.outbox.append(Await(Owed.SYNC, group_id, member_id))
         if member_id == group.leader_id:
             record = group.to_record(now_ms)
             members = tuple(
@@ -532,7 +564,7 @@ class GroupCoordinator:
             )
             value = dataclasses.replace(record, members=members)
             self._emit(GroupMetadataKey(group_id), value)
-        return self._outcome(Pending("sync", group_id, member_id))
+        return self._outcome(Pending(Owed.SYNC, group_id, member_id))
 
     def _sync_result(self, group: Group, member: Member) -> SyncResult:
         return SyncResult(E.NONE, group.protocol_type, group.protocol_name, member.assignment)
@@ -560,7 +592,7 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         now_ms: int,
-    ) -> Outcome:
+    ) -> Outcome[CoordinatorRecord, Any]:
         return self._outcome(
             self._heartbeat(group_id, generation, member_id, group_instance_id, now_ms)
         )
@@ -587,7 +619,7 @@ class GroupCoordinator:
 
     def leave_group(
         self, group_id: str, members: list[tuple[str, str | None]], now_ms: int
-    ) -> Outcome:
+    ) -> Outcome[CoordinatorRecord, Any]:
         """Response: (top-level error, [(member id, instance id, error)])."""
         group = self.groups.get(group_id)
         if group is None:
@@ -629,23 +661,34 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: list[OffsetToCommit],
         now_ms: int,
-    ) -> Outcome:
+    ) -> Outcome[CoordinatorRecord, Any]:
         """Response: {(topic, partition): error}."""
         error = self.validate_commit(group_id, generation, member_id, group_instance_id, now_ms)
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        for o in offsets:
-            tp = (o.topic, o.partition)
-            if error != E.NONE:
-                errors[tp] = error
-            elif len((o.metadata or "").encode()) > self.config.offset_metadata_max_bytes:
-                errors[tp] = E.OFFSET_METADATA_TOO_LARGE
-            else:
-                errors[tp] = E.NONE
-                self._emit(
-                    OffsetCommitKey(group_id, o.topic, o.partition),
-                    OffsetCommitValue(o.offset, o.metadata or "", now_ms, o.leader_epoch),
-                )
+        errors, records = self.offsets.commit(group_id, offsets, error, now_ms)
+        self._buf.records += records
         return self._outcome(errors)
+
+    def commit_transactional_offsets(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: list[OffsetToCommit],
+        verified: ErrorCode,
+        now_ms: int,
+    ) -> Outcome[CoordinatorRecord, dict[TopicPartition, ErrorCode]]:
+        """TxnOffsetCommit, once the transaction coordinator answered ``verified`` for the
+        producer: the records to write as one transactional batch of the group's partition,
+        staged until the transaction's marker (rule 15)."""
+        error = verified
+        if error == E.INVALID_PRODUCER_ID_MAPPING:
+            error = E.INVALID_PRODUCER_EPOCH  # what TxnOffsetCommit clients know
+        if error == E.NONE and (generation >= 0 or member_id):
+            # KIP-447: a consumer-group-aware producer is fenced by the group generation.
+            error = self.validate_commit(group_id, generation, member_id, group_instance_id, now_ms)
+        errors, records = self.offsets.commit(group_id, offsets, error, now_ms)
+        return Outcome(records, errors)
 
     def validate_commit(
         self, group_id: str, generation: int, member_id: str, iid: str | None, now_ms: int
@@ -678,30 +721,17 @@ class GroupCoordinator:
         return E.NONE
 
     def fetch_offsets(
-        self, group_id: str, topics: list[tuple[str, list[int]]] | None
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        require_stable: bool = False,
     ) -> list[FetchedOffset]:
-        """Committed offsets; unknown ones are offset -1 with no error, as in Kafka.
-        ``topics`` None means every offset of the group."""
-        group = self.groups.get(group_id)
-        stored = group.offsets if group is not None and not group.is_in(S.DEAD) else {}
-        if topics is None:
-            return [
-                FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata)
-                for (t, p), v in sorted(stored.items())
-            ]
-        out = []
-        for topic, partitions in topics:
-            for p in partitions:
-                v = stored.get((topic, p))
-                if v is None:
-                    out.append(FetchedOffset(topic, p, -1, -1, ""))
-                else:
-                    out.append(FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
-        return out
+        """Committed offsets (:meth:`OffsetStore.fetch`)."""
+        return self.offsets.fetch(group_id, topics, require_stable)
 
     def delete_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]], now_ms: int
-    ) -> Outcome:
+    ) -> Outcome[CoordinatorRecord, Any]:
         """OffsetDelete: (top-level error, {(topic, partition): error})."""
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.DEAD):
@@ -712,12 +742,9 @@ class GroupCoordinator:
         errors: dict[tuple[str, int], ErrorCode] = {}
         for topic, partitions in topics:
             for p in partitions:
-                if topic in subscribed:
-                    errors[(topic, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC
-                    continue
-                errors[(topic, p)] = E.NONE
-                if (topic, p) in group.offsets:
-                    self._emit(OffsetCommitKey(group_id, topic, p), None)
+                errors[(topic, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else E.NONE
+        deleted = [tp for tp, e in errors.items() if e == E.NONE]
+        self._buf.records += self.offsets.tombstones(group_id, deleted)
         return self._outcome((E.NONE, errors))
 
     # == admin =====================================================================================
@@ -766,7 +793,7 @@ class GroupCoordinator:
             members,
         )
 
-    def delete_groups(self, group_ids: list[str], now_ms: int) -> Outcome:
+    def delete_groups(self, group_ids: list[str], now_ms: int) -> Outcome[CoordinatorRecord, Any]:
         """Response: {group id: error}. Only groups without members can be deleted."""
         errors: dict[str, ErrorCode] = {}
         for gid in group_ids:
@@ -781,17 +808,18 @@ class GroupCoordinator:
         return self._outcome(errors)
 
     def _tombstone_group(self, group: Group) -> None:
-        for topic, p in sorted(group.offsets):
-            self._emit(OffsetCommitKey(group.group_id, topic, p), None)
-        self._emit(GroupMetadataKey(group.group_id), None)
+        gid = group.group_id
+        self._buf.records += self.offsets.tombstones(gid, self.offsets.committed(gid))
+        self._emit(GroupMetadataKey(gid), None)
 
     def _forget_if_unused(self, group: Group) -> None:
-        if group.is_in(S.EMPTY) and not group.offsets and group.stored is None:
+        unused = not self.offsets.has_offsets(group.group_id) and group.stored is None
+        if group.is_in(S.EMPTY) and unused:
             self.groups.pop(group.group_id, None)
 
     # == timers ====================================================================================
 
-    def tick(self, now_ms: int) -> Outcome:
+    def tick(self, now_ms: int) -> Outcome[CoordinatorRecord, Any]:
         """Fire every deadline that has passed: pending member ids, session timeouts, the end
         of a join phase, members that never sent SyncGroup, and offsets retention."""
         for group in list(self.groups.values()):
@@ -827,8 +855,9 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             if not group.is_in(S.EMPTY):
                 continue
+            committed = self.offsets.committed(group.group_id)
             expired = []
-            for tp, v in group.offsets.items():
+            for tp, v in committed.items():
                 if v.expire_timestamp >= 0:
                     gone = now_ms >= v.expire_timestamp
                 elif group.protocol_type and group.state_timestamp_ms >= 0:
@@ -837,9 +866,8 @@ class GroupCoordinator:
                     gone = now_ms >= v.commit_timestamp + retention
                 if gone:
                     expired.append(tp)
-            for topic, p in sorted(expired):
-                self._emit(OffsetCommitKey(group.group_id, topic, p), None)
-            if len(expired) == len(group.offsets):
+            self._buf.records += self.offsets.tombstones(group.group_id, expired)
+            if len(expired) == len(committed):
                 self._emit(GroupMetadataKey(group.group_id), None)
 
     # == replay ====================================================================================
@@ -847,56 +875,29 @@ class GroupCoordinator:
     def begin_load(self) -> None:
         self._loading = True
 
-    def end_load(self) -> None:
+    def end_load(self, now_ms: int = 0) -> list[CoordinatorRecord]:
         self._loading = False
+        return []
 
     def replay(self, record: CoordinatorRecord, now_ms: int, log_offset: int | None = None) -> None:
         """Apply one record of ``__consumer_offsets``: the only way durable state changes.
 
-        ``log_offset`` is the record's offset in its partition. Offset commits are ordered by
-        it, as in Kafka: a committed offset is replaced only by a record later in the log. That
-        matters for a transactional offset, replayed at its COMMIT marker: a plain commit
-        appended after it (before the marker) stays. Without ``log_offset`` the record is
-        applied unconditionally."""
+        ``log_offset`` is the record's offset in its partition: offset commits are ordered by
+        it (:meth:`OffsetStore.replay`); without it the record is applied unconditionally."""
         key, value = record.key, record.value
         group = self.groups.get(key.group)
         if isinstance(key, OffsetCommitKey):
-            tp = (key.topic, key.partition)
-            pos_key = (key.group, key.topic, key.partition)
-            if value is None:
-                if group is not None:
-                    group.offsets.pop(tp, None)
-                self._offset_positions.pop(pos_key, None)
-                return
-            assert isinstance(value, OffsetCommitValue)
-            if group is None:
-                group = self.groups[key.group] = Group(key.group)
-            if log_offset is None:
-                self._offset_positions.pop(pos_key, None)
-            else:
-                current = self._offset_positions.get(pos_key)
-                if current is not None and current > log_offset and tp in group.offsets:
-                    log.info(
-                        "group %s: offset of %s-%d at %d not applied: the committed one is "
-                        "later in the log (%d)",
-                        key.group,
-                        key.topic,
-                        key.partition,
-                        log_offset,
-                        current,
-                    )
-                    return
-                self._offset_positions[pos_key] = log_offset
-            group.offsets[tp] = value
+            if self.offsets.replay(record, log_offset) and value is not None and group is None:
+                self.groups[key.group] = Group(key.group)  # a group only storing offsets
             return
         if value is None:
             if group is None:
                 return
             if group.members:
                 group.stored = None  # deleted under live members: they rewrite it at sync
-            elif group.offsets:
+            elif self.offsets.has_offsets(key.group):
                 # Its offsets outlive the metadata: a group that only stores offsets.
-                self.groups[key.group] = Group(key.group, offsets=group.offsets)
+                self.groups[key.group] = Group(key.group)
             else:
                 group.transition_to(S.DEAD, now_ms)
                 del self.groups[key.group]
@@ -905,7 +906,7 @@ class GroupCoordinator:
         if group is None:
             group = self.groups[key.group] = Group(key.group)
         if self._loading:
-            group = self.groups[key.group] = Group(key.group, offsets=group.offsets)
+            group = self.groups[key.group] = Group(key.group)
             group.load(value, now_ms)
             return
         group.stored = value
@@ -919,7 +920,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 if m.awaiting_sync:
                     m.awaiting_sync = False
-                    self._reply("sync", group, m.member_id, self._sync_result(group, m))
+                    self._reply(Owed.SYNC, group, m.member_id, self._sync_result(group, m))
 
     # == inspection (tests, tooling) ===============================================================
 
@@ -928,7 +929,7 @@ class GroupCoordinator:
         rest (Empty or Stable) their generation, protocol, leader, members and assignments."""
         out: dict[str, Any] = {}
         for gid, g in sorted(self.groups.items()):
-            entry: dict[str, Any] = {"offsets": dict(sorted(g.offsets.items()))}
+            entry: dict[str, Any] = {"offsets": dict(sorted(self.offsets.committed(gid).items()))}
             if g.is_in(S.EMPTY, S.STABLE) and (g.generation > 0 or g.members):
                 entry.update(
                     state=g.state.value,

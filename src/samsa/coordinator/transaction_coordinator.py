@@ -3,11 +3,12 @@
 Theory of operation
 -------------------
 Each operation (``init_producer_id``, ``add_partitions``, ``end_txn``, ``complete``, ``tick``)
-takes the request and ``now_ms`` and returns an :class:`Outcome`: the ``__transaction_state``
-records to write, the response, and the marker jobs to run once the records are durable. An
-operation never changes state itself: it computes the transactional id's *next* metadata on
-a copy and emits it as a record; the runtime (``txn_runtime.py``) appends the records and
-then ``replay``\\s them, the only way state changes. A coordinator rebuilt by replaying the
+takes the request and ``now_ms`` and returns a :class:`TxnOutcome`: the ``__transaction_state``
+records to write, the typed response, and the marker jobs to run once the records are durable.
+An operation never changes state itself: it computes the transactional id's *next* metadata
+on a copy and emits it as a record; the runtime (``txn_runtime.py``, over the generic
+``runtime.py``) appends the records and then ``replay``\\s them, the only way state changes
+(docs/semantics.md, rule 26). A coordinator rebuilt by replaying the
 topic therefore holds the same durable state as the one that wrote it, and start-up is
 exactly that replay (``begin_load``/``replay``/``end_load``).
 
@@ -45,12 +46,16 @@ carries the new epoch, as the fence path already does.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from samsa.coordinator.offsets_records import partition_for
+from samsa.coordinator.ports import StoredBatch
+from samsa.coordinator.runtime import Outcome
 from samsa.coordinator.transaction import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -60,11 +65,23 @@ from samsa.coordinator.transaction import (
     TxnState,
     is_epoch_exhausted,
 )
-from samsa.coordinator.txn_records import TransactionLogValue
+from samsa.coordinator.txn_records import (
+    TransactionLogValue,
+    TxnRecordFormatError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from samsa.protocol.errors import ErrorCode
 
 E = ErrorCode
 S = TxnState
+R = TypeVar("R")
+
+log = logging.getLogger("samsa.coordinator.txn")
+
+TXN_TOPIC = "__transaction_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +139,11 @@ class TxnListing:
     state: str
 
 
-@dataclass(slots=True)
-class Outcome:
-    records: list[TxnRecord]
-    response: Any
+@dataclass
+class TxnOutcome(Outcome[TxnRecord, R]):
+    """An :class:`~samsa.coordinator.runtime.Outcome` with the marker jobs to start once its
+    records are written."""
+
     markers: list[MarkerJob] = field(default_factory=list)
 
 
@@ -137,9 +155,51 @@ class TransactionCoordinator:
         self._loading = False
         self._next_timeout_check_ms: int | None = None
         self._next_expiry_check_ms: int | None = None
+        # Loading: ids with a record so far, per partition, and those whose newest record
+        # may have been lost (damage after their last surviving record).
+        self._seen: dict[int, set[str]] = {}
+        self._uncertain: set[str] = set()
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
+
+    # == the shard of a CoordinatorRuntime ========================================================
+
+    topic = TXN_TOPIC
+
+    @property
+    def num_partitions(self) -> int:
+        return self.config.num_partitions
+
+    def use_partitions(self, num_partitions: int) -> None:
+        self.config = dataclasses.replace(self.config, num_partitions=num_partitions)
+
+    def partition_of(self, record: TxnRecord) -> int:
+        return self.partition_for(record.transactional_id)
+
+    def serialize(self, record: TxnRecord) -> tuple[bytes, bytes | None]:
+        value = None if record.value is None else encode_value(record.value)
+        return encode_key(record.transactional_id), value
+
+    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
+        for rec in batch.records:
+            if rec.key is None:
+                continue
+            try:
+                record = TxnRecord(decode_key(rec.key), decode_value(rec.value))
+            except (TxnRecordFormatError, ValueError) as exc:
+                log.error("a %s record is unreadable, not applied: %s", TXN_TOPIC, exc)
+                self.load_damaged(partition, str(exc))
+                continue
+            self.replay(record)
+            self._seen.setdefault(partition, set()).add(record.transactional_id)
+            self._uncertain.discard(record.transactional_id)  # its whole state is newer
+
+    def load_damaged(self, partition: int, what: str) -> None:
+        self._uncertain.update(self._seen.get(partition, ()))
+
+    def write_failed(self, records: Sequence[TxnRecord], error: ErrorCode) -> None:
+        """Nothing to undo: state changes only by replay."""
 
     # == InitProducerId ===========================================================================
 
@@ -149,12 +209,12 @@ class TransactionCoordinator:
         timeout_ms: int,
         expected: tuple[int, int] | None,
         now_ms: int,
-    ) -> Outcome:
+    ) -> TxnOutcome[Any]:
         """``expected`` is KIP-360's (producer id, epoch) of InitProducerId v3+, or None."""
         if not transactional_id:
-            return Outcome([], InitPidResult(E.INVALID_REQUEST))
+            return TxnOutcome([], InitPidResult(E.INVALID_REQUEST))
         if not 0 < timeout_ms <= self.config.max_timeout_ms:
-            return Outcome([], InitPidResult(E.INVALID_TRANSACTION_TIMEOUT))
+            return TxnOutcome([], InitPidResult(E.INVALID_TRANSACTION_TIMEOUT))
         meta = self.txns.get(transactional_id)
         if meta is None:
             # Only a base to compute the first record from: it exists once that is replayed.
@@ -167,9 +227,9 @@ class TransactionCoordinator:
                 last_update_timestamp_ms=now_ms,
             )
         if expected is not None and not _is_valid_producer_id(meta, expected):
-            return Outcome([], InitPidResult(E.PRODUCER_FENCED))
+            return TxnOutcome([], InitPidResult(E.PRODUCER_FENCED))
         if meta.state.is_prepare:
-            return Outcome([], InitPidResult(E.CONCURRENT_TRANSACTIONS))
+            return TxnOutcome([], InitPidResult(E.CONCURRENT_TRANSACTIONS))
         if meta.state == S.ONGOING:
             # Abort the old instance's transaction at a bumped epoch first; the client retries
             # and its retry bumps again (possibly rotating the producer id if exhausted).
@@ -197,13 +257,13 @@ class TransactionCoordinator:
                 # A retry of a bump whose answer was lost: the current epoch again.
                 new.last_producer_epoch = meta.last_producer_epoch
             else:
-                return Outcome([], InitPidResult(E.PRODUCER_FENCED))
+                return TxnOutcome([], InitPidResult(E.PRODUCER_FENCED))
         new.transition(S.EMPTY)
         new.timeout_ms = timeout_ms
         new.partitions = set()
         new.start_timestamp_ms = -1
         new.last_update_timestamp_ms = now_ms
-        return Outcome(
+        return TxnOutcome(
             [self._record(new)], InitPidResult(E.NONE, new.producer_id, new.producer_epoch)
         )
 
@@ -216,18 +276,18 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
-    ) -> Outcome:
+    ) -> TxnOutcome[Any]:
         """Response: one error code for every partition of the request."""
         meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if isinstance(meta, ErrorCode):
-            return Outcome([], meta)
+            return TxnOutcome([], meta)
         if meta.state.is_prepare:
-            return Outcome([], E.CONCURRENT_TRANSACTIONS)
+            return TxnOutcome([], E.CONCURRENT_TRANSACTIONS)
         if meta.state == S.PREPARE_EPOCH_FENCE:
-            return Outcome([], E.CONCURRENT_TRANSACTIONS)
+            return TxnOutcome([], E.CONCURRENT_TRANSACTIONS)
         wanted = set(partitions)
         if meta.state == S.ONGOING and wanted <= meta.partitions:
-            return Outcome([], E.NONE)  # nothing new: no record
+            return TxnOutcome([], E.NONE)  # nothing new: no record
         new = meta.copy()
         if meta.state != S.ONGOING:
             new.start_timestamp_ms = now_ms
@@ -235,11 +295,7 @@ class TransactionCoordinator:
         new.partitions |= wanted
         new.previous_producer_id = NO_PRODUCER_ID
         new.last_update_timestamp_ms = now_ms
-        return Outcome([self._record(new)], E.NONE)
-
-    def offsets_partition(self, group_id: str, offsets_partitions: int) -> TopicPartition:
-        """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for ``group_id``."""
-        return ("__consumer_offsets", partition_for(group_id, offsets_partitions))
+        return TxnOutcome([self._record(new)], E.NONE)
 
     # == EndTxn ===================================================================================
 
@@ -250,38 +306,40 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         now_ms: int,
-    ) -> Outcome:
+    ) -> TxnOutcome[Any]:
         meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if isinstance(meta, ErrorCode):
-            return Outcome([], meta)
+            return TxnOutcome([], meta)
         state = meta.state
         if state == S.ONGOING:
             return self._prepare_end(meta, commit, self._end_epoch(meta), now_ms)
         if state == S.COMPLETE_COMMIT:
-            return Outcome([], E.NONE if commit else E.INVALID_TXN_STATE)
+            return TxnOutcome([], E.NONE if commit else E.INVALID_TXN_STATE)
         if state == S.COMPLETE_ABORT:
-            return Outcome([], E.INVALID_TXN_STATE if commit else E.NONE)
+            return TxnOutcome([], E.INVALID_TXN_STATE if commit else E.NONE)
         if state == S.PREPARE_COMMIT:
-            return Outcome([], E.CONCURRENT_TRANSACTIONS if commit else E.INVALID_TXN_STATE)
+            return TxnOutcome([], E.CONCURRENT_TRANSACTIONS if commit else E.INVALID_TXN_STATE)
         if state == S.PREPARE_ABORT:
-            return Outcome([], E.INVALID_TXN_STATE if commit else E.CONCURRENT_TRANSACTIONS)
-        return Outcome([], E.INVALID_TXN_STATE)  # Empty (nothing to end)
+            return TxnOutcome([], E.INVALID_TXN_STATE if commit else E.CONCURRENT_TRANSACTIONS)
+        return TxnOutcome([], E.INVALID_TXN_STATE)  # Empty (nothing to end)
 
     def _end_epoch(self, meta: TxnMetadata) -> int:
         """The epoch the Prepare record carries. TV1: unchanged. (KIP-890 part 2: + 1.)"""
         return meta.producer_epoch
 
-    def _prepare_end(self, meta: TxnMetadata, commit: bool, epoch: int, now_ms: int) -> Outcome:
+    def _prepare_end(
+        self, meta: TxnMetadata, commit: bool, epoch: int, now_ms: int
+    ) -> TxnOutcome[Any]:
         new = meta.copy()
         new.transition(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
         new.producer_epoch = epoch
         new.previous_producer_id = NO_PRODUCER_ID
         new.last_update_timestamp_ms = now_ms
-        return Outcome([self._record(new)], E.NONE, [_job(new)])
+        return TxnOutcome([self._record(new)], E.NONE, [_job(new)])
 
     def _fence_and_abort(
         self, meta: TxnMetadata, now_ms: int, *, epoch: int | None = None
-    ) -> Outcome:
+    ) -> TxnOutcome[Any]:
         new = meta.copy()
         new.transition(S.PREPARE_EPOCH_FENCE)  # in memory only, as in Kafka
         if epoch is None:
@@ -290,7 +348,7 @@ class TransactionCoordinator:
         new.last_producer_epoch = NO_PRODUCER_EPOCH  # no retry may resurrect the old epoch
         return self._prepare_end(new, False, epoch, now_ms)
 
-    def complete(self, job: MarkerJob, now_ms: int) -> Outcome:
+    def complete(self, job: MarkerJob, now_ms: int) -> TxnOutcome[Any]:
         """All markers of ``job`` are written: Complete{Commit,Abort}."""
         meta = self.txns.get(job.transactional_id)
         want = S.PREPARE_COMMIT if job.commit else S.PREPARE_ABORT
@@ -300,19 +358,19 @@ class TransactionCoordinator:
             or meta.producer_id != job.producer_id
             or meta.producer_epoch != job.producer_epoch
         ):
-            return Outcome([], E.NONE)  # already completed (a duplicate job)
+            return TxnOutcome([], E.NONE)  # already completed (a duplicate job)
         new = meta.copy()
         new.transition(S.COMPLETE_COMMIT if job.commit else S.COMPLETE_ABORT)
         new.partitions = set()
         new.last_update_timestamp_ms = now_ms
-        return Outcome([self._record(new)], E.NONE)
+        return TxnOutcome([self._record(new)], E.NONE)
 
-    def fence_lost_state(self, transactional_ids: Iterable[str], now_ms: int) -> Outcome:
+    def fence_lost_state(self, transactional_ids: Iterable[str], now_ms: int) -> TxnOutcome[Any]:
         """Records (and marker jobs) fencing every instance of ids whose newest state record
         may have been lost (see the module docstring): the top epoch, and an abort of an
         open transaction. A decided one (Prepare*) keeps its decision; its markers go out at
         the top epoch."""
-        outcome = Outcome([], None)
+        outcome = TxnOutcome([], None)
         for tid in transactional_ids:
             meta = self.txns.get(tid)
             if meta is None or meta.state == S.PREPARE_EPOCH_FENCE:
@@ -417,10 +475,10 @@ class TransactionCoordinator:
 
     # == timers ===================================================================================
 
-    def tick(self, now_ms: int) -> Outcome:
+    def tick(self, now_ms: int) -> TxnOutcome[Any]:
         """Abort transactions past their timeout (rule 18) and expire idle transactional ids."""
         cfg = self.config
-        outcome = Outcome([], None)
+        outcome = TxnOutcome([], None)
         if self._next_timeout_check_ms is None or now_ms >= self._next_timeout_check_ms:
             self._next_timeout_check_ms = now_ms + cfg.abort_timed_out_interval_ms
             for meta in self.timed_out(now_ms):
@@ -449,11 +507,29 @@ class TransactionCoordinator:
 
     def begin_load(self) -> None:
         self._loading = True
+        self._seen, self._uncertain = {}, set()
 
-    def end_load(self) -> None:
+    def end_load(self, now_ms: int = 0) -> list[TxnRecord]:
+        """Loading is over: the records fencing ids whose newest record may have been lost
+        (rule 26), for the runtime to write and flush before serving. Their marker jobs are
+        resumed by ``pending_marker_jobs`` like any other."""
         self._loading = False
+        uncertain, self._seen, self._uncertain = self._uncertain, {}, set()
+        if not uncertain:
+            return []
+        records = self.fence_lost_state(sorted(uncertain), now_ms).records
+        if records:
+            fenced = [r.transactional_id for r in records]
+            log.error(
+                "%s may have lost records: fencing %d transactional id(s) at the top epoch, "
+                "so their next InitProducerId gets a fresh producer id: %s",
+                TXN_TOPIC,
+                len(fenced),
+                ", ".join(fenced[:20]) + (" ..." if len(fenced) > 20 else ""),
+            )
+        return records
 
-    def replay(self, record: TxnRecord) -> None:
+    def replay(self, record: TxnRecord, now_ms: int = 0, offset: int | None = None) -> None:
         """Apply one ``__transaction_state`` record: the only way state changes."""
         tid = record.transactional_id
         if record.value is None:

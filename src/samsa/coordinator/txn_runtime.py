@@ -1,31 +1,28 @@
-"""The transaction coordinator's runtime: the log, the clock, marker writing and timers around
-the pure state machine of ``transaction_coordinator.py``.
+"""The transaction coordinator's runtime: :class:`~samsa.coordinator.runtime.CoordinatorRuntime`
+over the ``TransactionCoordinator`` shard, plus the marker jobs and the timer.
 
 Theory of operation
 -------------------
-Every operation runs on the event-loop thread, start to finish with no await in between:
+Every operation is one cycle of the generic runtime (docs/semantics.md, rule 26): the shard
+computes an outcome (records, typed response, marker jobs); the records are appended to their
+transactional id's partition of ``__transaction_state`` (``abs(hashCode(id)) %
+transaction.state.log.num.partitions``, topic created on first write) and replayed only if
+the append succeeded; otherwise the caller gets COORDINATOR_NOT_AVAILABLE and nothing changed.
+Then marker jobs start (a Prepare{Commit,Abort} record is now durable: the decision is final,
+rule 16) as tasks: each writes the COMMIT/ABORT marker to every partition of the transaction
+through the port's ``write_marker``, retrying transient errors, and then runs ``complete``
+(one more cycle) for the Complete{Commit,Abort} record.
 
-1. the state machine computes an :class:`Outcome` (records, response, marker jobs);
-2. the records are appended to their transactional id's partition of
-   ``__transaction_state`` (``abs(hashCode(id)) % transaction.state.log.num.partitions``,
-   topic created on first write) through :mod:`samsa.coordinator.internal_topic`;
-3. only if the append succeeded are they replayed into the state machine; otherwise the
-   caller gets COORDINATOR_NOT_AVAILABLE and nothing changed;
-4. marker jobs (a Prepare{Commit,Abort} record is now durable: the decision is final) start
-   as tasks: each writes the COMMIT/ABORT marker to every partition of the transaction
-   through ``write_marker`` (``Broker.write_txn_marker``), retrying transient errors, and
-   then runs ``complete`` (step 1-3 again) for the Complete{Commit,Abort} record.
-
-Start-up (``load``) replays every partition of ``__transaction_state`` (CRC-checked, see
-``internal_topic``). Where a record may have been lost (the partition's tail was cut when it
-was opened, or replay skipped damage), every transactional id whose newest surviving record
-precedes the loss is fenced at the top epoch (``TransactionCoordinator.fence_lost_state``),
-durably (flushed) before anything is served: after a fence record follows the damage, the
-next start finds those ids unaffected, so a damage that stays in the log fences once. ``start`` then
-resumes the marker jobs of transactions left in a Prepare state by a crash (markers are
-idempotent in effect: a second COMMIT for an already completed transaction on a partition
-changes nothing visible) and starts the timer that aborts timed-out transactions and expires
-idle transactional ids.
+Start-up (``load``) replays every partition of ``__transaction_state`` (CRC-checked). Where a
+record may have been lost (the partition's tail was cut when it was opened, or replay skipped
+damage), the shard fences every transactional id whose newest surviving record precedes the
+loss at the top epoch (``TransactionCoordinator.fence_lost_state``), and the runtime writes
+and flushes those records before anything is served: after a fence record follows the damage,
+the next start finds those ids unaffected, so a damage that stays in the log fences once.
+``start`` then resumes the marker jobs of transactions left in a Prepare state by a crash
+(markers are idempotent in effect: a second COMMIT for an already completed transaction on a
+partition changes nothing visible) and starts the timer that aborts timed-out transactions
+and expires idle transactional ids.
 
 Test-only fault hook: ``SAMSA_TXN_FAULT=after-prepare`` makes the process exit at once after
 a PrepareCommit record is written, ``after-first-marker`` after a commit's first marker: the
@@ -38,40 +35,26 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
-from samsa.broker.topics import TopicError, TopicManager
-from samsa.coordinator import txn_offsets
-from samsa.coordinator.group_coordinator import CoordinatorRecord
-from samsa.coordinator.internal_topic import append_records, ensure_topic, read_key_values
-from samsa.coordinator.offsets_records import OffsetCommitKey, OffsetCommitValue
-from samsa.coordinator.offsets_records import encode_key as encode_offsets_key
-from samsa.coordinator.offsets_records import encode_value as encode_offsets_value
+from samsa.coordinator.ports import CoordinatorLog
+from samsa.coordinator.runtime import CoordinatorRuntime
 from samsa.coordinator.transaction_coordinator import (
+    TXN_TOPIC,
     InitPidResult,
     MarkerJob,
-    Outcome,
     TransactionCoordinator,
     TxnConfig,
     TxnDescription,
     TxnListing,
-    TxnRecord,
-)
-from samsa.coordinator.txn_offsets import OFFSETS_TOPIC
-from samsa.coordinator.txn_records import (
-    TxnRecordFormatError,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
+    TxnOutcome,
 )
 from samsa.protocol.errors import ErrorCode
 
 log = logging.getLogger("samsa.coordinator.txn")
 
-TXN_TOPIC = "__transaction_state"
-TICK_SECONDS = 0.1
+__all__ = ["TXN_TOPIC", "TransactionCoordinatorRuntime"]
+
 MARKER_RETRY_SECONDS = 0.1
 FAULT_ENV = "SAMSA_TXN_FAULT"
 
@@ -82,25 +65,19 @@ _MARKER_GIVE_UP = {
     ErrorCode.TRANSACTION_COORDINATOR_FENCED,
 }
 
-WriteMarker = Callable[[str, int, int, int, int, bool], ErrorCode]
-
 
 class TransactionCoordinatorRuntime:
     def __init__(
         self,
-        topics: TopicManager,
+        store: CoordinatorLog,
         config: TxnConfig,
         allocate_producer_id: Callable[[], int],
-        write_marker: WriteMarker,
         clock: Callable[[], int],
-        groups: Any = None,
     ) -> None:
-        self.topics = topics
+        self.store = store
         self.clock = clock
         self.coordinator = TransactionCoordinator(config, allocate_producer_id)
-        self._write_marker = write_marker
-        self.groups = groups  # GroupCoordinatorRuntime, for transactional offsets
-        self._timer: asyncio.Task[None] | None = None
+        self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "transaction coordinator")
         self._jobs: dict[str, asyncio.Task[None]] = {}
         self._started = False
         self._fault = os.environ.get(FAULT_ENV, "")
@@ -108,79 +85,19 @@ class TransactionCoordinatorRuntime:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild the coordinator by replaying ``__transaction_state``."""
-        topic = self.topics.topics.get(TXN_TOPIC)
-        if topic is None:
-            return
+        """Rebuild the coordinator by replaying ``__transaction_state`` (and fence what damage
+        may have hidden)."""
+        batches = self.runtime.load()
         coord = self.coordinator
-        if len(topic.partitions) != coord.config.num_partitions:
-            # Placement follows the partition count the topic was created with.
-            log.warning(
-                "%s has %d partitions, transaction.state.log.num.partitions says %d: using %d",
-                TXN_TOPIC,
-                len(topic.partitions),
-                coord.config.num_partitions,
-                len(topic.partitions),
-            )
-            coord.config = replace(coord.config, num_partitions=len(topic.partitions))
-        count = 0
-        uncertain: set[str] = set()  # ids whose newest record may have been lost
-        coord.begin_load()
-        try:
-            for partition in topic.partitions:
-                seen: set[str] = set()  # ids with a record so far in this partition
-
-                def lost(_what: str, seen: set[str] = seen) -> None:
-                    uncertain.update(seen)
-
-                for key, value in read_key_values(partition.log, lost):
-                    try:
-                        record = TxnRecord(decode_key(key), decode_value(value))
-                    except (TxnRecordFormatError, ValueError) as exc:
-                        log.error("a %s record is unreadable, not applied: %s", TXN_TOPIC, exc)
-                        lost(str(exc))
-                        continue
-                    coord.replay(record)
-                    seen.add(record.transactional_id)
-                    uncertain.discard(record.transactional_id)  # its whole state is newer
-                    count += 1
-                if partition.log.load_report.lost_records:
-                    uncertain.update(seen)  # the cut tail may have held newer records of any
-        finally:
-            coord.end_load()
         log.info(
-            "transaction coordinator loaded %d records: %d transactional ids, %d to complete",
-            count,
+            "transaction coordinator loaded %d batches: %d transactional ids, %d to complete",
+            batches,
             len(coord.txns),
             len(coord.pending_marker_jobs()),
         )
-        if uncertain:
-            self._fence_lost_state(uncertain)
-
-    def _fence_lost_state(self, uncertain: set[str]) -> None:
-        coord = self.coordinator
-        outcome = coord.fence_lost_state(sorted(uncertain), self.clock())
-        if not outcome.records:
-            return
-        fenced = [r.transactional_id for r in outcome.records]
-        log.error(
-            "%s may have lost records: fencing %d transactional id(s) at the top epoch, so "
-            "their next InitProducerId gets a fresh producer id: %s",
-            TXN_TOPIC,
-            len(fenced),
-            ", ".join(fenced[:20]) + (" ..." if len(fenced) > 20 else ""),
-        )
-        if self._run(outcome) != ErrorCode.NONE:
-            log.error("cannot write the fence records to %s", TXN_TOPIC)
-            return
-        # As durable as the cut that called for them: a power loss must not undo the fence.
-        topic = self.topics.topics[TXN_TOPIC]
-        for index in {coord.partition_for(tid) for tid in fenced}:
-            topic.partitions[index].log.flush()
 
     def start(self) -> None:
         self._started = True
-        loop = asyncio.get_running_loop()
         for job in self.coordinator.pending_marker_jobs():
             log.info(
                 "resuming %s markers of %s",
@@ -188,64 +105,27 @@ class TransactionCoordinatorRuntime:
                 job.transactional_id,
             )
             self._start_job(job)
-        self._timer = loop.create_task(self._tick_forever())
+        self.runtime.start(lambda: self._run(self.coordinator.tick(self.clock())))
 
     def close(self) -> None:
         self._started = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.runtime.close()
         for task in self._jobs.values():
             task.cancel()  # a restart resumes them from the Prepare record
         self._jobs.clear()
 
     def ensure_topic(self) -> None:
-        ensure_topic(self.topics, TXN_TOPIC, self.coordinator.config.num_partitions, self.clock())
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            try:
-                self._run(self.coordinator.tick(self.clock()))
-            except Exception:
-                log.exception("transaction coordinator tick failed")
+        self.runtime.ensure_topic()
 
     # -- the operation cycle ------------------------------------------------------------------
 
-    def _run(self, outcome: Outcome) -> ErrorCode:
-        error = self._write(outcome.records) if outcome.records else ErrorCode.NONE
-        if error == ErrorCode.NONE:
-            for job in outcome.markers:
-                self._after_prepare(job)
-        return error
-
-    def _write(self, records: list[TxnRecord]) -> ErrorCode:
-        coord = self.coordinator
-        try:
-            self.ensure_topic()
-        except TopicError as exc:  # e.g. a full disk: created whole on a later try
-            log.error("cannot create %s: %s", TXN_TOPIC, exc)
+    def _run(self, outcome: TxnOutcome[Any]) -> ErrorCode:
+        error = self.runtime.write(outcome.records)
+        if error != ErrorCode.NONE:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        by_partition: dict[int, list[TxnRecord]] = {}
-        for rec in records:
-            by_partition.setdefault(coord.partition_for(rec.transactional_id), []).append(rec)
-        now = self.clock()
-        worst = ErrorCode.NONE
-        for index, recs in sorted(by_partition.items()):
-            kvs = [
-                (
-                    encode_key(r.transactional_id),
-                    None if r.value is None else encode_value(r.value),
-                )
-                for r in recs
-            ]
-            error = append_records(self.topics, TXN_TOPIC, index, kvs, now)
-            if error != ErrorCode.NONE:
-                worst = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                continue
-            for r in recs:
-                coord.replay(r)
-        return worst
+        for job in outcome.markers:
+            self._after_prepare(job)
+        return error
 
     def _after_prepare(self, job: MarkerJob) -> None:
         if job.commit and self._fault == "after-prepare":
@@ -268,7 +148,7 @@ class TransactionCoordinatorRuntime:
         try:
             for n, (topic, partition) in enumerate(job.partitions):
                 while True:
-                    error = self._write_marker(
+                    error = self.store.write_marker(
                         topic,
                         partition,
                         job.producer_id,
@@ -309,12 +189,6 @@ class TransactionCoordinatorRuntime:
             if self._jobs.get(job.transactional_id) is asyncio.current_task():
                 del self._jobs[job.transactional_id]
 
-    def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
-        """``Broker.txn_marker_listeners`` hook: transactional offsets become visible (or are
-        dropped) when their marker reaches the group's ``__consumer_offsets`` partition."""
-        if self.groups is not None:
-            txn_offsets.on_marker(self.groups, topic, partition, producer_id, commit, self.clock())
-
     # -- operations (what handlers call) ------------------------------------------------------
 
     def init_producer_id(
@@ -341,23 +215,6 @@ class TransactionCoordinatorRuntime:
         error = self._run(outcome)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if error != ErrorCode.NONE else outcome.response
 
-    def offsets_partition(self, group_id: str) -> tuple[str, int]:
-        if self.groups is not None:
-            return (OFFSETS_TOPIC, int(self.groups.coordinator.partition_for(group_id)))
-        return self.coordinator.offsets_partition(group_id, 50)
-
-    def add_offsets(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
-    ) -> ErrorCode:
-        if self.groups is not None:
-            try:
-                self.groups.ensure_topic()
-            except TopicError:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return self.add_partitions(
-            transactional_id, producer_id, producer_epoch, [self.offsets_partition(group_id)]
-        )
-
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
@@ -375,74 +232,6 @@ class TransactionCoordinatorRuntime:
         partition: tuple[str, int],
     ) -> ErrorCode:
         return self.coordinator.verify(transactional_id, producer_id, producer_epoch, partition)
-
-    def commit_offsets(
-        self,
-        transactional_id: str,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        generation: int,
-        member_id: str,
-        group_instance_id: str | None,
-        offsets: list[tuple[str, int, int, int, str | None]],
-    ) -> dict[tuple[str, int], ErrorCode]:
-        """TxnOffsetCommit: ``offsets`` are (topic, partition, offset, leader epoch, metadata).
-        They are written as a transactional batch and stay pending until the marker."""
-        tps = [(t, p) for t, p, *_ in offsets]
-        groups = self.groups
-        if groups is None:
-            return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        offsets_tp = self.offsets_partition(group_id)
-        error = self.verify(transactional_id, producer_id, producer_epoch, offsets_tp)
-        if error == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
-            error = ErrorCode.INVALID_PRODUCER_EPOCH  # what TxnOffsetCommit clients know
-        if error == ErrorCode.NONE and (generation >= 0 or member_id):
-            # KIP-447: a consumer-group-aware producer is fenced by the group generation.
-            error = groups.coordinator.validate_commit(
-                group_id, generation, member_id, group_instance_id, self.clock()
-            )
-        if error != ErrorCode.NONE:
-            return dict.fromkeys(tps, error)
-        now = self.clock()
-        max_meta = groups.coordinator.config.offset_metadata_max_bytes
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        records: list[CoordinatorRecord] = []
-        for topic, partition, offset, leader_epoch, metadata in offsets:
-            if len((metadata or "").encode()) > max_meta:
-                errors[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                continue
-            errors[(topic, partition)] = ErrorCode.NONE
-            records.append(
-                CoordinatorRecord(
-                    OffsetCommitKey(group_id, topic, partition),
-                    OffsetCommitValue(offset, metadata or "", now, leader_epoch),
-                )
-            )
-        if not records:
-            return errors
-        try:
-            groups.ensure_topic()
-        except TopicError:
-            return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        kvs = [
-            (encode_offsets_key(r.key), encode_offsets_value(r.value))  # type: ignore[arg-type]
-            for r in records
-        ]
-        write_error = append_records(
-            self.topics,
-            OFFSETS_TOPIC,
-            offsets_tp[1],
-            kvs,
-            now,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=True,
-        )
-        if write_error != ErrorCode.NONE:
-            return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        groups.txn_offsets.stage(offsets_tp[1], producer_id, records)
-        return errors
 
     def describe(self, transactional_ids: Iterable[str]) -> list[TxnDescription]:
         return self.coordinator.describe(transactional_ids)

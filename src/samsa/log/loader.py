@@ -45,6 +45,7 @@ from pathlib import Path
 
 from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.producer_state import (
+    AppendOrigin,
     BatchAppend,
     EndTxnAppendInfo,
     ProducerAppendInfo,
@@ -203,7 +204,9 @@ def _load_producer_state(
                         replay_marker(state, txn_index, seg.base_offset, view)
                         report.replayed_batches += 1
                         continue
-                    info = state.prepare_update(batch_append_of(view), now_ms, validate=False)
+                    info = state.prepare_update(
+                        batch_append_of(view), now_ms, AppendOrigin.RECOVERY
+                    )
                     if isinstance(info, ProducerAppendInfo):
                         state.update(info, view.base_offset, view.last_offset)
                         report.replayed_batches += 1

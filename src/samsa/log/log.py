@@ -49,7 +49,7 @@ from samsa.log.loader import (
     write_clean_shutdown,
     write_recovery_point,
 )
-from samsa.log.producer_state import Duplicate, ProducerStateManager, Rejected
+from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManager, Rejected
 from samsa.log.segment import LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
@@ -166,15 +166,11 @@ class Log:
 
     # -- append ---------------------------------------------------------------------------------
 
-    def append(self, batch: RecordBatchView, now_ms: int) -> AppendResult:
-        """Append a client batch that passed ``validate_produce_batch``."""
-        return self._append(batch, now_ms, True)
-
-    def append_raw(self, batch: RecordBatchView, now_ms: int) -> AppendResult:
-        """Append a broker-written batch (control markers): producer state is not validated."""
-        return self._append(batch, now_ms, False)
-
-    def _append(self, batch: RecordBatchView, now_ms: int, validate: bool) -> AppendResult:
+    def append(
+        self, batch: RecordBatchView, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> AppendResult:
+        """Append one batch. A ``CLIENT`` batch (one that passed ``validate_produce_batch``)
+        is judged against its producer's state; a ``COORDINATOR`` batch is not."""
         if self._closed:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
         size = batch.batch_length + LOG_OVERHEAD
@@ -186,9 +182,7 @@ class Log:
             )
         info = None
         if batch.producer_id >= 0 and not batch.is_control:
-            outcome = self.producer_state.prepare_update(
-                batch_append_of(batch), now_ms, validate=validate
-            )
+            outcome = self.producer_state.prepare_update(batch_append_of(batch), now_ms, origin)
             if type(outcome) is Duplicate:
                 # Kafka answers a duplicate with its original offsets and stored timestamp.
                 return AppendResult(

@@ -19,7 +19,8 @@ Appending is split in two so that state only reflects batches that really reache
 
 Client batches are checked in Kafka's order: duplicate detection first (rule 6), then the epoch
 (47, rule 2), then the sequence (45, rules 3-5), then the transaction state (48). Recovery replays
-batch headers from the log with ``validate=False``: the log is the truth, so nothing is checked.
+batch headers from the log as :attr:`AppendOrigin.RECOVERY`: the log is the truth, so nothing is
+checked; nor is a batch a coordinator writes (:attr:`AppendOrigin.COORDINATOR`).
 
 A producer is forgotten when it has been idle for ``producer_id_expiration_ms`` without an open
 transaction (rule 12, :meth:`~ProducerStateManager.remove_expired_producers`, also applied by
@@ -38,11 +39,22 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
 NUM_BATCHES_TO_RETAIN = 5
+
+
+class AppendOrigin(Enum):
+    """Where an append comes from (Kafka's ``AppendOrigin``): only a client's batch is judged
+    against the producer's state (docs/semantics.md, rules 2-6); the others are the truth."""
+
+    CLIENT = "client"  # a producer's batch, through Produce
+    COORDINATOR = "coordinator"  # a coordinator writing its internal topic (or a marker)
+    RECOVERY = "recovery"  # a batch already in the log, replayed when the log is opened
+
 
 _MAX_SEQUENCE = 2**31 - 1  # sequences are int32 and wrap to 0 after this
 
@@ -263,7 +275,7 @@ class ProducerStateManager:
     # -- the append path ------------------------------------------------------------------------
 
     def prepare_update(
-        self, batch: BatchAppend, now_ms: int, *, validate: bool = True
+        self, batch: BatchAppend, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> Duplicate | Rejected | ProducerAppendInfo:
         """Validate ``batch`` against the producer's state without changing anything.
 
@@ -276,7 +288,7 @@ class ProducerStateManager:
             # Batches without a producer id carry no producer state; passing one here is a bug.
             raise ValueError(f"batch has no producer id ({pid})")
         info = ProducerAppendInfo(pid, batch)
-        if not validate:
+        if origin is not AppendOrigin.CLIENT:
             return info
         if batch.first_seq < 0 or batch.last_seq < 0:
             return Rejected(
@@ -361,17 +373,16 @@ class ProducerStateManager:
         epoch: int,
         coordinator_epoch: int,
         commit: bool,
-        *,
-        validate: bool = True,
     ) -> EndTxnAppendInfo | Rejected:
         """Check a COMMIT/ABORT marker from the transaction coordinator without applying it.
 
         A marker may carry a newer epoch than the partition has seen (the coordinator bumped it
-        to fence a zombie); an older epoch or an older coordinator epoch is refused.
+        to fence a zombie); an older epoch or an older coordinator epoch is refused. (Recovery
+        applies the markers it finds in the log without this check: ``loader.replay_marker``.)
         """
         info = EndTxnAppendInfo(producer_id, epoch, coordinator_epoch, commit)
         entry = self._producers.get(producer_id)
-        if not validate or entry is None:
+        if entry is None:
             return info
         if epoch < entry.epoch:
             return Rejected(

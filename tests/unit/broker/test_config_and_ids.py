@@ -1,3 +1,6 @@
+"""Broker settings under Kafka's names, and the durable producer-id allocator: ids are never
+reused, across restarts too (docs/semantics.md, rule 9)."""
+
 from __future__ import annotations
 
 from pathlib import Path

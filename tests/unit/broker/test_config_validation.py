@@ -1,4 +1,4 @@
-"""Every setting is checked against Kafka's documented range at start (issue 10 §6)."""
+"""Every setting is checked against Kafka's documented range at start."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``samsa broker`` start-up failures: one line naming what and where, status 2 for bad
-settings and usage, 1 for a broker that cannot start, never a traceback (issue 10 §6)."""
+settings and usage, 1 for a broker that cannot start, never a traceback."""
 
 from __future__ import annotations
 

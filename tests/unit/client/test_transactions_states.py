@@ -1,5 +1,6 @@
 """Pure parts of the client's transactions: state transitions, error classification, and
-the hand-over record of a prepared transaction."""
+the hand-over record of a prepared transaction (docs/semantics.md, rule 21: which errors end a
+producer or a transaction)."""
 
 from __future__ import annotations
 

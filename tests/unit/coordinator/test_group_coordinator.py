@@ -1,5 +1,6 @@
 """The group coordinator as a pure state machine: transitions, fencing, static membership,
-timers and retention with fake time, and replay equivalence."""
+timers and retention with fake time, and replay equivalence (docs/semantics.md, rules 23 and
+25)."""
 
 from __future__ import annotations
 
@@ -179,7 +180,8 @@ def test_generation_and_member_fencing() -> None:
     assert h.commit(a, 1) == E.NONE
     # An unknown group accepts simple commits (and is created by their replay) ...
     assert h.commit("", -1, group="simple") == E.NONE
-    assert h.c.groups["simple"].offsets[("t", 0)].offset == 5
+    assert "simple" in h.c.groups
+    assert h.c.offsets.committed("simple")[("t", 0)].offset == 5
     # ... but a generation from another life is refused.
     assert h.commit("m", 3, group="unknown") == E.ILLEGAL_GENERATION
 
@@ -274,10 +276,10 @@ def test_offsets_retention_with_fake_time() -> None:
     h.tick(100)  # arms the check
     h.tick(5000)
     assert "simple" not in h.c.groups  # its offset is older than retention: gone, group too
-    assert h.group.offsets  # a group with members keeps its offsets
+    assert h.c.offsets.committed(G)  # a group with members keeps its offsets
     h.run(h.c.leave_group(G, [(a, None)], h.now))
     h.tick(4000)
-    assert h.group.offsets  # Empty for 4 s: kept
+    assert h.c.offsets.committed(G)  # Empty for 4 s: kept
     h.tick(1000)
     assert G not in h.c.groups  # Empty for the retention: offsets expired, group deleted
 
@@ -294,7 +296,7 @@ def test_delete_groups_and_offsets() -> None:
     top, errors = h.run(h.c.delete_offsets(G, [("t", [0]), ("other", [0])], h.now))
     assert top == E.NONE
     assert errors == {("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC, ("other", 0): E.NONE}
-    assert ("other", 0) not in h.group.offsets
+    assert ("other", 0) not in h.c.offsets.committed(G)
     h.run(h.c.leave_group(G, [(a, None)], h.now))
     assert h.run(h.c.delete_groups([G], h.now)) == {G: E.NONE}
     assert G not in h.c.groups

@@ -2,7 +2,7 @@
 ``__transaction_state`` between two runs of the coordinators on real logs. A record that fails
 its CRC is never applied (the previous state stands), and a transactional id whose newest
 record may be lost is fenced: its previous instances can do nothing, and the next
-InitProducerId gets a producer id nobody held."""
+InitProducerId gets a producer id nobody held (docs/semantics.md, rule 26)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.topics import TopicManager
 from samsa.coordinator.group_coordinator import GroupConfig, OffsetToCommit
-from samsa.coordinator.runtime import GroupCoordinatorRuntime
+from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
 from samsa.coordinator.transaction import MAX_EPOCH, TxnState
 from samsa.coordinator.transaction_coordinator import TransactionCoordinator, TxnConfig
 from samsa.coordinator.txn_runtime import TXN_TOPIC, TransactionCoordinatorRuntime
@@ -37,16 +38,13 @@ class Node:
         self.markers: list[tuple[str, int, int, int, bool]] = []
         self.topics = TopicManager(path, ONE_BATCH_SEGMENTS)
         self.topics.load(0)
-        self.groups = GroupCoordinatorRuntime(
-            self.topics, GroupConfig(num_partitions=1), lambda: next(clock)
-        )
+        store = CoordinatorLogs(self.topics, lambda: next(clock))
+        store.write_marker = self.write_marker  # type: ignore[method-assign]
         self.txns = TransactionCoordinatorRuntime(
-            self.topics,
-            TxnConfig(num_partitions=1),
-            lambda: next(pids),
-            self.write_marker,
-            lambda: next(clock),
-            self.groups,
+            store, TxnConfig(num_partitions=1), lambda: next(pids), lambda: next(clock)
+        )
+        self.groups = GroupCoordinatorRuntime(
+            store, GroupConfig(num_partitions=1), lambda: next(clock), self.txns.verify
         )
         self.groups.load()
         self.txns.load()

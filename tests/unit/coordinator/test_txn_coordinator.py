@@ -1,5 +1,6 @@
 """The transaction coordinator's state machine: transitions, fencing, KIP-360, timeouts,
-expiry, and that replaying its records (through their bytes) rebuilds the same state."""
+expiry, and that replaying its records (through their bytes) rebuilds the same state
+(docs/semantics.md, rules 10-11 and 14, 16, 18-19)."""
 
 from __future__ import annotations
 

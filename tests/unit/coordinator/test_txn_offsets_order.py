@@ -3,10 +3,11 @@ are ordered by their records' positions in ``__consumer_offsets``, as in Kafka: 
 marker a transactional offset replaces the committed one only if that one's record is earlier
 in the log. A plain commit made after the TxnOffsetCommit and before the marker wins; one made
 before the TxnOffsetCommit loses. Replaying the topic at start-up gives the same answer, also
-for a transaction still open at the restart and committed after it.
+for a transaction still open at the restart and committed after it (docs/semantics.md, rules
+15 and 24).
 
-The coordinators run on real logs, wired as the broker wires them: markers are appended to
-the partition and the listeners told (``Broker.write_txn_marker``)."""
+The coordinators run on real logs, wired as the broker wires them: one ``CoordinatorLogs``
+appends markers to the partition and tells the listeners (the group runtime's ``on_marker``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import asyncio
 import itertools
 from pathlib import Path
 
+from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.topics import TopicManager
 from samsa.coordinator.group_coordinator import (
     CoordinatorRecord,
@@ -21,8 +23,8 @@ from samsa.coordinator.group_coordinator import (
     GroupCoordinator,
     OffsetToCommit,
 )
+from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
 from samsa.coordinator.offsets_records import OffsetCommitKey, OffsetCommitValue
-from samsa.coordinator.runtime import GroupCoordinatorRuntime
 from samsa.coordinator.transaction import TxnState
 from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import TransactionCoordinatorRuntime
@@ -39,40 +41,28 @@ class Node:
         clock = itertools.count(1_000_000, 10)
         self.topics = TopicManager(path, LogConfig())
         self.topics.load(0)
-        self.groups = GroupCoordinatorRuntime(
-            self.topics, GroupConfig(num_partitions=3), lambda: next(clock)
-        )
+        store = CoordinatorLogs(self.topics, lambda: next(clock))
         self.txns = TransactionCoordinatorRuntime(
-            self.topics,
-            TxnConfig(num_partitions=3),
-            lambda: next(pids),
-            self.write_marker,
-            lambda: next(clock),
-            self.groups,
+            store, TxnConfig(num_partitions=3), lambda: next(pids), lambda: next(clock)
+        )
+        self.groups = GroupCoordinatorRuntime(
+            store, GroupConfig(num_partitions=3), lambda: next(clock), self.txns.verify
         )
         self.groups.load()
         self.txns.load()
         self.txns.start()
 
-    def write_marker(
-        self, topic: str, partition: int, pid: int, epoch: int, coord_epoch: int, commit: bool
-    ) -> E:
-        p = self.topics.get_partition(topic, partition)
-        assert p is not None
-        result = p.log.append_end_txn_marker(pid, epoch, coord_epoch, commit, 0)
-        if result.error == E.NONE:
-            self.txns.on_marker(topic, partition, pid, commit)
-        return result.error
-
     def begin(self) -> tuple[int, int]:
         r = self.txns.init_producer_id(TX, 60_000, None)
         assert r.error == E.NONE
-        assert self.txns.add_offsets(TX, r.producer_id, r.producer_epoch, G) == E.NONE
+        tp = self.groups.offsets_partition(G)
+        assert not isinstance(tp, E)
+        assert self.txns.add_partitions(TX, r.producer_id, r.producer_epoch, [tp]) == E.NONE
         return r.producer_id, r.producer_epoch
 
     def txn_commit(self, pid: int, epoch: int, offset: int, partition: int = 0) -> None:
-        errors = self.txns.commit_offsets(
-            TX, G, pid, epoch, -1, "", None, [(T, partition, offset, -1, "txn")]
+        errors = self.groups.commit_transactional(
+            TX, G, pid, epoch, -1, "", None, [OffsetToCommit(T, partition, offset, -1, "txn")]
         )
         assert errors == {(T, partition): E.NONE}
 
@@ -94,7 +84,7 @@ class Node:
         return int(f.offset)
 
     def stable(self, partition: int = 0) -> bool:
-        return not self.groups.txn_offsets.is_pending(G, T, partition)
+        return not self.groups.coordinator.offsets.is_pending(G, T, partition)
 
     def close(self) -> None:
         self.txns.close()
@@ -229,7 +219,7 @@ def test_replay_orders_offset_commits_by_log_offset() -> None:
         c.replay(CoordinatorRecord(key, OffsetCommitValue(offset)), 0, at)
 
     def committed() -> int:
-        return c.groups[G].offsets[(T, 0)].offset
+        return c.offsets.committed(G)[(T, 0)].offset
 
     put(1, 5)
     put(2, 3)  # a transactional record at 3 committed after the plain one at 5

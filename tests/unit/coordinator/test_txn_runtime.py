@@ -1,6 +1,7 @@
 """The transaction runtime on real logs: records reach ``__transaction_state``, markers are
 written to every partition and then the transaction completes; a restart replays the topic
-and finishes a transaction it finds prepared; transient marker errors are retried."""
+and finishes a transaction it finds prepared; transient marker errors are retried
+(docs/semantics.md, rules 16 and 26)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import itertools
 from pathlib import Path
 
+from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.topics import TopicManager
 from samsa.coordinator.transaction import TxnState
 from samsa.coordinator.transaction_coordinator import TxnConfig
@@ -39,9 +41,14 @@ def _runtime(
     topics = TopicManager(path, LogConfig())
     topics.load(0)
     clock = itertools.count(1_000_000, 10)
-    return TransactionCoordinatorRuntime(
-        topics, CONFIG, lambda: next(pids), markers, lambda: next(clock)
-    )
+    store = CoordinatorLogs(topics, lambda: next(clock))
+    store.write_marker = markers  # type: ignore[method-assign]
+    return TransactionCoordinatorRuntime(store, CONFIG, lambda: next(pids), lambda: next(clock))
+
+
+def _topics(rt: TransactionCoordinatorRuntime) -> TopicManager:
+    assert isinstance(rt.store, CoordinatorLogs)
+    return rt.store.topics
 
 
 async def _settle(rt: TransactionCoordinatorRuntime, tid: str, state: TxnState) -> None:
@@ -64,15 +71,15 @@ def test_commit_writes_markers_then_completes_and_survives_restart(tmp_path: Pat
         assert rt.end_txn("tx", 7, 0, True) == E.NONE
         await _settle(rt, "tx", TxnState.COMPLETE_COMMIT)
         assert markers.calls == [("a", 0, 7, 0, True), ("b", 1, 7, 0, True)]
-        assert len(rt.topics.topics[TXN_TOPIC].partitions) == 3
+        assert len(_topics(rt).topics[TXN_TOPIC].partitions) == 3
         state = rt.coordinator.durable_state()
         rt.close()
-        rt.topics.close(0)
+        _topics(rt).close(0)
 
         again = _runtime(tmp_path, Markers(), pids)
         again.load()
         assert again.coordinator.durable_state() == state
-        again.topics.close(0)
+        _topics(again).close(0)
 
     asyncio.run(run())
 
@@ -86,7 +93,7 @@ def test_prepared_transaction_is_finished_after_a_restart(tmp_path: Path) -> Non
         rt.add_partitions("tx", 1, 0, [("a", 2)])
         assert rt.end_txn("tx", 1, 0, False) == E.NONE
         assert rt.coordinator.txns["tx"].state == TxnState.PREPARE_ABORT
-        rt.topics.close(0)
+        _topics(rt).close(0)
 
         markers = Markers()
         again = _runtime(tmp_path, markers, pids)
@@ -96,6 +103,6 @@ def test_prepared_transaction_is_finished_after_a_restart(tmp_path: Path) -> Non
         await _settle(again, "tx", TxnState.COMPLETE_ABORT)
         assert markers.calls == [("a", 2, 1, 0, False)]
         again.close()
-        again.topics.close(0)
+        _topics(again).close(0)
 
     asyncio.run(run())

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from samsa.log.log import Log, LogConfig, ReadResult
+from samsa.log.producer_state import AppendOrigin
 from samsa.log.snapshot import list_snapshots, snapshot_path
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
@@ -429,7 +430,7 @@ def test_control_batches_replay_without_validation(tmp_path: Path) -> None:
     marker = build_control_batch(
         ControlType.ABORT, producer_id=7, producer_epoch=0, coordinator_epoch=0, now_ms=NOW
     )
-    assert lg.append_raw(RecordBatchView(marker), NOW).error == ErrorCode.NONE
+    assert lg.append(RecordBatchView(marker), NOW, AppendOrigin.COORDINATOR).error == ErrorCode.NONE
     crash(lg)
     lg = Log.open(directory, BIG, NOW)
     try:

@@ -13,6 +13,7 @@ import pytest
 
 from samsa.log.loader import RECOVERY_POINT_FILE
 from samsa.log.log import Log, LogConfig, OffsetOutOfRangeError, ReadResult
+from samsa.log.producer_state import AppendOrigin
 from samsa.log.snapshot import list_snapshots
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
@@ -160,15 +161,25 @@ def test_lower_epoch_is_fenced(log: Log) -> None:
     assert log.log_end_offset == 1
 
 
-def test_append_raw_writes_control_batches_unvalidated(log: Log) -> None:
+def test_a_coordinator_append_writes_control_batches(log: Log) -> None:
     log.append(view(raw_batch(1, pid=3, epoch=0, seq=0)), NOW)
     marker = build_control_batch(
         ControlType.COMMIT, producer_id=3, producer_epoch=0, coordinator_epoch=1, now_ms=NOW
     )
-    result = log.append_raw(RecordBatchView(marker), NOW)
+    result = log.append(RecordBatchView(marker), NOW, AppendOrigin.COORDINATOR)
     assert (result.error, result.base_offset) == (ErrorCode.NONE, 1)
     (batch,) = list(iter_batches(joined(log.read(1, 10_000))))
     assert batch.is_control and control_type_of(batch) == ControlType.COMMIT
+
+
+def test_only_a_client_append_is_judged_by_producer_state(log: Log) -> None:
+    assert log.append(view(raw_batch(1, pid=3, epoch=5, seq=0)), NOW).error == ErrorCode.NONE
+    stale = view(raw_batch(1, pid=3, epoch=4, seq=7))  # older epoch and a gap
+    assert log.append(stale, NOW).error == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert log.log_end_offset == 1
+    # A coordinator is the writer of its batches: written as they are, at the next offset.
+    result = log.append(stale, NOW, AppendOrigin.COORDINATOR)
+    assert (result.error, result.base_offset, log.log_end_offset) == (ErrorCode.NONE, 1, 2)
 
 
 def test_expired_producers_are_forgotten(log: Log) -> None:

@@ -1,4 +1,5 @@
-"""Unit tests for samsa.log.producer_state: one or more per rule of docs/semantics.md."""
+"""Unit tests for samsa.log.producer_state: one or more per rule of docs/semantics.md (rules 2-6, 8
+and 12)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from samsa.log.producer_state import (
     NO_SEQUENCE,
     NUM_BATCHES_TO_RETAIN,
+    AppendOrigin,
     BatchAppend,
     BatchMetadata,
     Duplicate,
@@ -42,10 +44,10 @@ class Log:
         epoch: int = 0,
         ts: int = NOW,
         txn: bool = False,
-        validate: bool = True,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> Duplicate | Rejected | tuple[int, int]:
         batch = BatchAppend(pid, epoch, first_seq, last_sequence_of(first_seq, count - 1), ts, txn)
-        result = self.psm.prepare_update(batch, ts, validate=validate)
+        result = self.psm.prepare_update(batch, ts, origin)
         if not isinstance(result, ProducerAppendInfo):
             return result
         first, last = self.next_offset, self.next_offset + count - 1
@@ -217,7 +219,7 @@ def test_batch_after_max_sequence_starts_at_zero(log: Log) -> None:
     assert log.send(0, 1) == (3, 3)
 
 
-# -- prepare_update is pure; validate=False --------------------------------------------------------
+# -- prepare_update is pure; only a client's batch is validated ------------------------------
 
 
 def test_prepare_update_does_not_mutate(log: Log) -> None:
@@ -235,21 +237,25 @@ def test_prepare_update_does_not_mutate(log: Log) -> None:
     ]
     for b in batches:
         log.psm.prepare_update(b, NOW + 5)
-        log.psm.prepare_update(b, NOW + 5, validate=False)
+        for origin in AppendOrigin:
+            log.psm.prepare_update(b, NOW + 5, origin)
     assert log.psm.entries() == before
     assert log.psm.map_end_offset == end
     assert len(log.psm) == 2
     assert log.psm.last_entry(3) is None
 
 
-def test_validate_false_accepts_anything(log: Log) -> None:
+@pytest.mark.parametrize("origin", [AppendOrigin.COORDINATOR, AppendOrigin.RECOVERY])
+def test_only_a_client_batch_is_judged(log: Log, origin: AppendOrigin) -> None:
     log.send(0, 5, epoch=3, txn=True)
-    assert log.send(100, 1, epoch=1, validate=False) == (5, 5)  # lower epoch, gap, non-txn
+    # A client's batch like this one is refused; from the log or a coordinator it is the truth.
+    assert code(log.send(100, 1, epoch=1)) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert log.send(100, 1, epoch=1, origin=origin) == (5, 5)  # lower epoch, gap, non-txn
     entry = log.psm.last_entry(PID)
     assert entry is not None
     assert entry.epoch == 1 and entry.batches == [BatchMetadata(100, 100, 5, 5, NOW)]
     assert entry.current_txn_first_offset == 0
-    assert log.send(0, 5, epoch=1, validate=False) == (6, 10)  # a "duplicate" is written again
+    assert log.send(0, 5, epoch=1, origin=origin) == (6, 10)  # a "duplicate" is written again
     assert log.psm.map_end_offset == 11
 
 

@@ -1,4 +1,5 @@
-"""Unit tests for samsa.log.snapshot."""
+"""Unit tests for samsa.log.snapshot: producer state survives a restart through its snapshots
+(docs/semantics.md, rule 13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The log side of transactions: markers, last stable offset, aborted-transaction index."""
+"""The log side of transactions: markers, last stable offset, aborted-transaction index
+(docs/semantics.md, rules 16-17)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -16,8 +17,13 @@ K = ApiKey.ADD_OFFSETS_TO_TXN
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
-    code = broker.transactions.add_offsets(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+    tp = broker.groups.offsets_partition(request.group_id)
+    code = (
+        tp
+        if isinstance(tp, ErrorCode)
+        else broker.transactions.add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp]
+        )
     )
     return encode_response(
         K, v, make(K, v, "AddOffsetsToTxnResponse", throttle_time=0, error_code=code)

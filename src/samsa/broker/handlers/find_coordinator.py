@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
-from samsa.broker.topics import TopicError
+from samsa.coordinator.ports import StoreUnavailable
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -29,7 +29,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     if key_type == GROUP_KEY_TYPE:
         try:
             broker.groups.ensure_topic()
-        except TopicError as exc:
+        except StoreUnavailable as exc:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)
     elif key_type != TRANSACTION_KEY_TYPE:
         error, message = ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"

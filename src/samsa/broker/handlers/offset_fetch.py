@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
-from samsa.coordinator.group_coordinator import FetchedOffset
+from samsa.coordinator.offsets import FetchedOffset
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -58,16 +58,7 @@ def _fetch(
     broker: Broker, group_id: str, topics: Any, require_stable: bool = False
 ) -> list[FetchedOffset]:
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-    fetched: list[FetchedOffset] = broker.groups.fetch_offsets(group_id, wanted)
-    if not require_stable:
-        return fetched
-    pending = broker.groups.txn_offsets
-    return [
-        FetchedOffset(f.topic, f.partition, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
-        if pending.is_pending(group_id, f.topic, f.partition)
-        else f
-        for f in fetched
-    ]
+    return broker.groups.fetch_offsets(group_id, wanted, require_stable)
 
 
 def _topics(v: int, fetched: list[FetchedOffset], topic_cls: str, part_cls: str) -> tuple[Any, ...]:

@@ -1,13 +1,14 @@
 """TxnOffsetCommit: stage a transaction's consumer offsets; the commit marker on the group's
 ``__consumer_offsets`` partition makes them visible, an abort drops them (rule 15). As in
 Kafka, a plain OffsetCommit appended after the staged offsets (before the marker) is newer
-and stays: the commit replaces only offsets earlier in the log (``txn_offsets.py``)."""
+and stays: the commit replaces only offsets earlier in the log (``coordinator/offsets.py``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext, partition_errors
+from samsa.coordinator.offsets import OffsetToCommit
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ K = ApiKey.TXN_OFFSET_COMMIT
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     offsets = [
-        (
+        OffsetToCommit(
             t.name,
             p.partition_index,
             p.committed_offset,
@@ -29,7 +30,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         for t in request.topics
         for p in t.partitions
     ]
-    errors = broker.transactions.commit_offsets(
+    errors = broker.groups.commit_transactional(
         request.transactional_id,
         request.group_id,
         request.producer_id,

@@ -1,0 +1,290 @@
+"""The group coordinator's runtime: :class:`~samsa.coordinator.runtime.CoordinatorRuntime`
+over the ``GroupCoordinator`` shard, plus the futures of owed JoinGroup/SyncGroup responses.
+
+Each operation is one cycle of the generic runtime (write the outcome's records, replay them,
+docs/semantics.md rule 26), then the shard's outbox is drained: ``Await`` creates a future for
+an owed JoinGroup/SyncGroup response, ``Reply`` resolves one. A handler gets a value, or the
+future to await.
+
+The topic ``__consumer_offsets`` is created with ``offsets.topic.num.partitions`` partitions
+the first time something is written to it (or FindCoordinator asks), not at every broker
+start. TxnOffsetCommit is served here, as in Kafka's group coordinator: the transaction
+coordinator only verifies the producer (``verify_txn``); the offsets are written as one
+transactional batch and staged in the offset store until the marker, which reaches the store
+through the marker listener registered at construction (rule 15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from samsa.coordinator.group_coordinator import (
+    Await,
+    CoordinatorRecord,
+    GroupConfig,
+    GroupCoordinator,
+    GroupDescription,
+    JoinRequest,
+    JoinResult,
+    OffsetToCommit,
+    Owed,
+    Pending,
+    Reply,
+    SyncResult,
+)
+from samsa.coordinator.offsets import OFFSETS_TOPIC, FetchedOffset, TopicPartition
+from samsa.coordinator.ports import CoordinatorLog, StoreUnavailable
+from samsa.coordinator.runtime import CoordinatorRuntime, Outcome
+from samsa.protocol.errors import ErrorCode
+
+log = logging.getLogger("samsa.coordinator")
+
+JoinResponse = JoinResult | asyncio.Future[JoinResult]
+SyncResponse = SyncResult | asyncio.Future[SyncResult]
+
+# (transactional id, producer id, epoch, the partition written): NONE if the producer may.
+VerifyTxn = Callable[[str, int, int, TopicPartition], ErrorCode]
+
+_Key = tuple[Owed, str, str]
+
+
+def _refused(kind: Owed, error: ErrorCode) -> JoinResult | SyncResult:
+    return JoinResult(error) if kind is Owed.JOIN else SyncResult(error)
+
+
+class GroupCoordinatorRuntime:
+    def __init__(
+        self,
+        store: CoordinatorLog,
+        config: GroupConfig,
+        clock: Callable[[], int],
+        verify_txn: VerifyTxn | None = None,
+    ) -> None:
+        self.clock = clock
+        self.coordinator = GroupCoordinator(config)
+        self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
+        self.store = store
+        self.verify_txn = verify_txn
+        self._futures: dict[_Key, asyncio.Future[Any]] = {}
+        store.add_marker_listener(self.on_marker)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the coordinator by replaying ``__consumer_offsets``."""
+        batches = self.runtime.load()
+        log.info(
+            "group coordinator loaded %d batches: %d groups",
+            batches,
+            len(self.coordinator.groups),
+        )
+
+    def start(self) -> None:
+        self.runtime.start(lambda: self._run(self.coordinator.tick(self.clock())))
+
+    def close(self) -> None:
+        self.runtime.close()
+        # Owed responses are answered so no connection waits on a broker that is leaving.
+        for (kind, _g, _m), fut in list(self._futures.items()):
+            if not fut.done():
+                fut.set_result(_refused(kind, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        self._futures.clear()
+
+    def ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` unless it exists; StoreUnavailable if it cannot."""
+        self.runtime.ensure_topic()
+
+    def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker was written: transactional offsets become visible (or are dropped) when
+        it reaches the group's ``__consumer_offsets`` partition."""
+        if topic == OFFSETS_TOPIC:
+            self.coordinator.replay_marker(partition, producer_id, commit, self.clock())
+
+    # -- the operation cycle ------------------------------------------------------------------
+
+    def _run(self, outcome: Outcome[CoordinatorRecord, Any]) -> tuple[ErrorCode, dict[_Key, Any]]:
+        error = self.runtime.write(outcome.records)
+        return error, self._drain()
+
+    def _drain(self) -> dict[_Key, Any]:
+        created: dict[_Key, Any] = {}
+        for event in self.coordinator.take_outbox():
+            key = (event.kind, event.group_id, event.member_id)
+            if isinstance(event, Await):
+                old = self._futures.get(key)
+                if old is not None and not old.done():  # superseded: told to rejoin
+                    old.set_result(_refused(event.kind, ErrorCode.REBALANCE_IN_PROGRESS))
+                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                self._futures[key] = created[key] = fut
+            elif isinstance(event, Reply):
+                fut = self._futures.pop(key, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(event.result)
+        return created
+
+    def _respond(self, outcome: Outcome[CoordinatorRecord, Any]) -> Any:
+        error, created = self._run(outcome)
+        response = outcome.response
+        if isinstance(response, Pending):
+            return created[(response.kind, response.group_id, response.member_id)]
+        if error != ErrorCode.NONE and isinstance(response, JoinResult | SyncResult):
+            return type(response)(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return response
+
+    # -- operations (what handlers call) ------------------------------------------------------
+
+    def join(self, req: JoinRequest) -> JoinResponse:
+        return self._respond(self.coordinator.join_group(req, self.clock()))  # type: ignore[no-any-return]
+
+    def sync(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncResponse:
+        outcome = self.coordinator.sync_group(
+            group_id,
+            generation,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+            self.clock(),
+        )
+        return self._respond(outcome)  # type: ignore[no-any-return]
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> ErrorCode:
+        outcome = self.coordinator.heartbeat(
+            group_id, generation, member_id, group_instance_id, self.clock()
+        )
+        return self._respond(outcome)  # type: ignore[no-any-return]
+
+    def leave(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        return self._respond(self.coordinator.leave_group(group_id, members, self.clock()))  # type: ignore[no-any-return]
+
+    def commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: list[OffsetToCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        outcome = self.coordinator.commit_offsets(
+            group_id, generation, member_id, group_instance_id, offsets, self.clock()
+        )
+        error, _ = self._run(outcome)
+        return _commit_errors(outcome.response, error)
+
+    def commit_transactional(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: list[OffsetToCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: written as one transactional batch of the group's partition and
+        staged until the transaction's marker decides them (rule 15)."""
+        tps = [(o.topic, o.partition) for o in offsets]
+        if self.verify_txn is None:
+            return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        coord = self.coordinator
+        partition = coord.partition_for(group_id)
+        verified = self.verify_txn(
+            transactional_id, producer_id, producer_epoch, (OFFSETS_TOPIC, partition)
+        )
+        outcome = coord.commit_transactional_offsets(
+            group_id, generation, member_id, group_instance_id, offsets, verified, self.clock()
+        )
+        if not outcome.records:
+            return outcome.response
+        try:
+            self.ensure_topic()
+        except StoreUnavailable:
+            return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        appended = self.store.append(
+            OFFSETS_TOPIC,
+            partition,
+            [coord.serialize(r) for r in outcome.records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=True,
+        )
+        if appended.error != ErrorCode.NONE:
+            return _commit_errors(outcome.response, appended.error)
+        coord.offsets.stage(
+            partition,
+            producer_id,
+            [(appended.base_offset + i, r) for i, r in enumerate(outcome.records)],
+        )
+        return outcome.response
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        topics: list[tuple[str, list[int]]] | None,
+        require_stable: bool = False,
+    ) -> list[FetchedOffset]:
+        return self.coordinator.fetch_offsets(group_id, topics, require_stable)
+
+    def delete_offsets(
+        self, group_id: str, topics: list[tuple[str, list[int]]]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        outcome = self.coordinator.delete_offsets(group_id, topics, self.clock())
+        error, _ = self._run(outcome)
+        if error != ErrorCode.NONE:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
+        return outcome.response  # type: ignore[no-any-return]
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        outcome = self.coordinator.delete_groups(group_ids, self.clock())
+        error, _ = self._run(outcome)
+        if error != ErrorCode.NONE:
+            return {g: ErrorCode.COORDINATOR_NOT_AVAILABLE for g in outcome.response}
+        return outcome.response  # type: ignore[no-any-return]
+
+    def offsets_partition(self, group_id: str) -> TopicPartition | ErrorCode:
+        """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for ``group_id``; the
+        topic is created first, so its partition count is fixed before a transaction names
+        one of its partitions."""
+        try:
+            self.ensure_topic()
+        except StoreUnavailable:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return (OFFSETS_TOPIC, self.coordinator.partition_for(group_id))
+
+    def list_groups(self, states: list[str]) -> list[tuple[str, str, str]]:
+        return self.coordinator.list_groups(states)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        return self.coordinator.describe_group(group_id)
+
+
+def _commit_errors(
+    errors: dict[TopicPartition, ErrorCode], error: ErrorCode
+) -> dict[TopicPartition, ErrorCode]:
+    """The answer to a commit whose write failed with ``error``."""
+    if error == ErrorCode.NONE:
+        return errors
+    mapped = (
+        ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        if error == ErrorCode.MESSAGE_TOO_LARGE
+        else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    )
+    return {tp: (mapped if e == ErrorCode.NONE else e) for tp, e in errors.items()}
