@@ -93,7 +93,7 @@ def fill(broker: BrokerProcess, topic: str, n: int) -> dict[int, list[bytes]]:
     expected: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1}) as p:
         futures = [
-            p.produce(topic, b"v-%05d" % i, b"k-%d" % (i % 13), partition=i % PARTITIONS)
+            p.send(topic, b"v-%05d" % i, b"k-%d" % (i % 13), partition=i % PARTITIONS)
             for i in range(n)
         ]
         assert p.flush(30) == 0
