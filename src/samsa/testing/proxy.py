@@ -456,7 +456,7 @@ class FaultProxy:
                         index=part.index,
                         error_code=0,
                         base_offset=base,
-                        log_append_time=-1,
+                        log_append_time=None,  # -1 on the wire: CreateTime
                         log_start_offset=0,
                         record_errors=(),
                         error_message=None,
