@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless kcat) >/dev/null; }
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[fast,test,bench,spark]'
+	$(BIN)/python -m pip install -q -e '.[fast,test,bench,spark,verify]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

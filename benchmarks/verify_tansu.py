@@ -1,31 +1,31 @@
-"""``samsa verify`` against Tansu (and, for comparison, samsa): what each broker gets wrong.
+"""``samsa verify`` against samsa and Tansu, same workload and faults, anomalies side by side.
 
-Runs the verify workload (samsa's idempotent producers, then read_committed consumers,
-then the checker) against a Tansu broker with its in-memory engine:
+Each run is the Jepsen-style verify workload (concurrent client processes sending and
+polling, client crashes) through the fault proxy (lost responses, resets, delays, in
+alternate windows) with a SIGSTOP/SIGCONT pause of the broker, against each broker in turn:
 
-(1) idempotent, no faults;
-(2) idempotent through the fault proxy (lost responses, resets, delays): retries of
-    batches the broker already wrote must be recognised as duplicates;
-(3) transactional through the proxy, some transactions aborted on purpose (when samsa's
-    client has transactions). Tansu is known to return aborted transactional data to
-    read_committed consumers (its Fetch lists no aborted transactions), so this run must
-    report "aborted data read": a checker that does not see it is broken.
-(4) transactional without faults, to tell Tansu's own behaviour from fault effects.
+(1) transactions, consumers subscribed in a group;
+(2) idempotent sends, consumers assigned every partition;
+(3) (1) plus two SIGKILL + restarts of the broker: samsa only, since Tansu's memory engine
+    loses everything when it stops.
 
-No broker restarts here: Tansu's memory engine loses everything when it stops. With
-``--with-samsa`` the same runs go against a samsa broker too (in a temporary data dir).
-Each run prints verify's anomaly table and summary, and a final table sums up.
+Each run prints verify's table and summary; the final table gives each broker's anomaly
+counts per class (``*``: outside the allowed classes, i.e. a failure) for the README.
 
-    python benchmarks/verify_tansu.py               # ~1 min (first Tansu start: + install)
-    python benchmarks/verify_tansu.py --with-samsa --records 3000
+    python benchmarks/verify_tansu.py                 # 3 runs x 2 brokers, ~30 s each
+    python benchmarks/verify_tansu.py --time-limit 60 --report-dir /tmp/verify-reports
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
+import socket
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,76 +33,153 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _brokers import BrokerProcess, SamsaBroker, TansuBroker
 
-from samsa.client import Producer
-from samsa.verify import VerifyConfig, VerifyResult, render, run_verify
+from samsa.verify.report import render, write_report
+from samsa.verify.workload import VerifyConfig, VerifyResult, run_verify
 
 
 @dataclass
 class Run:
     name: str
     transactions: bool
-    proxy: bool
+    subscribe: bool
+    restarts: int = 0
 
 
 RUNS = [
-    Run("idempotent", False, False),
-    Run("idempotent + faults", False, True),
-    Run("transactional + faults", True, True),
-    Run("transactional", True, False),
+    Run("txn, subscribe", True, True),
+    Run("idempotent, assign", False, False),
+    Run("txn, subscribe, 2 kills", True, True, restarts=2),
 ]
+
+
+class Restarter:
+    """A control socket: each connection restarts the broker (SIGKILL, start), answers ok;
+    the broker's pid is kept in a file for the pause command."""
+
+    def __init__(self, broker: BrokerProcess, restart: Callable[[], None], pid_file: Path):
+        self.broker, self.restart, self.pid_file = broker, restart, pid_file
+        self.pid_file.write_text(f"{broker.pid}\n")
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def command(self) -> str:
+        code = (
+            "import socket, sys\n"
+            f"s = socket.create_connection(('127.0.0.1', {self.sock.getsockname()[1]}), "
+            "timeout=90)\n"
+            "sys.exit(0 if s.makefile().readline().strip() == 'ok' else 1)\n"
+        )
+        return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                try:
+                    self.restart()
+                    self.pid_file.write_text(f"{self.broker.pid}\n")
+                    conn.sendall(b"ok\n")
+                except Exception as exc:
+                    conn.sendall(f"failed: {exc}\n".encode())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+class RestartableSamsa(SamsaBroker):
+    """Comes back on the same port (the proxy points at it), announcing readiness anew."""
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        if self.port:
+            cmd[cmd.index("--port") + 1] = str(self.port)
+        return cmd
+
+    def start(self) -> None:
+        self._ready.clear()
+        super().start()
+
+
+def _kill_and_start(broker: BrokerProcess) -> None:
+    assert broker.proc is not None
+    broker.proc.kill()
+    broker.proc.wait(10)
+    broker.start()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=2000)
-    parser.add_argument("--producers", type=int, default=3)
+    parser.add_argument("--time-limit", type=float, default=30.0, help="per run (s)")
+    parser.add_argument("--rate", type=float, default=40.0)
+    parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="per run")
-    parser.add_argument("--with-samsa", action="store_true", help="same runs against samsa")
+    parser.add_argument("--report-dir", type=Path, help="a verify report per run under it")
     args = parser.parse_args()
-
-    has_txn = hasattr(Producer, "init_transactions")
-    runs = [r for r in RUNS if has_txn or not r.transactions]
-    if not has_txn:
-        print("note: samsa's client has no transactions yet: transactional runs skipped\n")
 
     results: list[tuple[str, str, VerifyResult | str]] = []
     with contextlib.ExitStack() as stack:
-        brokers: list[tuple[str, BrokerProcess]] = [("tansu", stack.enter_context(TansuBroker()))]
-        if args.with_samsa:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="verify-")))
-            brokers.append(("samsa", stack.enter_context(SamsaBroker(tmp / "data"))))
-        for broker_name, broker in brokers:
-            for run in runs:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="verify-")))
+        brokers: list[tuple[str, BrokerProcess]] = [
+            ("samsa", stack.enter_context(RestartableSamsa(tmp / "data"))),
+            ("tansu", stack.enter_context(TansuBroker())),
+        ]
+        for run in RUNS:
+            for name, broker in brokers:
+                if run.restarts and name == "tansu":
+                    continue
+                restarter = Restarter(broker, lambda b=broker: _kill_and_start(b), tmp / "pid")
                 cfg = VerifyConfig(
                     bootstrap=broker.bootstrap,
-                    proxy=run.proxy,
-                    producers=args.producers,
-                    records=args.records,
+                    processes=args.processes,
+                    rate=args.rate,
+                    time_limit=args.time_limit,
                     transactions=run.transactions,
+                    subscribe=run.subscribe,
+                    crash_interval=args.time_limit,
+                    proxy=True,
+                    restart_command=restarter.command() if run.restarts else None,
+                    restarts=run.restarts,
+                    pause_target=f"cat {shlex.quote(str(tmp / 'pid'))}",
+                    pauses=1,
                     seed=args.seed,
-                    timeout_s=args.timeout_s,
                 )
-                print(f"=== {broker_name}: {run.name} ===", flush=True)
+                print(f"=== {name}: {run.name} ===", flush=True)
                 try:
                     result = run_verify(cfg, lambda m: print(f"  {m}", flush=True))
                 except Exception as exc:  # a broker refusing the workload is a finding too
                     print(f"  failed: {exc!r}\n", flush=True)
-                    results.append((broker_name, run.name, repr(exc)))
+                    results.append((name, run.name, repr(exc)))
                     continue
+                finally:
+                    restarter.close()
                 print(render(result) + "\n", flush=True)
-                results.append((broker_name, run.name, result))
+                if args.report_dir is not None:
+                    slug = run.name.replace(", ", "-").replace(" ", "")
+                    write_report(args.report_dir / f"{name}-{slug}", result)
+                results.append((name, run.name, result))
 
-    print("=== summary ===")
-    print(f"{'broker':<7} {'run':<24} {'sent':>6} {'acked':>6} {'read':>6}  anomalies")
-    for broker_name, run_name, r in results:
+    print("=== summary (count; * outside the allowed classes) ===")
+    print("| broker | run | ops ok/fail/info | acked | anomalies |\n|---|---|---|---|---|")
+    for name, run_name, r in results:
         if isinstance(r, str):
-            print(f"{broker_name:<7} {run_name:<24} {'-':>6} {'-':>6} {'-':>6}  failed: {r}")
+            print(f"| {name} | {run_name} | - | - | failed: {r} |")
             continue
-        counts = r.check.counts()
-        found = ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
-        c = r.check
-        print(f"{broker_name:<7} {run_name:<24} {c.sent:>6} {c.acked:>6} {c.read:>6}  {found}")
+        s, c = r.summary(), r.check
+        found = ", ".join(
+            f"{k} {v}{'*' if k not in c.allowed else ''}" for k, v in c.counts.items()
+        )
+        ops = f"{s['ok']}/{s['fail']}/{s['info']}"
+        print(f"| {name} | {run_name} | {ops} | {s['acked']} | {found or 'none'} |")
     return 0
 
 

@@ -8,6 +8,9 @@
   connection pass unharmed (grace), ``apis`` limits the faults to some request types, and
   delays hold every frame.
 * ``samsa proxy`` serves clients until SIGTERM and prints its counters.
+* The lying modes: a replayed Produce answer tells the client an old offset for records the
+  broker wrote elsewhere; a faked acknowledgement tells it an offset for records the broker
+  never got (the next offset, which the next real record then takes).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from samsa.testing import (
     fetch_request,
     idempotent_batch,
     produce_one,
+    read_topic,
 )
 from samsa.testing.proxy import parse_address
 
@@ -174,6 +178,35 @@ def test_api_filter_and_delay(broker) -> None:  # type: ignore[no-untyped-def]
     assert int(resp.responses[0].partitions[0].high_watermark) == 1
     with pytest.raises(ValueError, match="drop_response_rate"):
         FaultProxy(broker.bootstrap, faults=Faults(drop_response_rate=2))
+
+
+def test_replayed_produce_answer_gives_an_old_offset(broker) -> None:  # type: ignore[no-untyped-def]
+    faults = Faults(replay_rate=1.0, grace_requests=0)
+    topic = f"replay-{uuid.uuid4().hex[:6]}"
+    with _conn(broker.bootstrap) as direct:
+        assert create_topic(direct, topic) == 0
+    with FaultProxy(broker.bootstrap, faults=faults, seed=1).start() as proxy:
+        with _conn(proxy.address) as conn:
+            answers = [produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 2)) for _ in "abc"]
+        # The first answer is true (nothing to replay yet); the later ones repeat it.
+        assert answers == [(0, 0), (0, 0), (0, 0)]
+        assert proxy.stats.replayed_responses == 2 and proxy.stats.faults == 2
+    assert len(read_topic(broker.bootstrap, topic)) == 6  # every batch was written
+
+
+def test_faked_ack_means_never_written(broker) -> None:  # type: ignore[no-untyped-def]
+    faults = Faults(fake_ack_rate=1.0, grace_requests=1)
+    topic = f"fake-{uuid.uuid4().hex[:6]}"
+    with _conn(broker.bootstrap) as direct:
+        assert create_topic(direct, topic) == 0
+    with FaultProxy(broker.bootstrap, faults=faults, seed=1).start() as proxy:
+        with _conn(proxy.address) as conn:
+            # grace: the first Produce passes and teaches the proxy the next offset (3)
+            assert produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 3)) == (0, 0)
+            assert produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 2)) == (0, 3)
+            assert produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 2)) == (0, 3)
+        assert proxy.stats.faked_acks == 2
+    assert len(read_topic(broker.bootstrap, topic)) == 3  # the acknowledged 4 never arrived
 
 
 def test_cli_proxy_serves_until_sigterm_and_prints_stats(broker) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,17 @@ raw bytes, so that every fault hits a whole request or response:
 * ``delay_ms``: each frame is held for a random time in ``[0, delay_ms]`` before it is
   forwarded. A direction's frames stay in order (the forwarding task sleeps), as on TCP.
 
+Two more modes break the broker on purpose, to show that a checker catches a broker that
+lies (Produce only, acks other than 0):
+
+* ``replay_rate``: the broker's answer to a Produce is replaced by an older answer to a
+  Produce for the same partitions (its correlation id patched): the records are written,
+  but the client is told the old offsets.
+* ``fake_ack_rate``: a Produce is swallowed and answered with success at the offset the
+  partition's next record would have had (as far as the proxy saw): acknowledged, never
+  written. Only done when no other request of the connection awaits its answer, so that
+  answers stay in order.
+
 Resets abort the sockets (RST, not FIN), as a crashed peer or a middlebox would. The first
 ``grace_requests`` requests of each connection (the ApiVersions handshake) pass unharmed so
 that every connection makes some progress however high the rates are; ``apis`` can restrict
@@ -64,6 +75,7 @@ from samsa.protocol.messages import (
     decode_response,
     encode_response,
     is_flexible,
+    make,
 )
 
 log = logging.getLogger("samsa.proxy")
@@ -74,6 +86,7 @@ _MAX_FRAME = 1 << 30
 # Record batch header: producer id at byte 43, epoch at 51, base sequence at 53.
 _BATCH_IDS = struct.Struct(">qhi")
 _BATCH_IDS_AT = 43
+_LAST_DELTA_AT = 23  # lastOffsetDelta: records in the batch - 1
 
 
 @dataclass
@@ -85,9 +98,11 @@ class Faults:
     delay_ms: float = 0.0
     grace_requests: int = 0
     apis: frozenset[int] | None = None  # None: every API is subject to faults
+    replay_rate: float = 0.0  # Produce answers replaced by older ones (a lying broker)
+    fake_ack_rate: float = 0.0  # Produces dropped but acknowledged (a lying broker)
 
     def validate(self) -> None:
-        for name in ("drop_response_rate", "reset_rate"):
+        for name in ("drop_response_rate", "reset_rate", "replay_rate", "fake_ack_rate"):
             rate = getattr(self, name)
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {rate}")
@@ -107,13 +122,16 @@ class ProxyStats:
     delayed_frames: int = 0
     rewritten_responses: int = 0
     produce_retries: int = 0
+    replayed_responses: int = 0
+    faked_acks: int = 0
     upstream_failures: int = 0  # accepted connections whose broker could not be reached
     listeners: int = 0
 
     @property
     def faults(self) -> int:
-        """Faults injected: lost responses plus resets before the broker saw a request."""
-        return self.dropped_responses + self.resets
+        """Faults injected: lost responses, resets before the broker saw a request, and
+        the lies (replayed answers, acknowledged drops)."""
+        return self.dropped_responses + self.resets + self.replayed_responses + self.faked_acks
 
     def as_dict(self) -> dict[str, int]:
         d = dataclasses.asdict(self)
@@ -137,6 +155,7 @@ class _Pending:
     api_key: int
     version: int
     correlation_id: int
+    records: dict[tuple[str, int], int] | None = None  # Produce: records per partition
 
 
 @dataclass(eq=False)  # hashed by identity: kept in a set
@@ -184,6 +203,10 @@ class FaultProxy:
         self._own: set[tuple[str, int]] = {(self._host, self._first.port)}
         self._conns: set[_Conn] = set()
         self._seen_batches: set[tuple[str, int, int, int, int]] = set()
+        # For the lying modes: the next offset of each partition as answers showed it, and
+        # recent Produce answers by (version, partitions).
+        self._next_offset: dict[tuple[str, int], int] = {}
+        self._old_answers: dict[tuple[int, tuple[tuple[str, int], ...]], bytes] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="samsa-proxy")
         self._thread.daemon = True
@@ -230,6 +253,8 @@ class FaultProxy:
         drop_response_rate: float = 0.0,
         reset_rate: float = 0.0,
         delay_ms: float | None = None,
+        replay_rate: float = 0.0,
+        fake_ack_rate: float = 0.0,
     ) -> None:
         """Change the rates while running (all faults off when called without arguments)."""
         faults = dataclasses.replace(
@@ -237,6 +262,8 @@ class FaultProxy:
             drop_response_rate=drop_response_rate,
             reset_rate=reset_rate,
             delay_ms=self.faults.delay_ms if delay_ms is None else delay_ms,
+            replay_rate=replay_rate,
+            fake_ack_rate=fake_ack_rate,
         )
         faults.validate()
         self.faults = faults
@@ -370,9 +397,22 @@ class FaultProxy:
             if self._faulty(conn, api_key) and self._random.random() < self.faults.reset_rate:
                 self.stats.resets += 1
                 return
-            conn.pending.append(_Pending(api_key, version, cid))
-            if api_key == ApiKey.PRODUCE and self.track_produce:
-                self._track_produce(frame, version)
+            pending = _Pending(api_key, version, cid)
+            if api_key == ApiKey.PRODUCE and (self.track_produce or self._lying()):
+                req = self._track_produce(frame, version)
+                if req is not None and req.acks != 0 and self._lying():
+                    pending.records = _record_counts(req)
+                    if (
+                        not conn.pending
+                        and self._faulty(conn, api_key)
+                        and self._random.random() < self.faults.fake_ack_rate
+                    ):
+                        self.stats.faked_acks += 1
+                        await self._delay()
+                        conn.client.write(self._fake_ack(req, version, cid))
+                        await conn.client.drain()
+                        continue
+            conn.pending.append(pending)
             await self._delay()
             conn.upstream.write(_SIZE.pack(len(frame)) + frame)
             await conn.upstream.drain()
@@ -385,6 +425,8 @@ class FaultProxy:
             req = _match(conn.pending, frame)
             if req is not None and req.api_key in _REWRITTEN:
                 frame = await self._rewrite(req, frame)
+            if req is not None and req.records is not None:
+                frame = self._lie_about_produce(conn, req, frame)
             api_key = req.api_key if req is not None else -1
             if self._faulty(conn, api_key) and self._random.random() < (
                 self.faults.drop_response_rate
@@ -396,13 +438,78 @@ class FaultProxy:
             conn.client.write(_SIZE.pack(len(frame)) + frame)
             await conn.client.drain()
 
-    def _track_produce(self, frame: bytes, version: int) -> None:
+    def _lying(self) -> bool:
+        return self.faults.replay_rate > 0 or self.faults.fake_ack_rate > 0
+
+    def _fake_ack(self, req: Any, version: int, cid: int) -> bytes:
+        """A whole frame answering ``req`` with success at each partition's next offset."""
+        topics = []
+        for topic in req.topic_data:
+            parts = []
+            for part in topic.partition_data:
+                base = self._next_offset.get((str(topic.name), int(part.index)), 0)
+                parts.append(
+                    make(
+                        ApiKey.PRODUCE,
+                        version,
+                        "PartitionProduceResponse",
+                        index=part.index,
+                        error_code=0,
+                        base_offset=base,
+                        log_append_time=None,  # -1 on the wire: CreateTime
+                        log_start_offset=0,
+                        record_errors=(),
+                        error_message=None,
+                    )
+                )
+            topics.append(
+                make(
+                    ApiKey.PRODUCE,
+                    version,
+                    "TopicProduceResponse",
+                    name=topic.name,
+                    partition_responses=tuple(parts),
+                )
+            )
+        resp = make(ApiKey.PRODUCE, version, "ProduceResponse", responses=tuple(topics))
+        body = encode_response(ApiKey.PRODUCE, version, resp)
+        return frame_response(cid, body, is_flexible(ApiKey.PRODUCE, version))
+
+    def _lie_about_produce(self, conn: _Conn, req: _Pending, frame: bytes) -> bytes:
+        """Learn the partitions' next offsets from a Produce answer; maybe replay an old one."""
+        assert req.records is not None
+        try:
+            _, offset = split_response(frame, is_flexible(ApiKey.PRODUCE, req.version))
+            resp = decode_response(ApiKey.PRODUCE, req.version, frame, offset)
+        except Exception:
+            return frame
+        for topic in resp.responses:
+            for part in topic.partition_responses:
+                tp = (str(topic.name), int(part.index))
+                if int(part.error_code) == 0 and part.base_offset >= 0 and tp in req.records:
+                    self._next_offset[tp] = int(part.base_offset) + req.records[tp]
+        key = (req.version, tuple(sorted(req.records)))
+        old = self._old_answers.get(key)
+        self._old_answers[key] = frame
+        if (
+            old is not None
+            and self._faulty(conn, ApiKey.PRODUCE)
+            and self._random.random() < self.faults.replay_rate
+        ):
+            self.stats.replayed_responses += 1
+            self._old_answers[key] = old  # keep the stale one: replay it again later
+            return frame[:4] + old[4:]  # the current correlation id, the old answer
+        return frame
+
+    def _track_produce(self, frame: bytes, version: int) -> Any:
         try:
             flexible = is_flexible(ApiKey.PRODUCE, version)
             offset = _request_body_offset(frame, flexible)
             req = decode_request(ApiKey.PRODUCE, version, frame, offset)
         except Exception:  # not ours to judge: the broker answers malformed requests
-            return
+            return None
+        if not self.track_produce:
+            return req
         for topic in req.topic_data:
             for part in topic.partition_data:
                 records = part.records
@@ -416,6 +523,7 @@ class FaultProxy:
                     self.stats.produce_retries += 1
                 else:
                     self._seen_batches.add(key)
+        return req
 
     async def _rewrite(self, req: _Pending, frame: bytes) -> bytes:
         flexible = is_flexible(req.api_key, req.version)
@@ -476,6 +584,18 @@ def _match(pending: collections.deque[_Pending], frame: bytes) -> _Pending | Non
         if p.correlation_id == cid:
             return p
     return None
+
+
+def _record_counts(req: Any) -> dict[tuple[str, int], int]:
+    """Records per partition of a Produce request (one batch each: lastOffsetDelta + 1)."""
+    out: dict[tuple[str, int], int] = {}
+    for topic in req.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if records and len(records) >= _LAST_DELTA_AT + 4:
+                (delta,) = struct.unpack_from(">i", records, _LAST_DELTA_AT)
+                out[(str(topic.name), int(part.index))] = delta + 1
+    return out
 
 
 def _request_body_offset(frame: bytes, flexible: bool) -> int:

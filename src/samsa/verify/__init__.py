@@ -1,35 +1,22 @@
-"""``samsa verify``: fault injection and an exactly-once checker for Kafka-compatible brokers.
+"""``samsa verify``: a Jepsen-style workload under faults, and a checker of its history.
 
-:func:`run_verify` runs the workload (:mod:`samsa.verify.workload`) and judges it with the
-pure checker (:mod:`samsa.verify.checker`); :func:`render` prints the anomaly table and the
-summary (:mod:`samsa.verify.report`).
+:func:`run_verify` (:mod:`samsa.verify.workload`) runs concurrent client processes that send
+and poll (in transactions or not) while faults are injected, and records every operation in a
+:class:`History` (:mod:`samsa.verify.history`); :func:`check` (:mod:`samsa.verify.checker`,
+pure) finds every anomaly class of Jepsen's Kafka checker in it; :mod:`samsa.verify.report`
+prints the table and writes the report directory (history, JSON summary, pictures, HTML).
 """
 
-from samsa.verify.checker import (
-    KINDS,
-    CheckResult,
-    History,
-    Outcome,
-    Read,
-    Sent,
-    check,
-)
-from samsa.verify.report import anomaly_table, render, summary_text
-from samsa.verify.workload import VerifyConfig, VerifyError, VerifyResult, run_verify
+from samsa.verify.checker import KINDS, Anomaly, CheckResult, allowed_kinds, check
+from samsa.verify.history import Fault, History, Op
 
 __all__ = [
     "KINDS",
+    "Anomaly",
     "CheckResult",
+    "Fault",
     "History",
-    "Outcome",
-    "Read",
-    "Sent",
-    "VerifyConfig",
-    "VerifyError",
-    "VerifyResult",
-    "anomaly_table",
+    "Op",
+    "allowed_kinds",
     "check",
-    "render",
-    "run_verify",
-    "summary_text",
 ]
