@@ -41,7 +41,7 @@ from __future__ import annotations
 import struct
 import time
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,16 +55,17 @@ from samsa.protocol.records import (
     CONTROL_FLAG,
     HEADER_SIZE,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
     NO_SEQUENCE,
     TIMESTAMP_TYPE_FLAG,
     TRANSACTIONAL_FLAG,
     Compression,
     ControlType,
     InvalidBatchError,
+    RecordBatchView,
     compress,
     control_type_of,
     decompress,
-    iter_batches,
 )
 
 READ_UNCOMMITTED = 0
@@ -722,9 +723,8 @@ def decode_fetched(
     at = 0
     compressed = False
     mv = memoryview(data).cast("B")
-    for batch in iter_batches(mv):
-        if max_records is not None and sure >= max_records:
-            break
+    full = False  # max_records rows are certain before the last data batch seen
+    for batch in _batches(mv, f"{topic}-{partition}"):
         if batch.next_offset <= position:
             continue
         where = f"{topic}-{partition} at offset {batch.base_offset}"
@@ -747,6 +747,9 @@ def decode_fetched(
         if batch.attributes & CONTROL_FLAG:
             next_offset = batch.next_offset
             continue
+        if max_records is not None and sure >= max_records:
+            full = True  # this batch has rows beyond the limit: stop after the last row
+            break
         start, end = batch.pos + HEADER_SIZE, batch.pos + batch.size
         if batch.compression:
             compressed = True
@@ -800,7 +803,8 @@ def decode_fetched(
     p += sz
     offsets = np.array([k.base_offset for k in kept], np.int64)[which] + off_delta
     keep = offsets >= position
-    if max_records is not None and int(keep.sum()) > max_records:
+    if max_records is not None and (full or int(keep.sum()) > max_records):
+        # as Java's consumer: the position follows the last row handed out
         keep &= np.cumsum(keep) <= max_records
         next_offset = int(offsets[np.flatnonzero(keep)[-1]]) + 1
     if not keep.all():
@@ -830,7 +834,8 @@ def decode_fetched(
     vstart, vend, vnull = field(kend)
     hcount, sz = _read_varints(nbuf, vend)
     p = vend + sz
-    if int(hcount.min()) < 0 or (p > rec_end).any():
+    # a header takes at least two bytes: this also bounds what the headers' arrays take
+    if int(hcount.min()) < 0 or (p + 2 * hcount > rec_end).any():
         raise _corrupt(f"{topic}-{partition}: bad header count")
     pbuf = pa.py_buffer(buf)
     arrays = [
@@ -855,6 +860,20 @@ def decode_fetched(
     return DecodedFetch(
         pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS), next_offset
     )
+
+
+def _batches(buf: memoryview, name: str) -> Iterator[RecordBatchView]:
+    """The whole batches of ``buf``; a partial one at the end is normal (the fetch size cut
+    it), a length shorter than a batch header is not (it would walk backwards)."""
+    pos, end = 0, len(buf)
+    while end - pos >= HEADER_SIZE:
+        view = RecordBatchView(buf, pos)
+        if view.batch_length < MIN_BATCH_LENGTH:
+            raise _corrupt(f"{name} at byte {pos}: batch length {view.batch_length}")
+        if pos + view.size > end:
+            return
+        yield view
+        pos += view.size
 
 
 def _repeat_string(value: str, n: int) -> pa.Array:
