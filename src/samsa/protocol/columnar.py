@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cramjam
 import crc32c
 import numpy as np
 import pyarrow as pa
@@ -95,6 +96,18 @@ _M = np.uint32(0x5BD1E995)
 _EMPTY = pa.scalar(b"", pa.large_binary())
 _MIN_RECORD = 7  # length, attributes, two deltas, key and value lengths, header count
 _GUESS_ROUNDS = 4
+
+_LEVELLED = {
+    Compression.GZIP: cramjam.gzip.compress,
+    Compression.LZ4: cramjam.lz4.compress,  # frame format, as Kafka's
+    Compression.ZSTD: cramjam.zstd.compress,
+}
+
+_LEVELS = {  # Kafka's accepted ranges (CompressionType)
+    Compression.GZIP: (1, 9),
+    Compression.LZ4: (1, 17),
+    Compression.ZSTD: (-131072, 22),
+}
 
 Column = pa.Array | pa.ChunkedArray | Sequence[Any] | np.ndarray
 
@@ -376,6 +389,7 @@ def encode_batches(
     base_sequence: int = NO_SEQUENCE,
     transactional: bool = False,
     compression: int = Compression.NONE,
+    compression_level: int | None = None,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     base_offset: int = 0,
     partition_leader_epoch: int = 0,
@@ -388,10 +402,18 @@ def encode_batches(
     clock), one int, a sequence (None means now), a numpy int/datetime64 or an Arrow
     integer/timestamp array. Batch *i* gets ``base_sequence`` plus the rows before it
     (wrapping at 2^31, as Kafka's sequences do). Equivalent, batch for batch, to
-    :func:`samsa.protocol.records.build_batch` over the same rows.
+    :func:`samsa.protocol.records.build_batch` over the same rows. ``compression_level``
+    (gzip 1-9, lz4 1-17, zstd up to 22; Kafka's ``compression.<codec>.level``) overrides
+    the codec's default: LZ4's default is a high-compression level, ~25x slower than 1.
     """
     if compression not in (0, 1, 2, 3, 4):
         raise ValueError(f"unknown compression codec {compression}")
+    if compression_level is not None:
+        if compression not in _LEVELS:
+            raise ValueError("compression_level applies to gzip, lz4 and zstd only")
+        low, high = _LEVELS[compression]
+        if not low <= compression_level <= high:
+            raise ValueError(f"compression_level {compression_level} not in [{low}, {high}]")
     if max_batch_bytes <= HEADER_SIZE:
         raise ValueError(f"max_batch_bytes must exceed the {HEADER_SIZE}-byte batch header")
     vals = _bytes_column(values, "values")
@@ -465,7 +487,9 @@ def encode_batches(
     out: list[EncodedBatch] = []
     for i, (a, b) in enumerate(runs):
         section = r_data[r_off[a] : r_off[b]]
-        if compression:
+        if compression_level is not None:
+            section = memoryview(_LEVELLED[compression](section, level=compression_level))
+        elif compression:
             section = memoryview(compress(compression, section))
         seq = (base_sequence + a) & 0x7FFFFFFF if base_sequence >= 0 else base_sequence
         tail = _AFTER_CRC.pack(

@@ -198,6 +198,8 @@ def test_headers_forms() -> None:
         ({"values": b"abc"}, TypeError, "expected a column"),
         ({"values": [b"a"], "compression": 7}, ValueError, "unknown compression codec 7"),
         ({"values": [b"a"], "max_batch_bytes": 60}, ValueError, "max_batch_bytes"),
+        ({"values": [b"a"], "compression": 2, "compression_level": 1}, ValueError, "applies"),
+        ({"values": [b"a"], "compression": 3, "compression_level": 18}, ValueError, r"\[1, 17\]"),
     ],
 )
 def test_bad_input_is_refused_clearly(kwargs: dict, error: type, text: str) -> None:
@@ -354,3 +356,17 @@ def test_batch_length_below_a_header_is_refused() -> None:
         struct.pack_into(">i", data, 8, length)
         with pytest.raises(InvalidBatchError, match="batch length"):
             decode_fetched(bytes(data), "t", 0, 0, check_crcs=False)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_compression_levels(codec: int) -> None:
+    values = [b"%d" % (i % 7) * 50 for i in range(200)]
+    default = encode_batches(values, compression=codec, now_ms=NOW)
+    for level in (1, 9):
+        (b,) = encode_batches(values, compression=codec, compression_level=level, now_ms=NOW)
+        view = RecordBatchView(b.data)
+        assert view.compression == codec and view.crc_is_valid()
+        assert [r.value for r in decode_records(view)] == values
+        assert len(b.data) < len(values) * 50 / 5
+    fast = encode_batches(values, compression=codec, compression_level=1, now_ms=NOW)
+    assert codec == Compression.GZIP or fast[0].data != default[0].data
