@@ -271,6 +271,7 @@ def logs(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, int]], int]:
     committed=st.booleans(),
     include_headers=st.booleans(),
     max_records=st.one_of(st.none(), st.integers(1, 20)),
+    as_objects=st.booleans(),
 )
 def test_decoder_equals_the_per_record_decoder(
     log: tuple[bytes, list[tuple[int, int]], int],
@@ -278,6 +279,7 @@ def test_decoder_equals_the_per_record_decoder(
     committed: bool,
     include_headers: bool,
     max_records: int | None,
+    as_objects: bool,
 ) -> None:
     data, aborted, end = log
     position = min(start, end)
@@ -298,7 +300,7 @@ def test_decoder_equals_the_per_record_decoder(
         5,
         position,
         isolation_level=isolation,
-        aborted=aborted,
+        aborted=[AbortedTxn(p, f) for p, f in aborted] if as_objects else aborted,
         include_headers=include_headers,
         max_records=max_records,
     )

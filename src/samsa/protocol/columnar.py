@@ -723,7 +723,7 @@ def decode_fetched(
     position: int,
     *,
     isolation_level: int = READ_UNCOMMITTED,
-    aborted: Iterable[tuple[int, int]] = (),
+    aborted: Iterable[Any] = (),
     check_crcs: bool = True,
     include_headers: bool = False,
     max_records: int | None = None,
@@ -732,8 +732,9 @@ def decode_fetched(
 
     Same rules as the consumer's ``parse_fetched``: a partial batch at the end is ignored,
     records below ``position`` are dropped, control batches skipped, and with
-    ``READ_COMMITTED`` the batches of the ``aborted`` transactions ((producer id, first
-    offset) pairs from the response) are skipped up to their abort marker. At most
+    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
+    ((producer id, first offset) pairs, or objects with ``producer_id`` and
+    ``first_offset``, as kio's) are skipped up to their abort marker. At most
     ``max_records`` rows; ``next_offset`` is the position after what was returned or
     skipped. A corrupt batch raises :class:`InvalidBatchError` (CORRUPT_MESSAGE).
     """
@@ -742,7 +743,7 @@ def decode_fetched(
     if not data:
         return DecodedFetch(_empty(include_headers), position)
     next_offset = position
-    pending = sorted((int(first), int(pid)) for pid, first in aborted)
+    pending = sorted(_first_and_producer(a) for a in aborted)
     next_aborted = 0
     aborted_pids: set[int] = set()
     sections: list[bytes | memoryview] = []
@@ -888,6 +889,15 @@ def decode_fetched(
     return DecodedFetch(
         pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS), next_offset
     )
+
+
+def _first_and_producer(txn: Any) -> tuple[int, int]:
+    """(first offset, producer id) of an aborted transaction given as a (producer id, first
+    offset) pair or as an object with those attributes (kio's, the consumer's)."""
+    if hasattr(txn, "producer_id"):
+        return int(txn.first_offset), int(txn.producer_id)
+    pid, first = txn
+    return int(first), int(pid)
 
 
 def _batches(buf: memoryview, name: str) -> Iterator[RecordBatchView]:
