@@ -247,7 +247,7 @@ class LogSegment:
         """The descriptor of the ``.log`` file, opened through the cache if it is closed."""
         fd = self._fd
         if fd < 0:
-            fd = SEGMENT_FILES.open(self)
+            return SEGMENT_FILES.open(self)  # unreferenced until used again: goes first
         self._ref = True
         return fd
 
