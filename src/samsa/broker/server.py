@@ -31,8 +31,8 @@ Limits: what a client can make the broker hold
   to be sent (in the transport's buffer or behind a slower earlier response). At either
   limit the connection stops taking frames from its backlog and stops reading, as Kafka mutes
   a channel, until responses drain. One turn handles at most ``MAX_PENDING_RESPONSES``
-  frames, then the connection yields to the others (``call_soon``): a client pipelining
-  100,000 requests delays the others by one turn, not by all of them.
+  frames or ``TURN_S`` of work, then the connection yields to the others (``call_soon``): a
+  client pipelining 100,000 requests delays the others by a turn, not by all of them.
 - Time: a request whose first bytes arrived must be complete within
   ``socket.request.read.timeout.ms`` (samsa's own; time the broker itself paused reading
   does not count), and a connection with no traffic and no request in progress is closed
@@ -76,6 +76,7 @@ from samsa.protocol.messages import ApiKey, api_name, decode_request, is_flexibl
 log = logging.getLogger("samsa.server")
 
 MAX_PENDING_RESPONSES = 128  # requests in progress or unsent per connection; frames per turn
+TURN_S = 0.002  # a connection's turn ends after the frame that passes this much time
 MAX_QUEUED_RESPONSE_BYTES = 1 << 20  # response bytes waiting to be sent per connection
 LOG_INTERVAL_S = 10.0  # refused connections and accept errors: one log line per interval
 ACCEPT_BACKLOG = 100
@@ -370,7 +371,10 @@ class KafkaConnection(asyncio.Protocol):
         backlog = self.backlog
         handled = 0
         released = 0
+        turn_ends = time.perf_counter() + TURN_S
         while backlog and handled < MAX_PENDING_RESPONSES and not self._blocked():
+            if handled and time.perf_counter() > turn_ends:
+                break
             frame = backlog.popleft()
             handled += 1
             try:

@@ -23,7 +23,7 @@ from samsa.broker.server import (
     RequestMemory,
 )
 from samsa.protocol.framing import FrameDecoder, frame_request, split_response, uvarint
-from samsa.protocol.messages import ApiKey, encode_request
+from samsa.protocol.messages import ApiKey, encode_request, make_request
 from samsa.protocol.records import NewRecord, build_batch, validate_produce_batch
 from samsa.testing import fetch_request, produce_request
 
@@ -101,20 +101,25 @@ def _run(tmp_path: Path, body: Callable[[Broker], Awaitable[None]], **settings: 
 
 def test_one_turn_per_connection_then_the_others(tmp_path: Path) -> None:
     # 1,000 pipelined requests arrive in one read on each of two connections: each turn
-    # handles at most MAX_PENDING_RESPONSES of them, then the other connection has its turn.
+    # handles at most MAX_PENDING_RESPONSES of them (or TURN_S of work), then the other
+    # connection has its turn.
     async def body(broker: Broker) -> None:
         a, ta = _connect(broker)
         b, tb = _connect(broker)
         a.data_received(API_VERSIONS_V0 * 1000)
-        assert a.handled == MAX_PENDING_RESPONSES
+        assert 0 < a.handled <= MAX_PENDING_RESPONSES
         assert not ta.reading  # the rest waits decoded; nothing more is read meanwhile
         b.data_received(API_VERSIONS_V0 * 1000)
-        assert b.handled == MAX_PENDING_RESPONSES
-        turns = []
+        assert 0 < b.handled <= MAX_PENDING_RESPONSES
+        turns = 0
         while a.handled < 1000 or b.handled < 1000:
-            await asyncio.sleep(0)
-            turns.append((a.handled, b.handled))
-        assert turns[0] == (2 * MAX_PENDING_RESPONSES, 2 * MAX_PENDING_RESPONSES)
+            before = (a.handled, b.handled)
+            await asyncio.sleep(0)  # one loop iteration: one turn each
+            turns += 1
+            assert a.handled - before[0] <= MAX_PENDING_RESPONSES
+            if a.handled < 1000 and b.handled < 1000:
+                assert a.handled > before[0] and b.handled > before[1]
+        assert turns >= 1000 // MAX_PENDING_RESPONSES
         assert _responses(ta.written) == _responses(tb.written) == 1000
         assert ta.reading and tb.reading
 
@@ -133,12 +138,32 @@ def test_one_turn_per_connection_also_without_responses(tmp_path: Path) -> None:
         frame = frame_request(ApiKey.PRODUCE, 9, 1, "t", request, True)
         conn, transport = _connect(broker)
         conn.data_received(frame * 1000)
-        assert conn.handled == MAX_PENDING_RESPONSES and not transport.reading
+        assert 0 < conn.handled <= MAX_PENDING_RESPONSES and not transport.reading
         while conn.handled < 1000:
             await asyncio.sleep(0)
         partition = broker.topics.get_partition("t", 0)
         assert partition is not None and partition.log.log_end_offset == 1000
         assert transport.reading and not transport.written
+
+    _run(tmp_path, body)
+
+
+def test_a_turn_ends_after_its_time(tmp_path: Path) -> None:
+    # Metadata of 150 partitions costs far more than TURN_S / 64: a turn ends after a few.
+    async def body(broker: Broker) -> None:
+        broker.create_topic("big", 150)
+        request = encode_request(
+            ApiKey.METADATA, 1, make_request(ApiKey.METADATA, 1, "MetadataRequest", topics=None)
+        )
+        conn, transport = _connect(broker)
+        conn.data_received(frame_request(ApiKey.METADATA, 1, 1, "t", request, False) * 200)
+        assert 0 < conn.handled < 64 and not transport.reading
+        answered = 0
+        while answered < 200:
+            await asyncio.sleep(0)
+            answered += _responses(transport.written)
+            transport.drain()  # the client reads its responses
+        assert conn.handled == 200
 
     _run(tmp_path, body)
 
