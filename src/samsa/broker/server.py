@@ -39,11 +39,12 @@ Limits: what a client can make the broker hold
   after ``connections.max.idle.ms``. One sweep per tick checks every connection.
 - Connections: ``max.connections`` and ``max.connections.per.ip``; a connection over either
   is closed as soon as it is accepted, with one log line per interval, not per connection.
-  The server accepts by itself (a reader on the listening socket) so that running out of
-  file descriptors (EMFILE/ENFILE) is a log line and a short pause of accepting, the
-  pending connections waiting in the listen backlog, rather than connections silently
-  dropped (uvloop's libuv drops them). At start the soft descriptor limit is raised to the
-  hard one; segment files are held in a bounded cache (``log.max.open.files``).
+  The server accepts by itself (a reader on the listening socket). At start the soft
+  descriptor limit is raised to the hard one and split: segment files are held in a bounded
+  cache (``log.max.open.files``, at most half), a reserve is kept, and connections get the
+  rest; past that, accepting pauses (with a log line) and new connections wait in the listen
+  backlog until one ends. Running out anyway (EMFILE/ENFILE) is likewise a log line and a
+  short pause, not connections silently dropped as with uvloop's own accept.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ LOG_INTERVAL_S = 10.0  # refused connections and accept errors: one log line per
 ACCEPT_BACKLOG = 100
 ACCEPT_RETRY_S = 0.1  # after EMFILE/ENFILE, accept again after this (or when one closes)
 ACCEPTS_PER_WAKEUP = 64
+# Descriptors kept for what is neither a connection nor a cached segment file: lazy imports,
+# index and snapshot writes, flushes of evicted segments. At least this, or an eighth.
+DESCRIPTOR_RESERVE_MIN = 16
 
 
 class _Throttled:
@@ -558,6 +562,7 @@ class BrokerServer:
         self.limits.on_release.append(self._resume_accepting)
         self.port: int = config.port
         self.descriptor_limit = 0
+        self.connection_budget = 0  # connections the descriptor limit leaves room for
         self._sockets: list[socket.socket] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accept_paused = False
@@ -566,16 +571,20 @@ class BrokerServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._refused_log = _Throttled()
         self._accept_error_log = _Throttled()
+        self._budget_log = _Throttled()
 
     async def start(self) -> None:
-        self.descriptor_limit = raise_descriptor_limit()
-        # Half the descriptors at most for segment files; the rest for connections and such.
-        open_files = min(self.config.log_max_open_files, max(1, self.descriptor_limit // 2))
+        self.descriptor_limit = limit = raise_descriptor_limit()
+        # Half the descriptors at most for segment files, a reserve, the rest for connections.
+        open_files = min(self.config.log_max_open_files, max(1, limit // 2))
         SEGMENT_FILES.resize(open_files)
+        reserve = max(DESCRIPTOR_RESERVE_MIN, limit // 8)
+        self.connection_budget = max(1, limit - open_files - reserve)
         log.info(
-            "file descriptor limit %d; up to %d segment files open at once",
-            self.descriptor_limit,
+            "file descriptor limit %d: up to %d segment files and %d connections",
+            limit,
             open_files,
+            self.connection_budget,
         )
         self.broker.start()
         self._loop = loop = asyncio.get_running_loop()
@@ -597,6 +606,16 @@ class BrokerServer:
         loop = self._loop
         assert loop is not None
         for _ in range(ACCEPTS_PER_WAKEUP):
+            if self.limits.accepted >= self.connection_budget:
+                self._budget_log(
+                    time.monotonic(),
+                    "not accepting connections: %d are open, all that the file descriptor "
+                    "limit (%d) leaves room for; new ones wait in the listen backlog",
+                    self.limits.accepted,
+                    self.descriptor_limit,
+                )
+                self._pause_accepting(retry=False)  # until a connection ends
+                return
             try:
                 sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -613,7 +632,7 @@ class BrokerServer:
                         self.descriptor_limit,
                         self.limits.accepted,
                     )
-                    self._pause_accepting()
+                    self._pause_accepting(retry=True)
                     return
                 raise
             ip = str(addr[0]) if isinstance(addr, tuple) else "?"
@@ -641,14 +660,15 @@ class BrokerServer:
             sock.close()
             self.limits.release(ip)
 
-    def _pause_accepting(self) -> None:
+    def _pause_accepting(self, *, retry: bool) -> None:
         loop = self._loop
         if self._accept_paused or loop is None:
             return
         self._accept_paused = True
         for sock in self._sockets:
             loop.remove_reader(sock.fileno())
-        self._retry_handle = loop.call_later(ACCEPT_RETRY_S, self._resume_accepting)
+        if retry:
+            self._retry_handle = loop.call_later(ACCEPT_RETRY_S, self._resume_accepting)
 
     def _resume_accepting(self) -> None:
         loop = self._loop
