@@ -226,7 +226,6 @@ class KafkaConnection(asyncio.Protocol):
         self.backlog: deque[bytes] = deque()  # frames decoded, not yet handled
         self.closed = False
         self.handled = 0  # frames handled, for tests
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._reading_paused = False
         self._writing_paused = False
         self._scheduled = False  # a call_soon(_process) is pending
@@ -242,8 +241,6 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        # The running loop (or, driven by hand as in the fuzz tests, the current one).
-        self._loop = asyncio.get_event_loop()
         self._last_active = time.monotonic()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -399,10 +396,10 @@ class KafkaConnection(asyncio.Protocol):
             self._held -= released
             self.memory.change(-released)
         self._write_ready()
-        if backlog and not self._scheduled and not self._blocked() and self._loop is not None:
+        if backlog and not self._scheduled and not self._blocked():
             # A turn's worth done: let the other connections have theirs first.
             self._scheduled = True
-            self._loop.call_soon(self._process)
+            asyncio.get_running_loop().call_soon(self._process)
         self._update_reading()
 
     def _continue(self) -> None:
