@@ -107,6 +107,14 @@ _RANGES: dict[str, Range] = {
     "log_flush_interval_messages": Range(1, LONG_MAX),
     "message_max_bytes": Range(0),
     "socket_request_max_bytes": Range(1),
+    # <= 0: unbounded; otherwise at least socket.request.max.bytes (checked in validate).
+    "queued_max_request_bytes": Range(LONG_MIN, LONG_MAX),
+    "socket_request_read_timeout_ms": Range(1),  # samsa's own
+    "connections_max_idle_ms": Range(LONG_MIN, LONG_MAX),  # Kafka: no validator; < 0: never
+    "max_connections": Range(0),
+    # Kafka allows 0 only with max.connections.per.ip.overrides, which samsa does not have.
+    "max_connections_per_ip": Range(1),
+    "log_max_open_files": Range(1),  # samsa's own
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
@@ -199,6 +207,12 @@ class BrokerConfig:
             problem = bound.problem(value)
             if problem is not None:
                 raise ConfigError(f"{setting_name(f.name)} {problem}")
+        if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
+            raise ConfigError(  # as KafkaConfig requires
+                f"queued.max.request.bytes must be -1 (no limit) or at least "
+                f"socket.request.max.bytes ({self.socket_request_max_bytes}), "
+                f"got {self.queued_max_request_bytes}"
+            )
         return self
 
     def with_overrides(self, **overrides: Any) -> BrokerConfig:
