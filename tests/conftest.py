@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ class BrokerProcess:
         self.port = 0
         self.proc: subprocess.Popen[str] | None = None
         self.log: list[str] = []
+        self.preexec_fn: Callable[[], None] | None = None  # run in the child (e.g. setrlimit)
 
     @property
     def bootstrap(self) -> str:
@@ -55,6 +56,7 @@ class BrokerProcess:
             stdout=subprocess.DEVNULL,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=self.preexec_fn,
         )
         ready = threading.Event()
         proc = self.proc

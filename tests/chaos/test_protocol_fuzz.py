@@ -53,6 +53,9 @@ class FakeTransport:
     def resume_reading(self) -> None:
         pass
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
     def get_extra_info(self, name: str) -> Any:
         return ("127.0.0.1", 1) if name == "peername" else None
 

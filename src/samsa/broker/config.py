@@ -26,6 +26,12 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.flush.interval.messages": "log_flush_interval_messages",
     "message.max.bytes": "message_max_bytes",
     "socket.request.max.bytes": "socket_request_max_bytes",
+    "queued.max.request.bytes": "queued_max_request_bytes",
+    "socket.request.read.timeout.ms": "socket_request_read_timeout_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+    "max.connections": "max_connections",
+    "max.connections.per.ip": "max_connections_per_ip",
+    "log.max.open.files": "log_max_open_files",
     "broker.id": "broker_id",
     "node.id": "broker_id",
     "log.dirs": "data_dir",
@@ -101,6 +107,14 @@ _RANGES: dict[str, Range] = {
     "log_flush_interval_messages": Range(1, LONG_MAX),
     "message_max_bytes": Range(0),
     "socket_request_max_bytes": Range(1),
+    # <= 0: unbounded; otherwise at least socket.request.max.bytes (checked in validate).
+    "queued_max_request_bytes": Range(LONG_MIN, LONG_MAX),
+    "socket_request_read_timeout_ms": Range(1),  # samsa's own
+    "connections_max_idle_ms": Range(LONG_MIN, LONG_MAX),  # Kafka: no validator; < 0: never
+    "max_connections": Range(0),
+    # Kafka allows 0 only with max.connections.per.ip.overrides, which samsa does not have.
+    "max_connections_per_ip": Range(1),
+    "log_max_open_files": Range(1),  # samsa's own
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
@@ -148,6 +162,21 @@ class BrokerConfig:
     log_flush_interval_messages: int = LONG_MAX
     message_max_bytes: int = 1_048_588
     socket_request_max_bytes: int = 104_857_600
+    # Bytes of requests being read or waiting to be handled, broker-wide; reading pauses when
+    # they would pass it. <= 0: unbounded (Kafka's default, -1); otherwise at least
+    # socket.request.max.bytes, as Kafka requires. Bounded by default, unlike Kafka: unbounded
+    # is how 20 half-sent 100 MB frames take 2 GB. Twice the largest request, so one of those
+    # can be read while smaller ones go on.
+    queued_max_request_bytes: int = 209_715_200
+    # samsa's own (Kafka has no twin): a request whose first bytes arrived must be complete
+    # within this time, else the connection is closed. >= 1. Kafka's request.timeout.ms default.
+    socket_request_read_timeout_ms: int = 30_000
+    connections_max_idle_ms: int = 600_000  # -1: never close idle connections
+    max_connections: int = 2_147_483_647  # >= 0; over it new connections are closed
+    max_connections_per_ip: int = 2_147_483_647  # >= 0; likewise per client address
+    # samsa's own: segment files kept open at once (least recently used closed first), at most
+    # half the process's descriptor limit. >= 1.
+    log_max_open_files: int = 16_384
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300_000
@@ -178,6 +207,12 @@ class BrokerConfig:
             problem = bound.problem(value)
             if problem is not None:
                 raise ConfigError(f"{setting_name(f.name)} {problem}")
+        if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
+            raise ConfigError(  # as KafkaConfig requires
+                f"queued.max.request.bytes must be -1 (no limit) or at least "
+                f"socket.request.max.bytes ({self.socket_request_max_bytes}), "
+                f"got {self.queued_max_request_bytes}"
+            )
         return self
 
     def with_overrides(self, **overrides: Any) -> BrokerConfig:

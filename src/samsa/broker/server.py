@@ -7,22 +7,55 @@ routed by API key to a handler, which returns either the response body right awa
 awaitable of it (a Produce waiting for its fsync round, a Fetch long-polling), or ``None``
 when no response is due (Produce with acks=0). Kafka answers requests on one connection in
 the order they came, so responses go into a per-connection queue and leave it from the
-head only; everything ready after one ``data_received`` is written with one
-``writelines`` call. Handlers run synchronously as frames arrive, so appends of pipelined
-produce requests happen in request order, and their fsyncs can share a round.
+head only; everything ready after a turn of handling is written with one ``writelines``
+call. Handlers run synchronously as frames are taken from the connection's backlog, so
+appends of pipelined produce requests happen in request order, and their fsyncs can share a
+round.
 
 Bad input never reaches the data: a frame over ``socket.request.max.bytes``, a negative
 size, an unknown API key, a version we do not serve (other than ApiVersions, which gets
 error 35 with a v0 body as Kafka does) or a body that does not parse closes that
 connection with a log line; other connections carry on.
+
+Limits: what a client can make the broker hold
+----------------------------------------------
+- Request bytes, broker-wide (``queued.max.request.bytes``, :class:`RequestMemory`). Like
+  Kafka's memory pool, a frame claims its declared size as soon as its 4-byte prefix is in;
+  a connection whose next frame does not fit stops reading until enough is released (frames
+  handled, responses of waiting requests sent). Frames bigger than a sixteenth of the pool
+  may not take its last sixteenth, which stays for small requests: a few half-sent huge
+  frames cannot stall every other client. Frames decoded but not yet handled, and those whose
+  handler is still waiting (a Produce for its fsync), count too.
+- Per connection, back-pressure per frame: at most ``MAX_PENDING_RESPONSES`` requests are in
+  progress or answered-but-unsent, and at most ``MAX_QUEUED_RESPONSE_BYTES`` of responses wait
+  to be sent (in the transport's buffer or behind a slower earlier response). At either
+  limit the connection stops taking frames from its backlog and stops reading, as Kafka mutes
+  a channel, until responses drain. One turn handles at most ``MAX_PENDING_RESPONSES``
+  frames or ``TURN_S`` of work, then the connection yields to the others (``call_soon``): a
+  client pipelining 100,000 requests delays the others by a turn, not by all of them.
+- Time: a request whose first bytes arrived must be complete within
+  ``socket.request.read.timeout.ms`` (samsa's own; time the broker itself paused reading
+  does not count), and a connection with no traffic and no request in progress is closed
+  after ``connections.max.idle.ms``. One sweep per tick checks every connection.
+- Connections: ``max.connections`` and ``max.connections.per.ip``; a connection over either
+  is closed as soon as it is accepted, with one log line per interval, not per connection.
+  The server accepts by itself (a reader on the listening socket). At start the soft
+  descriptor limit is raised to the hard one and split: segment files are held in a bounded
+  cache (``log.max.open.files``, at most half), a reserve is kept, and connections get the
+  rest; past that, accepting pauses (with a log line) and new connections wait in the listen
+  backlog until one ends. Running out anyway (EMFILE/ENFILE) is likewise a log line and a
+  short pause, not connections silently dropped as with uvloop's own accept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import logging
+import resource
 import signal
+import socket
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +63,7 @@ from typing import Any
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.broker.handlers import APIS, RequestContext, unsupported_api_versions_response
+from samsa.log.segment import SEGMENT_FILES
 from samsa.protocol.framing import (
     FrameDecoder,
     FrameError,
@@ -42,7 +76,120 @@ from samsa.protocol.messages import ApiKey, api_name, decode_request, is_flexibl
 
 log = logging.getLogger("samsa.server")
 
-MAX_PENDING_RESPONSES = 128
+MAX_PENDING_RESPONSES = 128  # requests in progress or unsent per connection; frames per turn
+TURN_S = 0.002  # a connection's turn ends after the frame that passes this much time
+MAX_QUEUED_RESPONSE_BYTES = 1 << 20  # response bytes waiting to be sent per connection
+LOG_INTERVAL_S = 10.0  # refused connections and accept errors: one log line per interval
+ACCEPT_BACKLOG = 100
+ACCEPT_RETRY_S = 0.1  # after EMFILE/ENFILE, accept again after this (or when one closes)
+ACCEPTS_PER_WAKEUP = 64
+# Descriptors kept for what is neither a connection nor a cached segment file: lazy imports,
+# index and snapshot writes, flushes of evicted segments. At least this, or an eighth.
+DESCRIPTOR_RESERVE_MIN = 16
+
+
+class _Throttled:
+    """A warning logged at most once per interval, with the count of those suppressed."""
+
+    def __init__(self, interval_s: float = LOG_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._next_at = 0.0
+        self._suppressed = 0
+
+    def __call__(self, now: float, msg: str, *args: object) -> None:
+        if now < self._next_at:
+            self._suppressed += 1
+            return
+        if self._suppressed:
+            msg += " (%d more like this in the last %.0f s)"
+            args = (*args, self._suppressed, self.interval_s)
+        log.warning(msg, *args)
+        self._suppressed = 0
+        self._next_at = now + self.interval_s
+
+
+class RequestMemory:
+    """``queued.max.request.bytes``: bytes of requests being read or waiting to be handled,
+    broker-wide. Connections claim and release; those that could not claim wait here."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(limit, 0)  # 0: unbounded (Kafka's -1)
+        self.reserve = self.limit // 16  # kept for frames no larger than this
+        self.used = 0
+        self.peak = 0  # for tests and benchmarks
+        self._waiters: dict[KafkaConnection, None] = {}
+
+    def fits(self, held: int, need: int) -> bool:
+        """May a connection holding ``held`` bytes for its partial frame hold ``need``?"""
+        if not self.limit:
+            return True
+        others = self.used - held
+        if others <= 0:
+            return True  # alone, even a frame larger than the pool may be read
+        cap = self.limit - self.reserve if need > self.reserve else self.limit
+        return others + need <= cap
+
+    def has_room(self) -> bool:
+        return not self.limit or self.used < self.limit
+
+    def change(self, delta: int) -> None:
+        self.used += delta
+        if delta > 0:
+            if self.used > self.peak:
+                self.peak = self.used
+        elif self._waiters:
+            self._wake()
+
+    def wait(self, conn: KafkaConnection) -> None:
+        self._waiters[conn] = None
+
+    def forget(self, conn: KafkaConnection) -> None:
+        self._waiters.pop(conn, None)
+
+    def _wake(self) -> None:
+        # First come, first served; a waiter that still does not fit keeps its place.
+        for conn in list(self._waiters):
+            if not self.has_room():
+                return
+            if conn.retry_memory():
+                self._waiters.pop(conn, None)
+
+
+class ConnectionLimits:
+    """What all connections of one server share: the request memory pool, the connection
+    registry and counts per address, and the settings they enforce."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.memory = RequestMemory(config.queued_max_request_bytes)
+        self.read_timeout_s = config.socket_request_read_timeout_ms / 1000
+        self.idle_s = config.connections_max_idle_ms / 1000  # < 0: never
+        self.max_connections = config.max_connections
+        self.max_per_ip = config.max_connections_per_ip
+        self.connections: set[KafkaConnection] = set()
+        self.per_ip: dict[str, int] = {}
+        self.accepted = 0  # counted at accept, released when the connection ends
+        self.refused = 0
+        self.on_release: list[Any] = []  # called when a connection ends (resumes accepting)
+
+    def admit(self, ip: str) -> str | None:
+        """Count a new connection from ``ip``, or say which limit refuses it."""
+        if self.accepted >= self.max_connections:
+            return f"max.connections ({self.max_connections}) reached"
+        if self.per_ip.get(ip, 0) >= self.max_per_ip:
+            return f"max.connections.per.ip ({self.max_per_ip}) reached for {ip}"
+        self.accepted += 1
+        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        return None
+
+    def release(self, ip: str) -> None:
+        self.accepted -= 1
+        left = self.per_ip.get(ip, 1) - 1
+        if left > 0:
+            self.per_ip[ip] = left
+        else:
+            self.per_ip.pop(ip, None)
+        for callback in self.on_release:
+            callback()
 
 
 @dataclass(slots=True)
@@ -52,23 +199,53 @@ class _Pending:
     body: bytes | list[bytes] | None = None
     done: bool = False
     task: asyncio.Future[Any] | None = None
+    frame_bytes: int = 0  # request bytes held in the pool until the response is ready
+    unsent: int = 0  # response bytes counted as waiting behind an unfinished response
+
+
+def _body_size(body: bytes | list[bytes] | None) -> int:
+    if body is None:
+        return 0
+    if isinstance(body, list):
+        return sum(len(b) for b in body)
+    return len(body)
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(
+        self, broker: Broker, limits: ConnectionLimits | None = None, ip: str | None = None
+    ) -> None:
         self.broker = broker
+        self.limits = limits if limits is not None else ConnectionLimits(broker.config)
+        self.memory = self.limits.memory
+        self.ip = ip  # set when the server counted this connection against the limits
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.queue: deque[_Pending] = deque()
+        self.backlog: deque[bytes] = deque()  # frames decoded, not yet handled
         self.closed = False
+        self.handled = 0  # frames handled, for tests
         self._reading_paused = False
         self._writing_paused = False
+        self._scheduled = False  # a call_soon(_process) is pending
+        self._waiting_memory = False
+        self._granted = False  # the partial frame's declared size is claimed
+        self._partial_claim = 0  # pool bytes claimed for the partial frame
+        self._held = 0  # pool bytes held in all: partial + backlog + waiting requests
+        self._unsent_bytes = 0  # done responses queued behind an unfinished one
+        self._frame_since: float | None = None  # when the partial frame started, if reading
+        self._last_active = 0.0
+
+    # -- connection lifecycle ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        self._last_active = time.monotonic()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.transport.set_write_buffer_limits(high=MAX_QUEUED_RESPONSE_BYTES)
+        self.limits.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -77,6 +254,31 @@ class KafkaConnection(asyncio.Protocol):
             if entry.task is not None and not entry.task.done():
                 entry.task.cancel()
         self.queue.clear()
+        self.backlog.clear()
+        self.memory.forget(self)
+        self._release_all()
+        self.limits.connections.discard(self)
+        if self.ip is not None:
+            self.limits.release(self.ip)
+            self.ip = None
+
+    def _release_all(self) -> None:
+        held, self._held = self._held, 0
+        self._partial_claim = 0
+        if held:
+            self.memory.change(-held)
+
+    def close(self, reason: str) -> None:
+        self._abort(reason, logging.WARNING)
+
+    def _abort(self, reason: str, level: int) -> None:
+        if not self.closed:
+            log.log(level, "closing connection from %s: %s", self.peer, reason)
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+            self.memory.forget(self)
+            self._release_all()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -84,37 +286,100 @@ class KafkaConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._update_reading()
+        self._last_active = time.monotonic()
+        self._continue()
 
-    def _update_reading(self) -> None:
-        if self.transport is None or self.closed:
-            return
-        should_pause = self._writing_paused or len(self.queue) >= MAX_PENDING_RESPONSES
-        if should_pause and not self._reading_paused:
-            self.transport.pause_reading()
-            self._reading_paused = True
-        elif not should_pause and self._reading_paused:
-            self.transport.resume_reading()
-            self._reading_paused = False
-
-    def close(self, reason: str) -> None:
-        if not self.closed:
-            log.warning("closing connection from %s: %s", self.peer, reason)
-            self.closed = True
-            if self.transport is not None:
-                self.transport.abort()
+    # -- reading ------------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self._last_active = now = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
             self.close(str(exc))
             return
-        for frame in frames:
+        if frames:
+            # The claimed partial frame (if any) is complete: its claim moves to the backlog.
+            self._granted = False
+            self._frame_since = None
+            size = -self._partial_claim
+            self._partial_claim = 0
+            for frame in frames:
+                size += len(frame)
+            self.backlog.extend(frames)
+            self._held += size
+            self.memory.change(size)
+        if self.decoder.buffered:
+            if self._frame_since is None:
+                self._frame_since = now
+        else:
+            self._frame_since = None
+        self._claim_partial()
+        self._process()
+
+    def _claim_partial(self) -> None:
+        """Claim pool bytes for the incomplete frame: its declared size once known (as Kafka
+        allocates the whole buffer), else what is buffered. Without the room, wait."""
+        decoder = self.decoder
+        size = decoder.pending_frame_size
+        memory = self.memory
+        if size is None or self._granted:
+            need = decoder.buffered if size is None else self._partial_claim
+            ok = size is not None or memory.has_room()
+        else:
+            need = size + 4
+            ok = memory.fits(self._partial_claim, need)
+            if ok:
+                self._granted = True
+            else:
+                need = decoder.buffered
+        delta = need - self._partial_claim
+        if delta:
+            self._partial_claim = need
+            self._held += delta
+            memory.change(delta)
+        if ok != (not self._waiting_memory):
+            self._waiting_memory = not ok
+            if ok:
+                memory.forget(self)
+            else:
+                memory.wait(self)
+
+    def retry_memory(self) -> bool:
+        """Called by the pool when bytes were released; True once this connection fits."""
+        if self.closed:
+            return True
+        self._claim_partial()
+        if self._waiting_memory:
+            return False
+        self._update_reading()
+        return True
+
+    # -- handling -----------------------------------------------------------------------------
+
+    def _blocked(self) -> bool:
+        """Back-pressure: too many responses in progress or too many bytes unsent."""
+        if self._writing_paused or len(self.queue) >= MAX_PENDING_RESPONSES:
+            return True
+        return self._unsent_bytes >= MAX_QUEUED_RESPONSE_BYTES
+
+    def _process(self) -> None:
+        """Handle frames from the backlog: at most one turn's worth, and only while the
+        connection is not blocked; what is left waits for the next turn or for a drain."""
+        self._scheduled = False
+        backlog = self.backlog
+        handled = 0
+        released = 0
+        turn_ends = time.perf_counter() + TURN_S
+        while backlog and handled < MAX_PENDING_RESPONSES and not self._blocked():
+            if handled and time.perf_counter() > turn_ends:
+                break
+            frame = backlog.popleft()
+            handled += 1
             try:
-                self._handle(frame)
+                held = self._handle(frame)
             except FrameError as exc:
                 self.close(str(exc))
                 return
@@ -124,10 +389,44 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if self.closed:
                 return
+            if not held:
+                released += len(frame)
+        self.handled += handled
+        if released:
+            self._held -= released
+            self.memory.change(-released)
         self._write_ready()
+        if backlog and not self._scheduled and not self._blocked():
+            # A turn's worth done: let the other connections have theirs first.
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._process)
         self._update_reading()
 
-    def _handle(self, frame: bytes) -> None:
+    def _continue(self) -> None:
+        """Responses drained or room freed: resume handling and reading if no longer held."""
+        if self.closed:
+            return
+        if self.backlog and not self._scheduled and not self._blocked():
+            self._process()
+        else:
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        should_pause = bool(self.backlog) or self._waiting_memory or self._blocked()
+        if should_pause and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+            self._frame_since = None  # our pause: the client is not the one holding it up
+        elif not should_pause and self._reading_paused:
+            self.transport.resume_reading()
+            self._reading_paused = False
+            if self.decoder.buffered:
+                self._frame_since = time.monotonic()
+
+    def _handle(self, frame: bytes) -> bool:
+        """Handle one request; True if its frame stays held until its response is ready."""
         api_key, version, correlation_id = peek_request_header(frame)
         api = APIS.get(api_key)
         if api is None:
@@ -136,7 +435,7 @@ class KafkaConnection(asyncio.Protocol):
             if api_key == ApiKey.API_VERSIONS:
                 # Kafka answers with a v0 body and header, listing what it does serve.
                 self._enqueue(correlation_id, False, unsupported_api_versions_response())
-                return
+                return False
             raise FrameError(
                 f"{api_name(api_key)} v{version} is not supported "
                 f"(supported: v{api.min_version}-v{api.max_version})"
@@ -147,21 +446,26 @@ class KafkaConnection(asyncio.Protocol):
         ctx = RequestContext(header=header, version=version, peer=self.peer)
         result = api.handler(self.broker, ctx, request)
         if result is None:
-            return  # e.g. Produce with acks=0: Kafka sends nothing back
+            return False  # e.g. Produce with acks=0: Kafka sends nothing back
         # ApiVersions responses always use header v0, whatever the request version.
         flexible_header = flexible and api_key != ApiKey.API_VERSIONS
         if isinstance(result, bytes | list):
             self._enqueue(correlation_id, flexible_header, result)
-        else:
-            entry = _Pending(correlation_id, flexible_header)
-            self.queue.append(entry)
-            entry.task = future = asyncio.ensure_future(result)
-            future.add_done_callback(lambda f, e=entry: self._on_done(e, f))
+            return False
+        entry = _Pending(correlation_id, flexible_header, frame_bytes=len(frame))
+        self.queue.append(entry)
+        entry.task = future = asyncio.ensure_future(result)
+        future.add_done_callback(lambda f, e=entry: self._on_done(e, f))
+        return True
 
     def _enqueue(
         self, correlation_id: int, flexible_header: bool, body: bytes | list[bytes]
     ) -> None:
-        self.queue.append(_Pending(correlation_id, flexible_header, body, True))
+        entry = _Pending(correlation_id, flexible_header, body, True)
+        if self.queue:  # behind another response: count what waits
+            entry.unsent = _body_size(body)
+            self._unsent_bytes += entry.unsent
+        self.queue.append(entry)
 
     def _on_done(self, entry: _Pending, future: asyncio.Future[Any]) -> None:
         if self.closed:
@@ -176,8 +480,15 @@ class KafkaConnection(asyncio.Protocol):
             return
         entry.body = future.result()
         entry.done = True
+        if entry is not self.queue[0]:
+            entry.unsent = _body_size(entry.body)
+            self._unsent_bytes += entry.unsent
+        if entry.frame_bytes:
+            self._held -= entry.frame_bytes
+            self.memory.change(-entry.frame_bytes)
+            entry.frame_bytes = 0
         self._write_ready()
-        self._update_reading()
+        self._continue()
 
     def _write_ready(self) -> None:
         if self.closed or self.transport is None:
@@ -186,6 +497,7 @@ class KafkaConnection(asyncio.Protocol):
         queue = self.queue
         while queue and queue[0].done:
             entry = queue.popleft()
+            self._unsent_bytes -= entry.unsent
             body = entry.body
             if isinstance(body, list):
                 size = sum(len(b) for b in body)
@@ -195,6 +507,46 @@ class KafkaConnection(asyncio.Protocol):
                 out.append(frame_response(entry.correlation_id, body, entry.flexible_header))
         if out:
             self.transport.writelines(out)
+            self._last_active = time.monotonic()
+
+    # -- timeouts -----------------------------------------------------------------------------
+
+    def check_timeouts(self, now: float) -> None:
+        """Close the connection if its partial request is overdue or it has been idle."""
+        if self.closed:
+            return
+        limits = self.limits
+        since = self._frame_since
+        if since is not None and now - since > limits.read_timeout_s:
+            size = self.decoder.pending_frame_size
+            self.close(
+                f"request not complete after {limits.read_timeout_s * 1000:.0f} ms "
+                f"(socket.request.read.timeout.ms): {self.decoder.buffered} of "
+                f"{'?' if size is None else size + 4} bytes received"
+            )
+            return
+        if (
+            limits.idle_s >= 0
+            and now - self._last_active > limits.idle_s
+            and not self.queue
+            and not self.decoder.buffered
+        ):
+            self._abort(
+                f"idle for more than {limits.idle_s * 1000:.0f} ms (connections.max.idle.ms)",
+                logging.INFO,
+            )
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
+    return soft
 
 
 class BrokerServer:
@@ -203,32 +555,190 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker = Broker(config)
-        self._server: asyncio.base_events.Server | None = None
+        self.limits = ConnectionLimits(config)
+        self.limits.on_release.append(self._resume_accepting)
         self.port: int = config.port
+        self.descriptor_limit = 0
+        self.connection_budget = 0  # connections the descriptor limit leaves room for
+        self._sockets: list[socket.socket] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._accept_paused = False
+        self._retry_handle: asyncio.TimerHandle | None = None
+        self._setups: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._refused_log = _Throttled()
+        self._accept_error_log = _Throttled()
+        self._budget_log = _Throttled()
 
     async def start(self) -> None:
-        self.broker.start()
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self.broker),
-            self.config.host,
-            self.config.port,
-            reuse_address=True,
+        self.descriptor_limit = limit = raise_descriptor_limit()
+        # Half the descriptors at most for segment files, a reserve, the rest for connections.
+        open_files = min(self.config.log_max_open_files, max(1, limit // 2))
+        SEGMENT_FILES.resize(open_files)
+        reserve = max(DESCRIPTOR_RESERVE_MIN, limit // 8)
+        self.connection_budget = max(1, limit - open_files - reserve)
+        log.info(
+            "file descriptor limit %d: up to %d segment files and %d connections",
+            limit,
+            open_files,
+            self.connection_budget,
         )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.broker.start()
+        self._loop = loop = asyncio.get_running_loop()
+        self._sockets = await _listen(loop, self.config.host, self.config.port)
+        for sock in self._sockets:
+            loop.add_reader(sock.fileno(), self._accept, sock)
+        self.port = self._sockets[0].getsockname()[1]
         if self.config.port == 0:
             # An ephemeral port: advertise the one we got.
             self.broker.config = self.config = self.config.with_overrides(
                 port=self.port, advertised_port=self.config.advertised_port or self.port
             )
+        self._sweeper = loop.create_task(self._sweep())
         self.broker.start_background_tasks()
 
+    # -- accepting ----------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        loop = self._loop
+        assert loop is not None
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            if self.limits.accepted >= self.connection_budget:
+                self._budget_log(
+                    time.monotonic(),
+                    "not accepting connections: %d are open, all that the file descriptor "
+                    "limit (%d) leaves room for; new ones wait in the listen backlog",
+                    self.limits.accepted,
+                    self.descriptor_limit,
+                )
+                self._pause_accepting(retry=False)  # until a connection ends
+                return
+            try:
+                sock, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._accept_error_log(
+                        time.monotonic(),
+                        "cannot accept connections: %s (file descriptor limit %d, %d "
+                        "connections); new ones wait in the listen backlog",
+                        exc.strerror or exc,
+                        self.descriptor_limit,
+                        self.limits.accepted,
+                    )
+                    self._pause_accepting(retry=True)
+                    return
+                raise
+            ip = str(addr[0]) if isinstance(addr, tuple) else "?"
+            refusal = self.limits.admit(ip)
+            if refusal is not None:
+                self.limits.refused += 1
+                self._refused_log(time.monotonic(), "refusing connection from %s: %s", ip, refusal)
+                sock.close()
+                continue
+            task = loop.create_task(self._setup(sock, ip))
+            self._setups.add(task)
+            task.add_done_callback(self._setups.discard)
+
+    async def _setup(self, sock: socket.socket, ip: str) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.connect_accepted_socket(
+                lambda: KafkaConnection(self.broker, self.limits, ip), sock
+            )
+        except Exception as exc:  # the client went away during setup
+            log.info("connection from %s failed during setup: %s", ip, exc)
+            sock.close()
+            self.limits.release(ip)
+
+    def _pause_accepting(self, *, retry: bool) -> None:
+        loop = self._loop
+        if self._accept_paused or loop is None:
+            return
+        self._accept_paused = True
+        for sock in self._sockets:
+            loop.remove_reader(sock.fileno())
+        if retry:
+            self._retry_handle = loop.call_later(ACCEPT_RETRY_S, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        loop = self._loop
+        if not self._accept_paused or loop is None:
+            return
+        self._accept_paused = False
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
+        for sock in self._sockets:
+            if sock.fileno() >= 0:
+                loop.add_reader(sock.fileno(), self._accept, sock)
+
+    # -- timeouts -----------------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        limits = self.limits
+        spans = [limits.read_timeout_s] + ([limits.idle_s] if limits.idle_s >= 0 else [])
+        tick = min(1.0, max(0.01, min(spans) / 4))
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for conn in list(limits.connections):
+                conn.check_timeouts(now)
+
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1)
+        loop = self._loop
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+        for sock in self._sockets:
+            if loop is not None and not self._accept_paused:
+                loop.remove_reader(sock.fileno())
+            sock.close()
+        self._sockets = []
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for task in list(self._setups):
+            task.cancel()
+        for conn in list(self.limits.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
+        await asyncio.sleep(0)  # let the aborts run connection_lost
         self.broker.close()
+
+
+async def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address ``host`` resolves to (as ``create_server``)."""
+    infos = await loop.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, Any]] = set()
+    try:
+        for family, kind, proto, _name, addr in infos:
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port:  # 0 picks a port for the first address; the others get the same one
+                addr = (addr[0], port, *addr[2:])
+            sock.bind(addr)
+            port = sock.getsockname()[1]
+            sock.listen(ACCEPT_BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 async def serve(config: BrokerConfig) -> None:
@@ -265,4 +775,4 @@ def run(config: BrokerConfig) -> None:
         uvloop.run(serve(config))
 
 
-__all__ = ["BrokerServer", "KafkaConnection", "run", "serve"]
+__all__ = ["BrokerServer", "ConnectionLimits", "KafkaConnection", "RequestMemory", "run", "serve"]

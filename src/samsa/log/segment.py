@@ -5,13 +5,25 @@ Appends go straight to the file descriptor with one ``os.writev`` (the new base 
 the batch after its first 8 bytes), so the bytes are in the kernel when ``append`` returns.
 Reads use ``os.pread``. Batch boundaries are found by walking 61-byte headers from the
 nearest index entry, in blocks, never by decoding records.
+
+Descriptors: a segment's ``.log`` file is opened on first use and kept open in
+:data:`SEGMENT_FILES`, a process-wide cache of at most ``capacity`` descriptors (the broker sizes
+it from ``log.max.open.files`` and the descriptor limit); when it is full, the least recently
+used file is closed (CLOCK: one flag set per use, no lock on the hot path). So segments of
+inactive partitions hold no descriptor, and 10,000 partitions run under a 1,024-descriptor limit.
+Index files are never held open (read whole, appended by path). Descriptors are opened and
+evicted on the thread that appends to and reads the logs (the broker's event loop); a flush on
+another thread pins the descriptor it syncs, so eviction cannot close it under the ``fdatasync``.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +64,106 @@ def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
     return directory / f"{base_offset:020d}{suffix}"
 
 
+DEFAULT_MAX_OPEN_FILES = 16_384  # log.max.open.files
+
+
+class SegmentFileCache:
+    """At most ``capacity`` open segment descriptors; the least recently used one is closed
+    when another must be opened (CLOCK approximation of LRU: ``LogSegment._ref`` is set on
+    every use, and eviction gives a referenced file a second chance)."""
+
+    def __init__(self, capacity: int = DEFAULT_MAX_OPEN_FILES) -> None:
+        self.capacity = max(1, capacity)
+        self._open: OrderedDict[LogSegment, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.opens = 0  # descriptors opened (first use or reopen), for tests and benchmarks
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def resize(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = max(1, capacity)
+            self._make_room(0)
+
+    def open(self, seg: LogSegment) -> int:
+        """Open ``seg``'s file (it is closed), closing the least recently used if full."""
+        with self._lock:
+            if seg._fd >= 0:
+                return seg._fd
+            self._make_room(1)
+            flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+            try:
+                fd = os.open(seg.path, flags)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
+                    raise
+                # Out of descriptors (connections took them): give back half of ours, once.
+                log.warning(
+                    "out of file descriptors opening %s; closing %d cached segment files",
+                    seg.path,
+                    len(self._open) // 2 + 1,
+                )
+                self._evict(len(self._open) // 2 + 1)
+                fd = os.open(seg.path, flags)
+            self.opens += 1
+            seg._fd = fd
+            self._open[seg] = None
+            return fd
+
+    def adopt(self, seg: LogSegment, fd: int) -> None:
+        """Track a descriptor opened by ``LogSegment.create``."""
+        with self._lock:
+            self._make_room(1)
+            seg._fd = fd
+            self._open[seg] = None
+
+    def pin(self, seg: LogSegment) -> int:
+        """The open descriptor of ``seg``, which eviction will not close until ``unpin``; -1
+        if it is closed (for use from a thread other than the logs' own)."""
+        with self._lock:
+            if seg._fd >= 0:
+                seg._pins += 1
+            return seg._fd
+
+    def unpin(self, seg: LogSegment) -> None:
+        with self._lock:
+            seg._pins -= 1
+
+    def close(self, seg: LogSegment) -> None:
+        with self._lock:
+            self._open.pop(seg, None)
+            fd, seg._fd = seg._fd, -1
+            if fd >= 0:
+                os.close(fd)
+
+    def _make_room(self, n: int) -> None:
+        excess = len(self._open) + n - self.capacity
+        if excess > 0:
+            self._evict(excess)
+
+    def _evict(self, count: int) -> None:
+        # Two passes at most: the first clears every reference flag it passes.
+        lru = self._open
+        budget = 2 * len(lru)
+        while count > 0 and lru and budget > 0:
+            budget -= 1
+            seg = next(iter(lru))
+            if seg._ref or seg._pins:
+                seg._ref = False
+                lru.move_to_end(seg)
+                continue
+            del lru[seg]
+            fd, seg._fd = seg._fd, -1
+            os.close(fd)
+            self.evictions += 1
+            count -= 1
+
+
+SEGMENT_FILES = SegmentFileCache()
+
+
 class CorruptSegmentError(Exception):
     """Bytes that are not a batch where a batch must start (only after outside damage)."""
 
@@ -66,14 +178,16 @@ class RecoveryOutcome:
 
 class LogSegment:
     __slots__ = (
+        "_fd",
         "_indexes_loaded",
         "_max_timestamp",
         "_offset_of_max_timestamp",
+        "_pins",
+        "_ref",
         "base_offset",
         "bytes_since_last_index_entry",
         "directory",
         "dirty",
-        "fd",
         "index_interval_bytes",
         "index_unsynced",
         "next_offset",
@@ -84,12 +198,14 @@ class LogSegment:
     )
 
     def __init__(
-        self, directory: Path, base_offset: int, fd: int, size: int, index_interval_bytes: int
+        self, directory: Path, base_offset: int, size: int, index_interval_bytes: int
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.path = segment_file(directory, base_offset, LOG_SUFFIX)
-        self.fd = fd
+        self._fd = -1  # open only while SEGMENT_FILES holds it
+        self._ref = False
+        self._pins = 0
         self.size = size
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(
@@ -112,7 +228,8 @@ class LogSegment:
     def create(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> LogSegment:
         path = segment_file(directory, base_offset, LOG_SUFFIX)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        seg = cls(directory, base_offset, fd, 0, index_interval_bytes)
+        seg = cls(directory, base_offset, 0, index_interval_bytes)
+        SEGMENT_FILES.adopt(seg, fd)
         seg.offset_index.rewrite()  # empty files, so the directory always has all three
         seg.time_index.rewrite()
         seg._indexes_loaded = True
@@ -122,20 +239,24 @@ class LogSegment:
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> LogSegment:
-        """Open an existing segment; its indexes are loaded on first use."""
-        path = segment_file(directory, base_offset, LOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-        try:
-            size = os.fstat(fd).st_size
-        except OSError:
-            os.close(fd)
-            raise
-        return cls(directory, base_offset, fd, size, index_interval_bytes)
+        """Open an existing segment; its file is opened and its indexes loaded on first use."""
+        size = segment_file(directory, base_offset, LOG_SUFFIX).stat().st_size
+        return cls(directory, base_offset, size, index_interval_bytes)
+
+    def _file(self) -> int:
+        """The descriptor of the ``.log`` file, opened through the cache if it is closed."""
+        fd = self._fd
+        if fd < 0:
+            return SEGMENT_FILES.open(self)  # unreferenced until used again: goes first
+        self._ref = True
+        return fd
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        SEGMENT_FILES.close(self)
 
     def delete(self) -> None:
         self.close()
@@ -155,7 +276,7 @@ class LogSegment:
         size = batch.batch_length + LOG_OVERHEAD
         try:
             written = os.writev(
-                self.fd,
+                self._file(),
                 (base_offset_prefix(base_offset), memoryview(batch.buf)[start + 8 : start + size]),
             )
             if written != size:
@@ -171,7 +292,7 @@ class LogSegment:
             memoryview(batch.buf)[batch.pos + 8 : batch.pos + batch.size]
         )
         while written < len(data):
-            n = os.write(self.fd, data[written:])
+            n = os.write(self._file(), data[written:])
             if n <= 0:
                 raise OSError(f"no progress writing to {self.path}")
             written += n
@@ -179,7 +300,7 @@ class LogSegment:
     def _undo_write(self, pos: int) -> None:
         # A batch is on disk whole or not at all: cut whatever part of it reached the file.
         try:
-            os.ftruncate(self.fd, pos)
+            os.ftruncate(self._file(), pos)
         except OSError:
             log.exception("cannot truncate %s back to %d after a failed append", self.path, pos)
 
@@ -216,7 +337,21 @@ class LogSegment:
             self.index_unsynced = True
 
     def fsync_data(self) -> None:
-        os.fdatasync(self.fd)
+        """fdatasync the ``.log`` file; safe from a thread other than the log's own."""
+        fd = SEGMENT_FILES.pin(self)
+        if fd >= 0:
+            try:
+                os.fdatasync(fd)
+            finally:
+                SEGMENT_FILES.unpin(self)
+            return
+        # Closed by the cache: the written data is in the page cache, and a descriptor of our
+        # own syncs it just as well (without touching the cache from this thread).
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     def fsync_indexes(self) -> None:
         fsync_file(self.offset_index.path)
@@ -226,7 +361,7 @@ class LogSegment:
     # -- reading --------------------------------------------------------------------------------
 
     def read(self, position: int, size: int) -> bytes:
-        data = os.pread(self.fd, size, position)
+        data = os.pread(self._file(), size, position)
         if len(data) != size:
             raise CorruptSegmentError(
                 f"{self.path}: short read of {size} bytes at {position} (got {len(data)})"
@@ -243,7 +378,7 @@ class LogSegment:
             rel = pos - block_start
             if rel + HEADER_SIZE > len(block):
                 block_start, rel = pos, 0
-                block = os.pread(self.fd, max(HEADER_SIZE, min(WALK_BLOCK, end - pos)), pos)
+                block = os.pread(self._file(), max(HEADER_SIZE, min(WALK_BLOCK, end - pos)), pos)
                 if len(block) < HEADER_SIZE:
                     raise CorruptSegmentError(f"{self.path}: torn batch header at byte {pos}")
             view = RecordBatchView(block, rel)
@@ -290,7 +425,7 @@ class LogSegment:
     def _is_batch_at(self, entry: tuple[int, int]) -> bool:
         """Does the batch at ``entry``'s position end at its offset (one header read)?"""
         offset, pos = entry
-        header = os.pread(self.fd, HEADER_SIZE, pos)
+        header = os.pread(self._file(), HEADER_SIZE, pos)
         if len(header) < HEADER_SIZE:
             return False
         view = RecordBatchView(header)
@@ -485,13 +620,13 @@ class LogSegment:
         """Check every batch as :meth:`recover` does (header, offsets, CRC-32C) without
         changing anything: (bytes of whole valid batches from the start, their count, the
         first problem or None). What a clean start runs on the active segment."""
-        file_size = os.fstat(self.fd).st_size
+        file_size = os.fstat(self._file()).st_size
         expected = max(min_offset, self.base_offset)
         pos = 0
         need = RECOVER_CHUNK
         batches = 0
         while pos < file_size:
-            buf = os.pread(self.fd, min(need, file_size - pos), pos)
+            buf = os.pread(self._file(), min(need, file_size - pos), pos)
             mv = memoryview(buf)
             end = len(buf)
             rel = 0
@@ -531,14 +666,14 @@ class LogSegment:
         """Check every batch (CRC included), cut the file after the last good one and rebuild
         the indexes. ``min_offset``: the first batch may not start below it."""
         self._reset_indexes()
-        file_size = os.fstat(self.fd).st_size
+        file_size = os.fstat(self._file()).st_size
         expected = max(min_offset, self.base_offset)
         pos = 0
         need = 0
         batches = 0
         problem: str | None = None
         while pos < file_size:
-            buf = os.pread(self.fd, min(max(RECOVER_CHUNK, need), file_size - pos), pos)
+            buf = os.pread(self._file(), min(max(RECOVER_CHUNK, need), file_size - pos), pos)
             result = scan_batches(buf)
             bad: tuple[int, str] | None = None
             for view in result.batches:
@@ -583,7 +718,7 @@ class LogSegment:
             break
         truncated = file_size - pos
         if truncated:
-            os.ftruncate(self.fd, pos)
+            os.ftruncate(self._file(), pos)
         self.size = pos
         self.offset_index.rewrite()
         self.time_index.rewrite()

@@ -77,6 +77,14 @@ class FrameDecoder:
         """Bytes of an incomplete frame still waiting for the rest."""
         return len(self._buf)
 
+    @property
+    def pending_frame_size(self) -> int | None:
+        """Declared size of the incomplete frame being read, once its 4-byte prefix is in
+        (already checked against the limit); None before that."""
+        if len(self._buf) < 4:
+            return None
+        return int(_SIZE.unpack_from(self._buf, 0)[0])
+
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:

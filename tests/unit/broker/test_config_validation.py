@@ -38,6 +38,15 @@ def test_every_integer_setting_has_a_range() -> None:
         ("transaction.max.timeout.ms", "0", "transaction.max.timeout.ms must be at least 1"),
         ("num.partitions", str(INT_MAX + 1), "at most 2147483647 (a 32-bit integer)"),
         ("log.retention.bytes", str(LONG_MAX + 1), "at most 9223372036854775807"),
+        (
+            "queued.max.request.bytes",
+            "1000",
+            "queued.max.request.bytes must be -1 (no limit) or at least socket.request.max.bytes",
+        ),
+        ("max.connections", "-1", "max.connections must be at least 0, got -1"),
+        ("max.connections.per.ip", "0", "max.connections.per.ip must be at least 1, got 0"),
+        ("socket.request.read.timeout.ms", "0", "request.read.timeout.ms must be at least 1"),
+        ("log.max.open.files", "0", "log.max.open.files must be at least 1, got 0"),
     ],
 )
 def test_out_of_range_values_are_refused_by_name(key: str, value: str, message: str) -> None:
@@ -66,6 +75,9 @@ def test_kafkas_bounds_themselves_are_accepted() -> None:
     )
     assert check({"log.retention.ms": "-1"}).log_retention_ms == -1
     assert check({"log.retention.bytes": "-1"}).log_retention_bytes == -1
+    assert check({"queued.max.request.bytes": "-1"}).queued_max_request_bytes == -1
+    queued = {"queued.max.request.bytes": "104857600", "socket.request.max.bytes": "104857600"}
+    assert check(queued).queued_max_request_bytes == 104857600
     assert BrokerConfig(port=0).validate().port == 0
 
 
