@@ -627,7 +627,7 @@ def _walk(buf: bytes, pos: int, count: int, out: array) -> None:
                     break
                 shift += 7
             pos = q + ((n >> 1) ^ -(n & 1))
-    except IndexError:
+    except (IndexError, OverflowError):  # a length past the batch, or past any int64
         raise _corrupt("record lengths run past the batch") from None
 
 

@@ -370,3 +370,15 @@ def test_compression_levels(codec: int) -> None:
         assert len(b.data) < len(values) * 50 / 5
     fast = encode_batches(values, compression=codec, compression_level=1, now_ms=NOW)
     assert codec == Compression.GZIP or fast[0].data != default[0].data
+
+
+def test_a_record_length_past_any_int64_is_corrupt_not_an_overflow() -> None:
+    # Found by the property test: a flipped byte made a length varint of ten bytes, whose value
+    # does not fit the int64 array of record starts.
+    from array import array
+
+    from samsa.protocol.columnar import _walk
+
+    buf = memoryview(bytes([0xFF] * 9 + [0x7F]) + bytes(4))
+    with pytest.raises(InvalidBatchError, match="run past the batch"):
+        _walk(buf, 0, 4, array("q"))
