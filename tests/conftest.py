@@ -14,8 +14,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from samsa.testing.tansu import tansu_broker_args
+
+# `make test` (and so CI) runs the property tests on a fixed sequence of examples, so a run
+# fails only for a change, never for a new random draw. HYPOTHESIS_PROFILE=explore draws
+# fresh examples (and keeps failures in .hypothesis/) for a hunt by hand.
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 
