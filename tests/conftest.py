@@ -92,12 +92,12 @@ class BrokerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
-    def stop(self) -> int | None:
-        """SIGTERM and wait for the clean shutdown."""
+    def stop(self, timeout: float = 20) -> int | None:
+        """SIGTERM and wait for the clean shutdown (SIGKILL after ``timeout`` seconds)."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)

@@ -177,7 +177,7 @@ def test_verify_catches_replayed_produce_answers(broker) -> None:  # type: ignor
     assert result.proxy_stats is not None and result.proxy_stats["replayed_responses"] > 0
     assert not result.ok and INCONSISTENT in result.check.bad_kinds, render(result)
     case = result.check.cases[INCONSISTENT][0]
-    assert len(case.data["values"]) == 2 and case.ops
+    assert len(case.data["values"]) >= 2 and case.ops
 
 
 def test_verify_catches_acknowledged_but_dropped_produces(broker) -> None:  # type: ignore[no-untyped-def]

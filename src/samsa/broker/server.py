@@ -236,6 +236,7 @@ class KafkaConnection(asyncio.Protocol):
         self._unsent_bytes = 0  # done responses queued behind an unfinished one
         self._frame_since: float | None = None  # when the partial frame started, if reading
         self._last_active = 0.0
+        self.draining = False  # the server is stopping: answer what was read, read no more
 
     # -- connection lifecycle ---------------------------------------------------------------
 
@@ -411,10 +412,26 @@ class KafkaConnection(asyncio.Protocol):
         else:
             self._update_reading()
 
+    def drain(self) -> None:
+        """Stop reading for good; requests already read are still answered."""
+        self.draining = True
+        self._update_reading()
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing read is left unanswered and every answer has left the process."""
+        return self.closed or (
+            not self.queue
+            and not self.backlog
+            and (self.transport is None or self.transport.get_write_buffer_size() == 0)
+        )
+
     def _update_reading(self) -> None:
         if self.transport is None or self.closed:
             return
-        should_pause = bool(self.backlog) or self._waiting_memory or self._blocked()
+        should_pause = (
+            self.draining or bool(self.backlog) or self._waiting_memory or self._blocked()
+        )
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
@@ -691,7 +708,10 @@ class BrokerServer:
             for conn in list(limits.connections):
                 conn.check_timeouts(now)
 
-    async def stop(self) -> None:
+    async def stop(self, drain_timeout: float = 2.0) -> None:
+        """Stop accepting, answer the requests already read (for up to ``drain_timeout``
+        seconds, so a client gets its answer, e.g. KAFKA_STORAGE_ERROR when a failed fsync
+        stops the broker, rather than a reset), then close every connection and the broker."""
         loop = self._loop
         if self._retry_handle is not None:
             self._retry_handle.cancel()
@@ -704,7 +724,13 @@ class BrokerServer:
             self._sweeper.cancel()
         for task in list(self._setups):
             task.cancel()
-        for conn in list(self.limits.connections):
+        conns = list(self.limits.connections)
+        for conn in conns:
+            conn.drain()
+        deadline = time.monotonic() + drain_timeout
+        while not all(c.quiet for c in conns) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in conns:
             if conn.transport is not None:
                 conn.transport.abort()
         await asyncio.sleep(0)  # let the aborts run connection_lost
