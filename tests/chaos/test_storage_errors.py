@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from conftest import tmpfs
 from samsa.broker.broker import ShutdownError
 from samsa.broker.config import BrokerConfig
 from samsa.broker.server import BrokerServer
@@ -52,19 +53,8 @@ READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """An 8 MiB tmpfs: writes past it fail with ENOSPC, like a full disk."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs to make a full disk (root needed): {done.stderr}")
-    try:
+    with tmpfs(tmp_path / "disk", "size=8m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def fill(disk: Path) -> None:

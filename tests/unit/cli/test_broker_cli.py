@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tmpfs
+
 PREFIX = "samsa broker: error: "
 
 
@@ -60,19 +62,8 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: Path) -> None:
 @pytest.fixture
 def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     """A directory no one can write to, root included: a read-only tmpfs mount."""
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a read-only tmpfs (root needed): {done.stderr}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=64k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_start_failures_exit_1_with_one_line(tmp_path: Path, read_only_dir: Path) -> None:
