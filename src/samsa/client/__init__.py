@@ -6,6 +6,7 @@
 confluent-kafka-style property names. Everything else in this package is private.
 """
 
+from samsa.client._accumulator import BatchMetadata
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing, GroupMember
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
@@ -47,6 +48,7 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "AsyncResumedTransaction",
+    "BatchMetadata",
     "BufferExhaustedError",
     "ClosedError",
     "ConfigError",

@@ -35,6 +35,7 @@ import operator
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import crc32c
@@ -374,6 +375,7 @@ class Batch:
         "epoch",
         "first_ts",
         "full",
+        "handle",
         "headers",
         "in_flight",
         "keys",
@@ -398,6 +400,7 @@ class Batch:
         self.full = False  # sealed, or no record may be added any more
         self.done = False
         self.sinks: list[tuple[int, Sink]] = []  # (row, sink), rows ascending
+        self.handle: Tally | None = None  # a produce_batch() call owning every record
         # open: the columns
         self.values: list[bytes | None] = []
         self.keys: list[bytes | None] = []
@@ -559,6 +562,8 @@ class Batch:
         if self.section is not None:
             self._unseal()
         assert self.timestamps is not None
+        if self.handle is not None:
+            self.handle.landed(self.tp.partition, -1, k)
         for i, sink in self.sinks:
             if i < k:
                 _deliver(
@@ -599,6 +604,8 @@ class Batch:
         if self.done:
             return
         self.done = True
+        if self.handle is not None:
+            self.handle.landed(self.tp.partition, base_offset, self.count)
         if not self.sinks:
             return
         topic, partition = self.tp
@@ -618,6 +625,8 @@ class Batch:
         if self.done:
             return
         self.done = True
+        if self.handle is not None:
+            self.handle.failed(err, self.count)
         for _i, sink in self.sinks:
             _deliver(sink, err, None)
 
@@ -635,3 +644,253 @@ def fail_items(items: Sequence[Item], err: BaseException) -> None:
         extras = item[4]
         if extras is not None and extras[3] is not None:
             _deliver(extras[3], err, None)
+
+
+# --- columnar intake (produce_batch) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Where the records of one ``produce_batch()`` call landed.
+
+    ``offsets`` maps each partition to its runs of records as (first offset, count), in the
+    order of the call's rows for that partition; consecutive batches that landed next to each
+    other are merged into one run. Records acknowledged without an offset (``acks=0``, or a
+    retry the broker recognised as a duplicate of a write it had made: DUPLICATE_SEQUENCE_NUMBER
+    or a resumed producer's records written by its previous incarnation) are counted in
+    ``without_offset`` instead.
+    """
+
+    topic: str
+    count: int
+    offsets: dict[int, list[tuple[int, int]]]
+    without_offset: int = 0
+
+
+class Tally:
+    """Counts the records of one ``produce_batch()`` call as their batches resolve; calls
+    ``done(error, metadata)`` once, when the last one did (error: the first failure; the
+    metadata then still says where the records that were written landed)."""
+
+    __slots__ = ("_done", "count", "error", "offsets", "remaining", "topic", "without_offset")
+
+    def __init__(
+        self,
+        topic: str,
+        count: int,
+        done: Callable[[BaseException | None, BatchMetadata], None],
+    ) -> None:
+        self.topic = topic
+        self.count = count
+        self.remaining = count
+        self.offsets: dict[int, list[tuple[int, int]]] = {}
+        self.without_offset = 0
+        self.error: BaseException | None = None
+        self._done = done
+        if count == 0:
+            self._finish()
+
+    def landed(self, partition: int, base_offset: int, count: int) -> None:
+        if base_offset < 0:
+            self.without_offset += count
+        else:
+            runs = self.offsets.setdefault(partition, [])
+            if runs and runs[-1][0] + runs[-1][1] == base_offset:
+                runs[-1] = (runs[-1][0], runs[-1][1] + count)
+            else:
+                runs.append((base_offset, count))
+        self._resolved(count)
+
+    def failed(self, err: BaseException, count: int) -> None:
+        if self.error is None:
+            self.error = err
+        self._resolved(count)
+
+    def _resolved(self, count: int) -> None:
+        self.remaining -= count
+        if self.remaining == 0:
+            self._finish()
+
+    def _finish(self) -> None:
+        md = BatchMetadata(self.topic, self.count, self.offsets, self.without_offset)
+        try:
+            self._done(self.error, md)
+        except Exception:  # a user's callback: reported, never the producer's problem
+            log.exception("produce_batch completion callback failed")
+
+
+@dataclass(slots=True)
+class Columns:
+    """Validated columns of a ``produce_batch()`` call (see :func:`make_columns`)."""
+
+    values: Any  # pa.LargeBinaryArray, nulls kept
+    keys: Any | None  # pa.LargeBinaryArray or None: no keys at all
+    timestamps: np.ndarray  # int64 ms
+    headers: Any | None  # pa.ListArray of (key, value) structs, or None
+    partitions: np.ndarray | None  # int64, -1 = any; None: any for every row
+    sizes: np.ndarray  # int64 estimate per row (buffer.memory is accounted with it)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def slice(self, a: int, b: int) -> Columns:
+        return Columns(
+            self.values.slice(a, b - a),
+            self.keys.slice(a, b - a) if self.keys is not None else None,
+            self.timestamps[a:b],
+            self.headers.slice(a, b - a) if self.headers is not None else None,
+            self.partitions[a:b] if self.partitions is not None else None,
+            self.sizes[a:b],
+        )
+
+    def take(self, rows: np.ndarray) -> Columns:
+        import pyarrow as pa
+
+        idx = pa.array(rows)
+        return Columns(
+            self.values.take(idx),
+            self.keys.take(idx) if self.keys is not None else None,
+            self.timestamps[rows],
+            self.headers.take(idx) if self.headers is not None else None,
+            self.partitions[rows] if self.partitions is not None else None,
+            self.sizes[rows],
+        )
+
+
+def make_columns(values: Any, keys: Any, partition: Any, headers: Any, timestamps: Any) -> Columns:
+    """Check a ``produce_batch()`` call on the caller's thread (bad input raises here and
+    nothing is queued) and convert its columns to Arrow once."""
+    from samsa.protocol import columnar as col
+
+    vals, vlen = _binary_column(values, "values")
+    n = len(vlen)
+    size = RECORD_OVERHEAD + np.maximum(vlen, 0)
+    key_arr = None
+    if keys is not None:
+        key_arr, klen = _binary_column(keys, "keys")
+        if len(klen) != n:
+            raise ValueError(f"keys: {len(klen)} given for {n} values")
+        if key_arr.null_count == n:
+            key_arr = None  # all null: every row is unkeyed
+        else:
+            size += np.maximum(klen, 0)
+    ts = col._timestamps(timestamps, n, None)
+    hlist = col._headers_list(headers, n)
+    if hlist is not None:
+        sections = col._header_sections(hlist)  # validates: a header needs a key
+        if sections is None:
+            hlist = None
+        else:
+            size += sections.lengths
+    parts = _partition_column(partition, n)
+    return Columns(vals, key_arr, ts, hlist, parts, size)
+
+
+def _binary_column(data: Any, what: str) -> tuple[Any, np.ndarray]:
+    """bytes, str or None per row (or a binary/string Arrow array), as large_binary with
+    its lengths (-1: null)."""
+    import pyarrow as pa
+
+    from samsa.protocol import columnar as col
+
+    if isinstance(data, (bytes, str)):
+        raise TypeError(f"{what}: expected a column (a sequence or an Arrow array), not {data!r}")
+    arr = col._to_arrow(data, what, pa.large_binary())
+    lengths = np.diff(col._offsets(arr))
+    if arr.null_count:
+        lengths[arr.is_null().to_numpy(zero_copy_only=False)] = -1
+    return arr, lengths
+
+
+def _partition_column(partition: Any, n: int) -> np.ndarray | None:
+    """An explicit partition for all rows (int) or per row (a column, None/-1 = any)."""
+    if partition is None:
+        return None
+    if isinstance(partition, (int, np.integer)) and not isinstance(partition, bool):
+        p = int(partition)
+        if p < -1:
+            raise ValueError(f"partition must be >= 0 (or -1/None: any), not {p}")
+        return None if p == -1 else np.full(n, p, np.int64)
+    import pyarrow as pa
+
+    from samsa.protocol import columnar as col
+
+    arr = col._to_arrow(partition, "partition", pa.int64())
+    if len(arr) != n:
+        raise ValueError(f"partition: {len(arr)} given for {n} values")
+    parts = arr.fill_null(-1).to_numpy().astype(np.int64)
+    if n and int(parts.min()) < -1:
+        raise ValueError(f"partition must be >= 0 (or -1/None: any), not {int(parts.min())}")
+    return None if (parts == -1).all() else parts
+
+
+def assign_column_partitions(
+    cols: Columns,
+    num_partitions: int,
+    batch_size: int,
+    sticky: Callable[[], int],
+    move_on: Callable[[int], None],
+) -> np.ndarray:
+    """The partition of every row (-2: an explicit partition the topic does not have).
+    Keys hash as Java's default partitioner does; unkeyed rows follow the sticky
+    partitioner, which moves on every ``batch.size`` bytes (KIP-480/794: one partition per
+    batch), so that a large burst of unkeyed records spreads over the partitions."""
+    from samsa.protocol.columnar import partitions_for_keys
+
+    n = len(cols)
+    out = np.full(n, -1, np.int64)
+    if cols.partitions is not None:
+        explicit = cols.partitions
+        out[explicit >= num_partitions] = -2
+        ok = (explicit >= 0) & (explicit < num_partitions)
+        out[ok] = explicit[ok]
+    if cols.keys is not None:
+        free = out == -1
+        if free.any():
+            hashed = partitions_for_keys(cols.keys, num_partitions)
+            out[free] = hashed[free]
+    free_rows = np.flatnonzero(out == -1)
+    if free_rows.size:
+        # chunks of batch.size bytes, each on the current sticky partition, then the next
+        budget = max(1, batch_size - HEADER_SIZE)
+        cum = np.cumsum(cols.sizes[free_rows])
+        chunk = (cum - 1) // budget
+        cuts = np.flatnonzero(chunk[1:] != chunk[:-1]) + 1
+        bounds = [0, *cuts.tolist(), len(free_rows)]
+        for a, b in itertools.pairwise(bounds):
+            p = sticky()
+            out[free_rows[a:b]] = p
+            if b - a and cum[b - 1] - (cum[a - 1] if a else 0) >= budget // 2:
+                move_on(p)  # this chunk fills (most of) a batch: the next goes elsewhere
+    return out
+
+
+def encode_sealed(
+    tp: TopicPartition, cols: Columns, codec: int, batch_size: int, created: float, tally: Tally
+) -> list[Batch]:
+    """One partition's rows as sealed batches of at most ``batch.size`` (one record alone
+    may exceed it), owned by ``tally``; their sizes sum to the rows' estimate."""
+    from samsa.protocol.columnar import encode_batches
+
+    out = []
+    cum = np.zeros(len(cols) + 1, np.int64)
+    np.cumsum(cols.sizes, out=cum[1:])
+    for eb in encode_batches(
+        cols.values,
+        cols.keys,
+        headers=cols.headers,
+        timestamps=cols.timestamps,
+        compression=codec,
+        max_batch_bytes=batch_size,
+    ):
+        b = Batch(tp, created)
+        b.section = memoryview(eb.data)[HEADER_SIZE:]
+        b.first_ts, b.max_ts = _FIRST_MAX_TS.unpack_from(eb.data, _TS_AT)
+        b.codec = codec
+        b.count = eb.count
+        b.size = int(cum[eb.first + eb.count] - cum[eb.first])
+        b.full = True
+        b.timestamps = None
+        b.handle = tally
+        out.append(b)
+    return out

@@ -76,10 +76,13 @@ import asyncio
 import collections
 import contextlib
 import functools
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from samsa.client._accumulator import (
     EXTRAS,
@@ -89,13 +92,19 @@ from samsa.client._accumulator import (
     TOPIC,
     VALUE,
     Batch,
+    BatchMetadata,
+    Columns,
     Headers,
     Item,
     Sink,
+    Tally,
+    assign_column_partitions,
     assign_partitions,
     columnar_ready,
+    encode_sealed,
     fail_items,
     group_by_partition,
+    make_columns,
     make_item,
     take,
 )
@@ -522,18 +531,7 @@ class AsyncProducer:
         sizes: Sequence[int],
     ) -> None:
         """Append one partition's records to its open batch; seal the whole batches."""
-        ps = self._partitions.get(tp)
-        if ps is None:
-            resumed = (
-                self._resume is not None
-                and tp in self._resume.sequences
-                and (self._resume.producer_id, self._resume.epoch) == (self.producer_id, self.epoch)
-            )
-            seq = self._resume.sequences[tp] if resumed and self._resume else 0
-            ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
-            ps.skip_known = not resumed
-        if self.transactional_id is not None and tp not in self._txn_added:
-            self._txn_add_partition(tp)
+        ps = self._partition(tp)
         batch = ps.queue[-1] if ps.queue else None
         if batch is None or batch.full:
             batch = Batch(tp, asyncio.get_running_loop().time())
@@ -555,6 +553,159 @@ class AsyncProducer:
                     ps.queue.extend(sealed)
                     self._outstanding += len(sealed) - 1
                 self._wake.set()
+
+    def _partition(self, tp: TopicPartition) -> _Partition:
+        """The partition's state (made on its first record), added to the transaction."""
+        ps = self._partitions.get(tp)
+        if ps is None:
+            resumed = (
+                self._resume is not None
+                and tp in self._resume.sequences
+                and (self._resume.producer_id, self._resume.epoch) == (self.producer_id, self.epoch)
+            )
+            seq = self._resume.sequences[tp] if resumed and self._resume else 0
+            ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
+            ps.skip_known = not resumed
+        if self.transactional_id is not None and tp not in self._txn_added:
+            self._txn_add_partition(tp)
+        return ps
+
+    # --- columnar intake -------------------------------------------------------------------
+
+    async def produce_batch(
+        self,
+        topic: str,
+        values: Any,
+        keys: Any = None,
+        *,
+        partition: Any = None,
+        headers: Any = None,
+        timestamps: Any = None,
+    ) -> asyncio.Future[BatchMetadata]:
+        """Queue a whole column of records; the returned future resolves, once every record
+        of the call is acknowledged, with a :class:`BatchMetadata` (or fails with the first
+        error: records of the call in other batches may have been written).
+
+        ``values``/``keys``: Arrow binary/string arrays or sequences of bytes, str or None.
+        ``partition``: None (keys hash as Java's partitioner, unkeyed records are sticky per
+        ``batch.size``), one int, or a column of them (None/-1: any). ``headers``: an Arrow
+        ``list<struct<key: string, value: binary>>`` column or one mapping/pairs per row.
+        ``timestamps``: ms, one int or a column. Encoded with vectorised code into batches
+        of ``batch.size``, with the same sequences, retries and transactions as send().
+        Invalid input raises here and queues nothing. Waits for ``buffer.memory`` space (at
+        most ``max.block.ms`` per chunk of the call).
+        """
+        self.check_can_send()
+        if type(topic) is not str or not topic:
+            raise TypeError(f"topic must be a non-empty str, not {topic!r}")
+        cols = make_columns(values, keys, partition, headers, timestamps)
+        fut: asyncio.Future[BatchMetadata] = asyncio.get_running_loop().create_future()
+        tally = Tally(topic, len(cols), functools.partial(_settle, fut))
+        await self.wait_metadata(topic)
+        chunks = self.column_chunks(cols)
+        for i, chunk in enumerate(chunks):
+            size = int(chunk.sizes.sum())
+            if self._buffered + size > self.buffer_memory and self._buffered:
+                self._space.clear()
+                try:
+                    await asyncio.wait_for(self._space.wait(), self.max_block)
+                except TimeoutError:
+                    err = BufferExhaustedError(self.buffer_memory, self.max_block)
+                    tally.failed(err, sum(len(c) for c in chunks[i:]))
+                    raise err from None
+            self.append_columns(topic, chunk, tally)
+        return fut
+
+    def column_chunks(self, cols: Columns) -> list[Columns]:
+        """A call's rows in chunks that fit buffer.memory (each waits for space alone) and
+        are small enough that the sender starts before the whole call is encoded."""
+        limit = max(self.batch_size, min(self.buffer_memory // 4, 4 << 20))
+        cum = np.cumsum(cols.sizes)
+        if not len(cum) or cum[-1] <= limit:
+            return [cols]
+        cuts = np.searchsorted(cum, np.arange(limit, int(cum[-1]), limit), side="right")
+        bounds = sorted({0, *cuts.tolist(), len(cols)})
+        return [cols.slice(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+    async def wait_metadata(self, topic: str) -> None:
+        """Until the topic's partition count is known (max.block.ms, then an error)."""
+        if self.cluster.partition_count(topic) is not None:
+            return
+        deadline = asyncio.get_running_loop().time() + self.max_block
+        while self.cluster.partition_count(topic) is None:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic} not in metadata after max.block.ms",
+                )
+            try:
+                await self.cluster.refresh([topic], timeout=left)
+            except KafkaError as exc:
+                log.debug("metadata for %s: %s", topic, exc)
+            if self.cluster.partition_count(topic) is None:
+                await asyncio.sleep(self.retry_backoff)
+
+    def append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
+        """Partition a chunk of a produce_batch() call, encode it per partition as sealed
+        batches and queue them after the partition's earlier records (loop thread)."""
+        n_rows = len(cols)
+        size = int(cols.sizes.sum())
+        self._buffered += size
+        if self._buffered >= self.buffer_memory:
+            self._space.clear()
+        err = self._intake_error()
+        n = self.cluster.partition_count(topic)
+        if err is None and n is None:
+            err = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic} unknown")
+        if err is not None:
+            tally.failed(err, n_rows)
+            self._release_bytes(size)
+            return
+        assert n is not None
+        waiting = self._awaiting_metadata.pop(topic, None)
+        if waiting:  # send()'s records that waited for this metadata come first
+            self._append_records(topic, waiting)
+        parts = assign_column_partitions(
+            cols,
+            n,
+            self.batch_size,
+            lambda: self._partitioner.partition(topic, n),
+            lambda p: self._partitioner.batch_closed(topic, p, n),
+        )
+        first, last = int(parts.min()), int(parts.max())
+        if first == last:
+            groups = [(first, cols)]
+        else:
+            order = np.argsort(parts, kind="stable")  # each partition's rows in call order
+            ordered = parts[order]
+            cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+            bounds = [0, *cuts.tolist(), n_rows]
+            groups = [
+                (int(ordered[a]), cols.take(order[a:b])) for a, b in itertools.pairwise(bounds)
+            ]
+        now = asyncio.get_running_loop().time()
+        for p, part_cols in groups:
+            if p < 0:  # explicit partitions the topic does not have
+                assert part_cols.partitions is not None
+                bad = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} has no partition {int(part_cols.partitions[0])}",
+                )
+                tally.failed(bad, len(part_cols))
+                self._release_bytes(int(part_cols.sizes.sum()))
+                if self.transactional_id is not None:
+                    self._txn_fail(bad, bump=False)
+                continue
+            tp = TopicPartition(topic, p)
+            sealed = encode_sealed(tp, part_cols, self.codec, self.batch_size, now, tally)
+            ps = self._partition(tp)
+            if ps.queue and not ps.queue[-1].full:
+                ps.queue[-1].full = True  # earlier records stay ahead, in their own batch
+            ps.queue.extend(sealed)
+            self._outstanding += len(sealed)
+        self._idle.clear()
+        self._wake.set()
 
     async def _await_metadata(self, topic: str) -> None:
         deadline = asyncio.get_running_loop().time() + self.max_block

@@ -21,7 +21,16 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Generic, Protocol, Self, TypeVar
 
-from samsa.client._accumulator import RECORD_OVERHEAD, Item, fail_items, make_item
+from samsa.client._accumulator import (
+    RECORD_OVERHEAD,
+    BatchMetadata,
+    Columns,
+    Item,
+    Tally,
+    fail_items,
+    make_columns,
+    make_item,
+)
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
@@ -50,6 +59,7 @@ from samsa.protocol.errors import ErrorCode
 
 T = TypeVar("T")
 DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], None]
+BatchCallback = Callable[[BaseException | None, BatchMetadata], None]
 log = logging.getLogger("samsa.client.producer")
 # produce(on_delivery=...) serves callbacks itself beyond this many, if nobody polls
 _MAX_UNSERVED_CALLBACKS = 100_000
@@ -290,6 +300,72 @@ class Producer(_Facade[AsyncProducer]):
         item = make_item(topic, value, key, partition, timestamp, headers, sink)
         self._enqueue(item, item[3])
         return cf
+
+    def produce_batch(
+        self,
+        topic: str,
+        values: Any,
+        keys: Any = None,
+        *,
+        partition: Any = None,
+        headers: Any = None,
+        timestamps: Any = None,
+        on_delivery: BatchCallback | None = None,
+    ) -> concurrent.futures.Future[BatchMetadata]:
+        """Queue a whole column of records (see :meth:`AsyncProducer.produce_batch`); one
+        future for the call resolves with a :class:`BatchMetadata` once every record is
+        acknowledged, or fails with the first error. ``on_delivery(err, metadata)`` is
+        called once for the call, from poll()/flush().
+
+        Invalid input raises here and queues nothing. A call larger than a quarter of
+        ``buffer.memory`` is queued in chunks, each waiting for space (``max.block.ms``); if
+        one cannot be queued, BufferExhaustedError is raised, the chunks already queued are
+        still sent and the future fails.
+        """
+        if self._closed:
+            raise ClosedError("producer is closed")
+        if self._transactional:
+            self._core.check_can_send()
+        if type(topic) is not str or not topic:
+            raise TypeError(f"topic must be a non-empty str, not {topic!r}")
+        cols = make_columns(values, keys, partition, headers, timestamps)
+        cf: concurrent.futures.Future[BatchMetadata] = concurrent.futures.Future()
+        tally = Tally(
+            topic,
+            len(cols),
+            functools.partial(_settle_future, cf, self._callbacks.put, on_delivery),
+        )
+        core = self._core
+        if core.cluster.partition_count(topic) is None:
+            try:
+                self._lt.run(core.wait_metadata(topic))
+            except KafkaError as exc:
+                tally.failed(exc, len(cols))
+                raise
+        chunks = core.column_chunks(cols)
+        for i, chunk in enumerate(chunks):
+            size = int(chunk.sizes.sum())
+            try:
+                if self._queued - core.released_bytes + size > self._buffer_memory:
+                    self._wait_for_space(min(size, self._buffer_memory))
+            except KafkaError as exc:
+                self._lt.call(tally.failed, exc, sum(len(c) for c in chunks[i:]))
+                raise
+            with self._lock:
+                self._queued += size
+            self._lt.call(self._append_columns, topic, chunk, tally)
+        return cf
+
+    def _append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
+        self._drain_inbox()  # produce()'s records queued before this call go first
+        try:
+            self._core.append_columns(topic, cols, tally)
+        except Exception as exc:  # a bug here must not leave the call unresolved
+            log.exception("producer intake failed")
+            err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
+            self._core._set_fatal(err)
+            if tally.remaining:
+                tally.failed(err, tally.remaining)
 
     def _enqueue(self, item: Item, size: int) -> None:
         if self._queued - self._core.released_bytes + size > self._buffer_memory:
