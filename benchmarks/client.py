@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cap", type=float, default=60.0, help="seconds at most per run")
+    ap.add_argument(
+        "--only", choices=("producer", "consumer"), help="run only these rows (both clients)"
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -228,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         ("consumer, consume()", "consume-samsa", "consume-ck"),
         ("consumer, consume_arrow()", "consume-arrow-samsa", "consume-ck"),
     ]
+    if args.only:
+        rows = [r for r in rows if r[0].startswith(args.only)]
     results: dict[str, list[dict[str, Any]]] = {}
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="samsa-bench-client-") as tmp:
@@ -235,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
             bs = broker.bootstrap
             # Both consumers read one topic, filled once by confluent-kafka: the same bytes.
             read_topic = "read"
-            create_topic(bs, read_topic)
-            fill = run_child("produce-ck", bs, read_topic, n, args.cap)
-            if fill["capped"]:
-                raise RuntimeError("could not fill the read topic")
+            if args.only != "producer":
+                create_topic(bs, read_topic)
+                fill = run_child("produce-ck", bs, read_topic, n, args.cap)
+                if fill["capped"]:
+                    raise RuntimeError("could not fill the read topic")
             seq = 0
             for rep in range(args.repeat):
                 for _row, sr, cr in rows:

@@ -90,6 +90,17 @@ def _settle_future(
         put((cb, err, md))
 
 
+class _Chunk:
+    """A chunk of a produce_batch() call, queued in the inbox among produce()'s records."""
+
+    __slots__ = ("columns", "tally", "topic")
+
+    def __init__(self, topic: str, columns: Columns, tally: Tally) -> None:
+        self.topic = topic
+        self.columns = columns
+        self.tally = tally
+
+
 class LoopThread:
     """An event loop running forever in a daemon thread."""
 
@@ -214,6 +225,7 @@ class Producer(_Facade[AsyncProducer]):
         # thread never waits for the loop thread.
         self._lock = threading.Lock()
         self._inbox: list[Item] = []
+        self._chunks = 0  # produce_batch() chunks in the inbox (under _lock)
         self._scheduled = False
         # buffer.memory: bytes ever queued here (under _lock) against bytes the core ever
         # released (core.released_bytes, loop thread); the difference is what is held.
@@ -351,21 +363,16 @@ class Producer(_Facade[AsyncProducer]):
             except KafkaError as exc:
                 self._lt.call(tally.failed, exc, sum(len(c) for c in chunks[i:]))
                 raise
+            # into the inbox, in order with produce()'s records (a chunk, not a record)
             with self._lock:
+                self._chunks += 1  # before the append: a drain that sees it sees the count
+                self._inbox.append(_Chunk(topic, chunk, tally))  # type: ignore[arg-type]
                 self._queued += size
-            self._lt.call(self._append_columns, topic, chunk, tally)
+                scheduled = self._scheduled
+                self._scheduled = True
+            if not scheduled:
+                self._lt.call(self._drain_inbox)
         return cf
-
-    def _append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
-        self._drain_inbox()  # produce()'s records queued before this call go first
-        try:
-            self._core.append_columns(topic, cols, tally)
-        except Exception as exc:  # a bug here must not leave the call unresolved
-            log.exception("producer intake failed")
-            err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
-            self._core._set_fatal(err)
-            if tally.remaining:
-                tally.failed(err, tally.remaining)
 
     def _enqueue(self, item: Item, size: int) -> None:
         if self._queued - self._core.released_bytes + size > self._buffer_memory:
@@ -415,6 +422,23 @@ class Producer(_Facade[AsyncProducer]):
         del inbox[:n]
         if not items:
             return
+        if not self._chunks:
+            self._append_many(items)
+            return
+        # produce_batch() chunks among the records: each run of records, then the chunk
+        start = 0
+        for i, item in enumerate(items):
+            if type(item) is _Chunk:
+                if i > start:
+                    self._append_many(items[start:i])
+                start = i + 1
+                with self._lock:
+                    self._chunks -= 1
+                self._append_columns(item)
+        if start < len(items):
+            self._append_many(items[start:])
+
+    def _append_many(self, items: list[Item]) -> None:
         try:
             self._core.append_many(items)
         except Exception as exc:  # a bug here must not leave records unresolved
@@ -422,6 +446,16 @@ class Producer(_Facade[AsyncProducer]):
             err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
             self._core._set_fatal(err)
             fail_items(items, err)
+
+    def _append_columns(self, chunk: _Chunk) -> None:
+        try:
+            self._core.append_columns(chunk.topic, chunk.columns, chunk.tally)
+        except Exception as exc:  # a bug here must not leave the call unresolved
+            log.exception("producer intake failed")
+            err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
+            self._core._set_fatal(err)
+            if chunk.tally.remaining:
+                chunk.tally.failed(err, chunk.tally.remaining)
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one."""
