@@ -11,6 +11,12 @@ best of ``--repeat`` runs after one warm-up run (Python workers, JIT):
   the driver);
 * at-least-once write: the same with ``exactlyOnce=false`` (idempotent producer per task,
   no transaction).
+* confluent-kafka foreachPartition: what a PySpark user writes today without the JVM
+  connector, ``df.foreachPartition`` with a confluent-kafka producer per partition
+  (``produce()`` per row, then ``flush()``; librdkafka's defaults, acks=all, not
+  idempotent: at-least-once), into the same kind of topic.
+
+Both samsa writes feed each task's Arrow batches to ``Producer.produce_batch``.
 
     python benchmarks/spark.py                  # 200k records (~2 min)
     python benchmarks/spark.py --records 20000  # smoke run
@@ -40,6 +46,32 @@ def timed(fn: Callable[[], Any], repeat: int) -> float:
     return best
 
 
+def _ck_partition_writer(bootstrap: str, topic: str) -> Callable[[Any], None]:
+    """The foreachPartition function of the confluent-kafka baseline (runs in the workers)."""
+
+    def write(rows: Any) -> None:
+        import confluent_kafka
+
+        p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        errors: list[Any] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+
+        for r in rows:
+            while True:
+                try:
+                    p.produce(topic, r.value, r.key, on_delivery=delivered)
+                    break
+                except BufferError:  # librdkafka's queue is full: serve callbacks, retry
+                    p.poll(0.01)
+        if p.flush(60) or errors:
+            raise RuntimeError(f"confluent-kafka baseline: {len(errors)} delivery errors")
+
+    return write
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--records", type=int, default=200_000)
@@ -55,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             with Admin({"bootstrap.servers": bootstrap}) as admin:
                 admin.create_topic("bench-in", a.partitions)
                 admin.create_topic("bench-out", a.partitions)
+                admin.create_topic("bench-ck", a.partitions)
             value = b"x" * 100
             t = time.perf_counter()
             with Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
@@ -100,10 +133,14 @@ def main(argv: list[str] | None = None) -> int:
 
                     return run
 
+                def ck_foreach() -> None:
+                    rows.foreachPartition(_ck_partition_writer(bootstrap, "bench-ck"))
+
                 results = [
                     ("read (read_committed)", timed(read, a.repeat)),
                     ("exactly-once write", timed(write(True), a.repeat)),
                     ("at-least-once write", timed(write(False), a.repeat)),
+                    ("ck foreachPartition", timed(ck_foreach, a.repeat)),
                 ]
             finally:
                 spark.stop()
@@ -114,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"|{'-' * 26}|{'-' * 10}|{'-' * 12}|")
     for name, secs in results:
         print(f"| {name:<24} | {secs:>8.2f} | {a.records / secs:>10,.0f} |")
-    eo, alo = results[1][1], results[2][1]
+    eo, alo, ck = results[1][1], results[2][1], results[3][1]
     print(f"\nexactly-once / at-least-once write throughput: {alo / eo:.2f}")
+    print(f"exactly-once write / confluent-kafka foreachPartition throughput: {ck / eo:.2f}")
     return 0
 
 

@@ -700,8 +700,8 @@ class AsyncProducer:
             tp = TopicPartition(topic, p)
             sealed = encode_sealed(tp, part_cols, self.codec, self.batch_size, now, tally)
             ps = self._partition(tp)
-            if ps.queue and not ps.queue[-1].full:
-                ps.queue[-1].full = True  # earlier records stay ahead, in their own batch
+            # after the partition's open batch, if any: its records stay ahead, and the
+            # next send() starts a new batch (the last one is sealed, full)
             ps.queue.extend(sealed)
             self._outstanding += len(sealed)
         self._idle.clear()

@@ -34,26 +34,25 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from samsa.client import (
     AsyncConsumer,
     AsyncProducer,
+    BatchMetadata,
     KafkaError,
     PreparedTransaction,
     Producer,
-    RecordMetadata,
 )
 from samsa.protocol.errors import ErrorCode
 from samsa.spark._options import SinkOptions, SparkOptionError, marker_partition
 
 log = logging.getLogger("samsa.spark")
-
-_TEXT = (pa.string(), pa.large_string())
 
 
 class InjectedTaskFailure(RuntimeError):
@@ -121,14 +120,43 @@ def check_topic(opts: SinkOptions) -> None:
             raise SparkOptionError(f"topic {opts.topic!r} does not exist; create it first")
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     idx = batch.schema.get_field_index(name)
-    if idx < 0:
-        return None
-    arr = batch.column(idx)
-    if arr.type in _TEXT and name in ("key", "value"):
-        arr = arr.cast(pa.binary())
-    return arr.to_pylist()  # type: ignore[no-any-return]
+    return batch.column(idx) if idx >= 0 else None
+
+
+def _by_topic(batch: pa.RecordBatch, opts: SinkOptions) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The batch's rows per destination topic (the ``topic`` option, else the column), each
+    in row order."""
+    if batch.num_rows == 0:
+        return
+    if opts.topic is not None:
+        yield opts.topic, batch
+        return
+    topics = _column(batch, "topic")
+    if topics is None or topics.null_count:
+        raise ValueError("null topic in a row and no topic option")
+    names = pc.unique(topics).to_pylist()
+    if len(names) == 1:
+        yield names[0], batch
+        return
+    for name in names:  # a Spark partition seldom writes many topics
+        yield name, batch.filter(pc.equal(topics, name))
+
+
+def _produce_rows(
+    producer: Producer, topic: str, rows: pa.RecordBatch, delivered: Callable[..., None]
+) -> None:
+    """One produce_batch() call for a batch of rows: Arrow columns straight to the
+    columnar encoder (string or binary key/value, nullable partition, headers)."""
+    producer.produce_batch(
+        topic,
+        _column(rows, "value"),
+        _column(rows, "key"),
+        partition=_column(rows, "partition"),
+        headers=_column(rows, "headers"),
+        on_delivery=delivered,
+    )
 
 
 def _task_identity() -> tuple[int, int]:
@@ -172,7 +200,7 @@ def write_task(
     producer = Producer(config)
     errors: list[BaseException] = []
 
-    def delivered(err: BaseException | None, _md: RecordMetadata | None) -> None:
+    def delivered(err: BaseException | None, _md: BatchMetadata | None) -> None:
         if err is not None and not errors:
             errors.append(err)
 
@@ -183,32 +211,12 @@ def write_task(
             producer.begin_transaction()
         count = 0
         fail_after = _injected_failure(opts, part, att)
-        produce = producer.produce
         for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            values = _column(batch, "value")
-            keys = _column(batch, "key") or [None] * batch.num_rows
-            topics = _column(batch, "topic") if opts.topic is None else None
-            parts = _column(batch, "partition") or [None] * batch.num_rows
-            headers = _column(batch, "headers")
-            assert values is not None
-            for i, value in enumerate(values):
-                topic = opts.topic or (topics[i] if topics else None)
-                if topic is None:
-                    raise ValueError("null topic in a row and no topic option")
-                hdrs = (
-                    [(h["key"], h["value"]) for h in headers[i]] if headers and headers[i] else None
-                )
-                produce(
-                    topic,
-                    value,
-                    keys[i],
-                    partition=parts[i],
-                    headers=hdrs,
-                    on_delivery=delivered,
-                )
-                count += 1
+            for topic, rows in _by_topic(batch, opts):
+                if fail_after is not None and count + rows.num_rows >= fail_after:
+                    rows = rows.slice(0, fail_after - count)
+                _produce_rows(producer, topic, rows, delivered)
+                count += rows.num_rows
                 if fail_after is not None and count >= fail_after:
                     producer.flush()  # the partial output is really in the log
                     crashed = True
