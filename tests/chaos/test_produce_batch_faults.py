@@ -84,14 +84,15 @@ def test_transactions_through_faults_commit_once_abort_never(proxied: FaultProxy
     topic = f"pbt-{uuid.uuid4().hex[:6]}"
     with Admin({"bootstrap.servers": proxied.address}) as admin:
         admin.create_topic(topic, PARTITIONS)
-    config = _config(proxied.address, **{"transactional.id": f"pbt-{uuid.uuid4().hex[:6]}"})
+    tid = f"pbt-{uuid.uuid4().hex[:6]}"
+    config = _config(proxied.address, **{"transactional.id": tid, "batch.size": 600})
     with Producer(config) as producer:
         producer.init_transactions()
         proxied.set_faults(drop_response_rate=0.1, reset_rate=0.05)
-        for t in range(4):
+        for t in range(6):
             producer.begin_transaction()
-            values = [b"t%d-%04d" % (t, i) for i in range(400)]
-            producer.produce_batch(topic, values, [b"k%d" % (i % 7) for i in range(400)])
+            values = [b"t%d-%04d" % (t, i) for i in range(600)]
+            producer.produce_batch(topic, values, [b"k%d" % (i % 7) for i in range(600)])
             if t % 2:
                 producer.abort_transaction(30)
             else:
@@ -99,4 +100,4 @@ def test_transactions_through_faults_commit_once_abort_never(proxied: FaultProxy
         proxied.set_faults()
     assert proxied.stats.faults >= 3, proxied.stats
     got = sorted(r.value for r in read_topic(proxied.address, topic))
-    assert got == sorted(b"t%d-%04d" % (t, i) for t in (0, 2) for i in range(400))
+    assert got == sorted(b"t%d-%04d" % (t, i) for t in (0, 2, 4) for i in range(600))
