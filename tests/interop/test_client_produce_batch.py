@@ -183,3 +183,32 @@ def test_async_produce_batch(shared_broker: Any) -> None:
     md = asyncio.run(main())
     assert md.offsets == {0: [(0, 3)]}
     assert [r.value for r in read_topic(bs, topic)] == [b"a", None, b"c"]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd", "snappy"])
+def test_compressed_batches(shared_broker: Any, codec: str) -> None:
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 2)
+    values = [b"c%05d" % i + b"z" * 50 for i in range(3000)]
+    config = {"bootstrap.servers": bs, "compression.type": codec, "batch.size": 8192}
+    with Producer(config) as p:
+        md = p.produce_batch(topic, values, partition=1).result(30)
+    assert md.offsets == {1: [(0, 3000)]}
+    assert [r.value for r in read_topic(bs, topic)] == values
+
+
+def test_resumed_identity_skips_rows_written_after_the_checkpoint(shared_broker: Any) -> None:
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 1)
+    rows = [b"r%05d" % i for i in range(2000)]
+    config = {"bootstrap.servers": bs, "batch.size": 4096}
+    with Producer(config) as first:
+        first.produce_batch(topic, rows[:1000]).result(30)
+        state = first.state()  # the checkpoint: rows before 1000 written
+        first.produce_batch(topic, rows[1000:1150]).result(30)  # written, not checkpointed
+    with Producer(config, state=state) as resumed:  # replays from the checkpoint
+        md = resumed.produce_batch(topic, rows[1000:]).result(30)
+    assert md.without_offset == 150  # recognised as written by the first incarnation
+    assert sum(c for _, c in md.offsets[0]) == 850
+    assert md.offsets[0][0][0] == 1150
+    assert [r.value for r in read_topic(bs, topic)] == rows
