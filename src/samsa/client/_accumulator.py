@@ -21,6 +21,15 @@ unit of work from there on is the burst or the batch, not the record:
   the batch is sent (:meth:`Batch.build`) and again after a renumbering, without
   re-encoding the records: the records section does not depend on the identity.
 
+Columns (``produce_batch``). A call's columns are checked and converted to Arrow once, on
+the caller's thread (:func:`make_columns`), and go through the same steps a column at a
+time: :func:`assign_column_partitions` (keys hashed vectorised, unkeyed rows sticky per
+``batch.size`` bytes, KIP-480/794), one stable sort to group rows per partition, and
+:func:`encode_sealed`, which encodes each partition's rows straight into sealed batches
+with the vectorised encoder: no open batch, no per-row object. Those batches join the
+partition's queue after its earlier records, with one :class:`Tally` for the whole call
+instead of per-record sinks; the sender treats them as any other batch.
+
 Sizes. Every item carries its size estimate (:func:`record_size`), computed once by the
 caller; ``buffer.memory`` is accounted with it, and the sizes of a batch's records are what
 its release gives back, so the accounting always returns to zero.

@@ -2,6 +2,7 @@
 
 The facade methods hand work to the loop (``run_coroutine_threadsafe``) and wait for it.
 ``Producer.produce`` does not wait: it checks the record, appends one tuple to an inbox
+(``produce_batch`` appends a chunk of Arrow columns there, so the two keep their order)
 and returns (no future per record unless :meth:`Producer.send` asks for one). The loop
 drains the inbox in one call per burst (partitioning and encoding per burst, see
 ``_accumulator``), and delivery callbacks are served from :meth:`Producer.poll` /
@@ -489,6 +490,8 @@ class Producer(_Facade[AsyncProducer]):
     def __len__(self) -> int:
         """Records queued and not yet delivered or failed (confluent-kafka's len())."""
         inbox = len(self._inbox)
+        if self._chunks:
+            inbox += sum(len(x.columns) - 1 for x in list(self._inbox) if type(x) is _Chunk)
         if self._lt.loop.is_closed():
             return inbox
         return inbox + self._lt.run_sync(self._core.queued_records)
