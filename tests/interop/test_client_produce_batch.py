@@ -121,6 +121,8 @@ def test_bad_input_raises_and_queues_nothing(shared_broker: Any) -> None:
         with pytest.raises(TypeError):
             p.produce_batch(topic, b"not a column")
         assert len(p) == 0
+        empty = p.produce_batch(topic, pa.array([], pa.binary())).result(5)
+        assert (empty.count, empty.offsets) == (0, {})
         # a partition the topic lacks fails those rows only
         fut = p.produce_batch(topic, [b"ok0", b"bad", b"ok1"], partition=[0, 7, 1])
         with pytest.raises(KafkaError, match="no partition 7"):

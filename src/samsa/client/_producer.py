@@ -601,6 +601,8 @@ class AsyncProducer:
         cols = make_columns(values, keys, partition, headers, timestamps)
         fut: asyncio.Future[BatchMetadata] = asyncio.get_running_loop().create_future()
         tally = Tally(topic, len(cols), functools.partial(_settle, fut))
+        if not len(cols):
+            return fut  # nothing to send: the tally resolved already
         await self.wait_metadata(topic)
         chunks = self.column_chunks(cols)
         for i, chunk in enumerate(chunks):
