@@ -349,6 +349,8 @@ class Producer(_Facade[AsyncProducer]):
             functools.partial(_settle_future, cf, self._callbacks.put, on_delivery),
         )
         core = self._core
+        if not len(cols):
+            return cf  # nothing to send: the tally resolved already
         if core.cluster.partition_count(topic) is None:
             try:
                 self._lt.run(core.wait_metadata(topic))
