@@ -179,6 +179,8 @@ def test_async_produce_batch(shared_broker: Any) -> None:
 
     async def main() -> BatchMetadata:
         async with AsyncProducer({"bootstrap.servers": bs}) as p:
+            empty = await p.produce_batch(topic, [])
+            assert (await asyncio.wait_for(empty, 5)).count == 0
             fut = await p.produce_batch(topic, pa.array(["a", None, "c"]), partition=0)
             return await asyncio.wait_for(fut, 30)
 
