@@ -55,6 +55,21 @@ _KAFKA_NAMES: dict[str, str] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         "transaction_remove_expired_transaction_cleanup_interval_ms"
     ),
+    # Listeners and security (see broker/listeners.py and broker/sasl.py).
+    "listeners": "listeners",
+    "advertised.listeners": "advertised_listeners",
+    "listener.security.protocol.map": "listener_security_protocol_map",
+    "ssl.keystore.type": "ssl_keystore_type",
+    "ssl.keystore.location": "ssl_keystore_location",
+    "ssl.keystore.key": "ssl_keystore_key",
+    "ssl.keystore.certificate.chain": "ssl_keystore_certificate_chain",
+    "ssl.key.password": "ssl_key_password",
+    "ssl.truststore.type": "ssl_truststore_type",
+    "ssl.truststore.location": "ssl_truststore_location",
+    "ssl.client.auth": "ssl_client_auth",
+    "ssl.principal.mapping.rules": "ssl_principal_mapping_rules",
+    "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
+    "sasl.plain.users.file": "sasl_plain_users_file",
 }
 
 
@@ -191,6 +206,24 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000  # 7 days
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # Kafka's listener syntax, NAME://HOST:PORT,... (None: one PLAINTEXT listener on
+    # host:port, the --host/--port shortcut). Parsed and checked in broker/listeners.py.
+    listeners: str | None = None
+    advertised_listeners: str | None = None
+    listener_security_protocol_map: str | None = None
+    ssl_keystore_type: str = "PEM"  # the only type samsa reads (Kafka's default is JKS)
+    ssl_keystore_location: str | None = None  # PEM: private key and certificate chain
+    ssl_keystore_key: str | None = None  # PEM text, with ssl.keystore.certificate.chain
+    ssl_keystore_certificate_chain: str | None = None
+    ssl_key_password: str | None = None
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: str | None = None  # PEM CA certificates for client certificates
+    ssl_client_auth: str = "none"  # none | requested | required, on SSL listeners
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    # Kafka's default is GSSAPI, which samsa does not serve; PLAIN must be asked for.
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
+    # samsa's own: PLAIN users, one USER=PASSWORD line each (Kafka keeps them in JAAS config).
+    sasl_plain_users_file: str | None = None
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -213,6 +246,9 @@ class BrokerConfig:
                 f"socket.request.max.bytes ({self.socket_request_max_bytes}), "
                 f"got {self.queued_max_request_bytes}"
             )
+        from samsa.broker.listeners import check_security_config
+
+        check_security_config(self)
         return self
 
     def with_overrides(self, **overrides: Any) -> BrokerConfig:
@@ -227,13 +263,10 @@ class BrokerConfig:
                 unit = 3_600_000 if key.endswith("hours") else 60_000
                 values["log_retention_ms"] = _convert(key, raw, "int") * unit
                 continue
-            if key == "listeners" or key == "advertised.listeners":
-                host, port = parse_host_port(raw.split("://")[-1].split(",")[0])
-                if key == "listeners":
-                    values["host"], values["port"] = host, port
-                else:
-                    values["advertised_host"], values["advertised_port"] = host, port
-                continue
+            if key == "listeners":
+                # The first listener's address is host/port: --host/--port override it.
+                first = raw.split(",")[0].split("://")[-1]
+                values["host"], values["port"] = parse_host_port(first)
             attr = _KAFKA_NAMES.get(key)
             if attr is None:
                 raise ConfigError(f"unknown setting {key!r}")

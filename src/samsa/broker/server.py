@@ -55,14 +55,25 @@ import logging
 import resource
 import signal
 import socket
+import ssl
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.broker.handlers import APIS, RequestContext, unsupported_api_versions_response
+from samsa.broker.listeners import (
+    ANONYMOUS,
+    Listener,
+    PrincipalMapper,
+    enabled_mechanisms,
+    parse_listeners,
+    server_context,
+)
+from samsa.broker.sasl import PlainUsers, SaslSession, ScramCredentials
 from samsa.log.segment import SEGMENT_FILES
 from samsa.protocol.framing import (
     FrameDecoder,
@@ -192,6 +203,23 @@ class ConnectionLimits:
             callback()
 
 
+# Kafka's rule: before SASL authentication completes, only these are served.
+_PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """One listener as its connections see it: its protocol, the address given to its
+    clients, its TLS context, and how its clients are authenticated."""
+
+    listener: Listener
+    advertised: tuple[str, int] | None = None  # set once the port is bound
+    ssl_context: ssl.SSLContext | None = None
+    mapper: PrincipalMapper | None = None  # SSL listeners: certificate -> principal
+    new_session: Callable[[], SaslSession] | None = None  # SASL listeners
+    sockets: list[socket.socket] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class _Pending:
     correlation_id: int
@@ -213,9 +241,17 @@ def _body_size(body: bytes | list[bytes] | None) -> int:
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(
-        self, broker: Broker, limits: ConnectionLimits | None = None, ip: str | None = None
+        self,
+        broker: Broker,
+        limits: ConnectionLimits | None = None,
+        ip: str | None = None,
+        endpoint: Endpoint | None = None,
     ) -> None:
         self.broker = broker
+        self.endpoint = endpoint
+        self.tls = False  # a TLS transport: response bytes must go through it (no sendfile)
+        self.principal = ANONYMOUS
+        self.session: SaslSession | None = None
         self.limits = limits if limits is not None else ConnectionLimits(broker.config)
         self.memory = self.limits.memory
         self.ip = ip  # set when the server counted this connection against the limits
@@ -247,6 +283,18 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.transport.set_write_buffer_limits(high=MAX_QUEUED_RESPONSE_BYTES)
         self.limits.connections.add(self)
+        ssl_object = transport.get_extra_info("ssl_object")
+        self.tls = ssl_object is not None
+        endpoint = self.endpoint
+        if endpoint is None:
+            return
+        if endpoint.new_session is not None:
+            self.session = endpoint.new_session()
+        elif endpoint.mapper is not None and ssl_object is not None:
+            try:
+                self.principal = endpoint.mapper.principal(ssl_object.getpeercert())
+            except ValueError as exc:
+                self.close(str(exc))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -272,12 +320,16 @@ class KafkaConnection(asyncio.Protocol):
     def close(self, reason: str) -> None:
         self._abort(reason, logging.WARNING)
 
-    def _abort(self, reason: str, level: int) -> None:
+    def _abort(self, reason: str, level: int, *, graceful: bool = False) -> None:
         if not self.closed:
             log.log(level, "closing connection from %s: %s", self.peer, reason)
             self.closed = True
             if self.transport is not None:
-                self.transport.abort()
+                # graceful: what was written (a last response) is sent first.
+                if graceful:
+                    self.transport.close()
+                else:
+                    self.transport.abort()
             self.memory.forget(self)
             self._release_all()
 
@@ -457,11 +509,25 @@ class KafkaConnection(asyncio.Protocol):
                 f"{api_name(api_key)} v{version} is not supported "
                 f"(supported: v{api.min_version}-v{api.max_version})"
             )
+        session = self.session
+        if session is not None and not session.authenticated and api_key not in _PRE_AUTH_APIS:
+            raise FrameError(f"{api_name(api_key)} before SASL authentication")
         flexible = is_flexible(api_key, version)
         header = parse_request_header(frame, flexible)
         request = decode_request(api_key, version, frame, header.body_offset)
-        ctx = RequestContext(header=header, version=version, peer=self.peer)
+        endpoint = self.endpoint
+        ctx = RequestContext(
+            header=header,
+            version=version,
+            peer=self.peer,
+            principal=self.principal,
+            advertised=endpoint.advertised if endpoint is not None else None,
+            session=session,
+        )
         result = api.handler(self.broker, ctx, request)
+        if session is not None and api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            self._after_sasl(session, correlation_id, flexible, result)
+            return False
         if result is None:
             return False  # e.g. Produce with acks=0: Kafka sends nothing back
         # ApiVersions responses always use header v0, whatever the request version.
@@ -474,6 +540,19 @@ class KafkaConnection(asyncio.Protocol):
         entry.task = future = asyncio.ensure_future(result)
         future.add_done_callback(lambda f, e=entry: self._on_done(e, f))
         return True
+
+    def _after_sasl(
+        self, session: SaslSession, correlation_id: int, flexible: bool, result: Any
+    ) -> None:
+        """A SASL step's answer goes out; a failed one is the connection's last."""
+        assert isinstance(result, bytes)
+        self._enqueue(correlation_id, flexible, result)
+        if session.failed is not None:
+            self._write_ready()
+            self._abort(session.failed, logging.WARNING, graceful=True)
+        elif session.principal is not None and self.principal != session.principal:
+            self.principal = session.principal
+            log.info("%s authenticated as %s", self.peer, self.principal)
 
     def _enqueue(
         self, correlation_id: int, flexible_header: bool, body: bytes | list[bytes]
@@ -571,6 +650,7 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        self.endpoints: list[Endpoint] = _endpoints(config)  # bad TLS files fail here, first
         self.broker = Broker(config)
         self.limits = ConnectionLimits(config)
         self.limits.on_release.append(self._resume_accepting)
@@ -578,6 +658,7 @@ class BrokerServer:
         self.descriptor_limit = 0
         self.connection_budget = 0  # connections the descriptor limit leaves room for
         self._sockets: list[socket.socket] = []
+        self._listening: dict[int, Endpoint] = {}  # listening socket's fd -> its listener
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accept_paused = False
         self._retry_handle: asyncio.TimerHandle | None = None
@@ -602,10 +683,31 @@ class BrokerServer:
         )
         self.broker.start()
         self._loop = loop = asyncio.get_running_loop()
-        self._sockets = await _listen(loop, self.config.host, self.config.port)
+        try:
+            for endpoint in self.endpoints:
+                lst = endpoint.listener
+                endpoint.sockets = await _listen(loop, lst.host, lst.port)
+                self._sockets += endpoint.sockets
+                for sock in endpoint.sockets:
+                    self._listening[sock.fileno()] = endpoint
+                endpoint.advertised = lst.advertised(endpoint.sockets[0].getsockname()[1])
+        except BaseException:
+            for sock in self._sockets:
+                sock.close()
+            raise
         for sock in self._sockets:
             loop.add_reader(sock.fileno(), self._accept, sock)
         self.port = self._sockets[0].getsockname()[1]
+        for endpoint in self.endpoints:
+            lst = endpoint.listener
+            log.info(
+                "listener %s (%s) on %s:%d, advertised as %s:%d",
+                lst.name,
+                lst.protocol,
+                lst.host,
+                endpoint.sockets[0].getsockname()[1],
+                *(endpoint.advertised or ("?", 0)),
+            )
         if self.config.port == 0:
             # An ephemeral port: advertise the one we got.
             self.broker.config = self.config = self.config.with_overrides(
@@ -656,18 +758,24 @@ class BrokerServer:
                 self._refused_log(time.monotonic(), "refusing connection from %s: %s", ip, refusal)
                 sock.close()
                 continue
-            task = loop.create_task(self._setup(sock, ip))
+            endpoint = self._listening.get(listener.fileno())
+            task = loop.create_task(self._setup(sock, ip, endpoint))
             self._setups.add(task)
             task.add_done_callback(self._setups.discard)
 
-    async def _setup(self, sock: socket.socket, ip: str) -> None:
+    async def _setup(self, sock: socket.socket, ip: str, endpoint: Endpoint | None) -> None:
         loop = self._loop
         assert loop is not None
+        ssl_context = endpoint.ssl_context if endpoint is not None else None
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A TLS handshake is bounded like a request: socket.request.read.timeout.ms.
             await loop.connect_accepted_socket(
-                lambda: KafkaConnection(self.broker, self.limits, ip), sock
+                lambda: KafkaConnection(self.broker, self.limits, ip, endpoint),
+                sock,
+                ssl=ssl_context,
+                ssl_handshake_timeout=self.limits.read_timeout_s if ssl_context else None,
             )
         except Exception as exc:  # the client went away during setup
             log.info("connection from %s failed during setup: %s", ip, exc)
@@ -720,6 +828,7 @@ class BrokerServer:
                 loop.remove_reader(sock.fileno())
             sock.close()
         self._sockets = []
+        self._listening.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
         for task in list(self._setups):
@@ -735,6 +844,29 @@ class BrokerServer:
                 conn.transport.abort()
         await asyncio.sleep(0)  # let the aborts run connection_lost
         self.broker.close()
+
+
+def _endpoints(config: BrokerConfig) -> list[Endpoint]:
+    """The configured listeners with what their connections need (TLS contexts, SASL)."""
+    listeners = parse_listeners(config)
+    mechanisms = enabled_mechanisms(config)
+    scram = ScramCredentials(config.data_dir)
+    plain = PlainUsers(config.sasl_plain_users_file)
+    ssl_ctx = sasl_ssl_ctx = None
+    endpoints = []
+    for lst in listeners:
+        endpoint = Endpoint(lst)
+        if lst.protocol == "SSL":
+            ssl_ctx = ssl_ctx or server_context(config, client_auth=True)
+            endpoint.ssl_context = ssl_ctx
+            endpoint.mapper = PrincipalMapper(config.ssl_principal_mapping_rules)
+        elif lst.protocol == "SASL_SSL":  # KIP-684: SASL authenticates, not certificates
+            sasl_ssl_ctx = sasl_ssl_ctx or server_context(config, client_auth=False)
+            endpoint.ssl_context = sasl_ssl_ctx
+        if lst.sasl:
+            endpoint.new_session = lambda: SaslSession(mechanisms, scram, plain)
+        endpoints.append(endpoint)
+    return endpoints
 
 
 async def _listen(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[socket.socket]:
@@ -801,4 +933,12 @@ def run(config: BrokerConfig) -> None:
         uvloop.run(serve(config))
 
 
-__all__ = ["BrokerServer", "ConnectionLimits", "KafkaConnection", "RequestMemory", "run", "serve"]
+__all__ = [
+    "BrokerServer",
+    "ConnectionLimits",
+    "Endpoint",
+    "KafkaConnection",
+    "RequestMemory",
+    "run",
+    "serve",
+]

@@ -34,6 +34,8 @@ from samsa.broker.handlers import (
     offset_delete,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
 )
@@ -48,6 +50,8 @@ APIS: dict[int, Api] = {
         Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),
         Api(ApiKey.METADATA, 0, 13, metadata.handle),
         Api(ApiKey.API_VERSIONS, 0, 4, api_versions.handle),
+        Api(ApiKey.SASL_HANDSHAKE, 1, 1, sasl_handshake.handle),
+        Api(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle),
         Api(ApiKey.CREATE_TOPICS, 2, 7, create_topics.handle),
         Api(ApiKey.DELETE_TOPICS, 1, 6, delete_topics.handle),
         Api(ApiKey.INIT_PRODUCER_ID, 0, 5, init_producer_id.handle),

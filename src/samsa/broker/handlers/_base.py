@@ -12,6 +12,7 @@ from samsa.protocol.messages import ApiKey, make
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
+    from samsa.broker.sasl import SaslSession
 
 # A response body (or pieces of one), an awaitable of it, or None for "no response".
 Body = bytes | list[bytes]
@@ -24,6 +25,10 @@ class RequestContext:
     header: RequestHeader
     version: int
     peer: str
+    principal: str = "User:ANONYMOUS"
+    # The listener's address for this client (Metadata, FindCoordinator, DescribeCluster).
+    advertised: tuple[str, int] | None = None
+    session: SaslSession | None = None  # on SASL listeners only
 
     @property
     def api_key(self) -> int:

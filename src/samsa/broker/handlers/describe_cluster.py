@@ -16,7 +16,7 @@ K = ApiKey.DESCRIBE_CLUSTER
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
-    host, port = broker.config.advertised
+    host, port = ctx.advertised or broker.config.advertised
     node = broker.node_id
     return encode_response(
         K,

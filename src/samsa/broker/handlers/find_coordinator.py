@@ -33,7 +33,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)
     elif key_type != TRANSACTION_KEY_TYPE:
         error, message = ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}"
-    host, port = broker.config.advertised
+    host, port = ctx.advertised or broker.config.advertised
     node = broker.node_id if error == ErrorCode.NONE else -1
     if v < 4:
         response = make(

@@ -17,7 +17,7 @@ K = ApiKey.METADATA
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
-    host, port = broker.config.advertised
+    host, port = ctx.advertised or broker.config.advertised
     node = broker.node_id
     topics: list[Any] = []
     if request.topics is None or (v == 0 and not request.topics):

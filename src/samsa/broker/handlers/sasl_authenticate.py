@@ -1,0 +1,39 @@
+"""SaslAuthenticate: one step of the mechanism SaslHandshake chose (KIP-152).
+
+A failure answers SASL_AUTHENTICATION_FAILED with a message and the server then closes the
+connection; session_lifetime_ms is 0 (no re-authentication deadline: KIP-368 is not served).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.SASL_AUTHENTICATE
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    session = ctx.session
+    if session is None:
+        error, message, reply = ErrorCode.ILLEGAL_SASL_STATE, "not a SASL listener", b""
+    else:
+        error, message, reply = session.authenticate(request.auth_bytes)
+    return encode_response(
+        K,
+        ctx.version,
+        make(
+            K,
+            ctx.version,
+            "SaslAuthenticateResponse",
+            error_code=error,
+            error_message=message,
+            auth_bytes=reply,
+            session_lifetime=0,
+        ),
+    )

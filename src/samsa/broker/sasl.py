@@ -1,0 +1,211 @@
+"""SASL on the broker: who may log in (SCRAM credentials in the data directory, PLAIN users
+from a file) and one connection's authentication state.
+
+SCRAM credentials live in ``<data dir>/scram-credentials.json`` (salt, StoredKey,
+ServerKey, iterations per user and mechanism; never a password), written atomically (a
+temporary file, fsync, rename, fsync of the directory), so a crash leaves the old or the new
+file. ``samsa users`` writes it, before the broker's first start too; the broker rereads it
+when it changes, so a user added while it runs can log in at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.sasl import (
+    SCRAM_MECHANISMS,
+    SaslError,
+    ScramCredential,
+    ServerMechanism,
+    server_mechanism,
+)
+
+CREDENTIALS_FILE = "scram-credentials.json"
+
+
+class CredentialError(Exception):
+    pass
+
+
+def _stat_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class ScramCredentials:
+    """The SCRAM credential file of a data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / CREDENTIALS_FILE
+        self._users: dict[str, dict[str, ScramCredential]] = {}
+        self._seen: tuple[int, int, int] | None = None
+
+    def _refresh(self) -> None:
+        key = _stat_key(self.path)
+        if key == self._seen:
+            return
+        self._users = self._read() if key is not None else {}
+        self._seen = key
+
+    def _read(self) -> dict[str, dict[str, ScramCredential]]:
+        try:
+            doc = json.loads(self.path.read_text())
+            users: dict[str, dict[str, ScramCredential]] = {}
+            for user, mechs in doc["users"].items():
+                users[user] = {
+                    mech: ScramCredential(
+                        salt=base64.b64decode(c["salt"]),
+                        stored_key=base64.b64decode(c["stored_key"]),
+                        server_key=base64.b64decode(c["server_key"]),
+                        iterations=int(c["iterations"]),
+                    )
+                    for mech, c in mechs.items()
+                    if mech in SCRAM_MECHANISMS
+                }
+            return users
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CredentialError(f"cannot read SCRAM credentials {self.path}: {exc}") from None
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        self._refresh()
+        return self._users.get(user, {}).get(mechanism)
+
+    def users(self) -> dict[str, dict[str, int]]:
+        """user -> mechanism -> iterations (what DescribeUserScramCredentials shows)."""
+        self._refresh()
+        return {
+            u: {m: c.iterations for m, c in sorted(mechs.items())}
+            for u, mechs in sorted(self._users.items())
+            if mechs
+        }
+
+    def put(self, user: str, mechanism: str, credential: ScramCredential) -> None:
+        self._refresh()
+        self._users.setdefault(user, {})[mechanism] = credential
+        self._write()
+
+    def delete(self, user: str, mechanism: str | None = None) -> bool:
+        """Remove one mechanism's credential, or all of the user's; False if none was there."""
+        self._refresh()
+        mechs = self._users.get(user)
+        if not mechs or (mechanism is not None and mechanism not in mechs):
+            return False
+        if mechanism is None:
+            del self._users[user]
+        else:
+            del mechs[mechanism]
+            if not mechs:
+                del self._users[user]
+        self._write()
+        return True
+
+    def _write(self) -> None:
+        doc: dict[str, Any] = {
+            "version": 1,
+            "users": {
+                user: {
+                    mech: {
+                        "salt": base64.b64encode(c.salt).decode(),
+                        "stored_key": base64.b64encode(c.stored_key).decode(),
+                        "server_key": base64.b64encode(c.server_key).decode(),
+                        "iterations": c.iterations,
+                    }
+                    for mech, c in mechs.items()
+                }
+                for user, mechs in self._users.items()
+            },
+        }
+        directory = self.path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{CREDENTIALS_FILE}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(doc, indent=1, sort_keys=True).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self._seen = _stat_key(self.path)
+
+
+class PlainUsers:
+    """``sasl.plain.users.file``: USER=PASSWORD lines, reread when the file changes."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self._users: dict[str, str] = {}
+        self._seen: tuple[int, int, int] | None = None
+
+    def check(self, user: str, password: str) -> bool:
+        if self.path is None:
+            return False
+        key = _stat_key(self.path)
+        if key != self._seen:
+            self._users = {}
+            if key is not None:
+                for line in self.path.read_text().splitlines():
+                    name, sep, secret = line.partition("=")
+                    if sep and name.strip() and not name.lstrip().startswith("#"):
+                        self._users[name.strip()] = secret.strip()
+            self._seen = key
+        expected = self._users.get(user)
+        # Compare even for an unknown user, so timing does not tell which users exist.
+        ok = hmac.compare_digest((expected or "\0").encode(), password.encode())
+        return expected is not None and ok
+
+
+@dataclass(slots=True)
+class SaslSession:
+    """One SASL connection's state: SaslHandshake picks a mechanism, SaslAuthenticate runs
+    it. Until ``principal`` is set, only ApiVersions and these two are served."""
+
+    mechanisms: tuple[str, ...]
+    scram: ScramCredentials
+    plain: PlainUsers
+    principal: str | None = None
+    failed: str | None = None  # why; the connection closes once the response is sent
+    _mechanism: ServerMechanism | None = field(default=None, repr=False)
+
+    @property
+    def authenticated(self) -> bool:
+        return self.principal is not None
+
+    def handshake(self, mechanism: str) -> ErrorCode:
+        if self.authenticated or self._mechanism is not None:
+            self.failed = "SaslHandshake received twice"
+            return ErrorCode.ILLEGAL_SASL_STATE
+        if mechanism not in self.mechanisms:
+            self.failed = f"unsupported SASL mechanism {mechanism!r}"
+            return ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        self._mechanism = server_mechanism(mechanism, self.scram.lookup, self.plain.check)
+        return ErrorCode.NONE
+
+    def authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
+        mech = self._mechanism
+        if mech is None or self.authenticated:
+            self.failed = "SaslAuthenticate without a SaslHandshake"
+            return ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake must come first", b""
+        try:
+            reply = mech.step(token)
+        except (SaslError, CredentialError) as exc:
+            self.failed = f"SASL authentication failed (user {mech.user!r}): {exc}"
+            message = str(exc) if isinstance(exc, SaslError) else "Authentication failed"
+            return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
+        if mech.complete:
+            self.principal = f"User:{mech.user}"
+        return ErrorCode.NONE, None, reply
