@@ -132,6 +132,7 @@ def parse_listeners(config: BrokerConfig) -> list[Listener]:
 def check_security_config(config: BrokerConfig) -> None:
     """ConfigError for a listener or security setting the broker could not serve."""
     listeners = parse_listeners(config)
+    _protocol_map(config.listener_security_protocol_map)  # checked even if unused
     if config.ssl_client_auth not in _CLIENT_AUTH:
         raise ConfigError(
             f"ssl.client.auth must be none, requested or required, got {config.ssl_client_auth!r}"

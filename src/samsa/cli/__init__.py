@@ -17,11 +17,24 @@ from samsa.cli import (
     proxy,
     topics,
     transactions,
+    users,
     verify,
 )
 
 # Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
-COMMANDS = [broker, produce, consume, topics, producers, proxy, verify, transactions, groups, demo]
+COMMANDS = [
+    broker,
+    produce,
+    consume,
+    topics,
+    producers,
+    proxy,
+    verify,
+    transactions,
+    groups,
+    users,
+    demo,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -144,8 +144,11 @@ class PlainServer(ServerMechanism):
 
 
 class ScramServer(ServerMechanism):
-    def __init__(self, mechanism: str, lookup: CredentialLookup) -> None:
+    def __init__(
+        self, mechanism: str, lookup: CredentialLookup, *, nonce: str | None = None
+    ) -> None:
         self.mechanism = mechanism
+        self._own_nonce = nonce  # tests give RFC 7677's; otherwise fresh per exchange
         self._hash = SCRAM_MECHANISMS[mechanism]
         self._lookup = lookup
         self._state = 0
@@ -188,7 +191,7 @@ class ScramServer(ServerMechanism):
         self._credential = cred
         self._gs2 = f"{flag},{authzid},"
         self._client_first_bare = bare
-        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        self._nonce = attrs["r"] + (self._own_nonce or secrets.token_urlsafe(24))
         self._server_first = f"r={self._nonce},s={_b64(cred.salt)},i={cred.iterations}"
         self._state = 1
         return self._server_first
@@ -254,13 +257,15 @@ class PlainClient(ClientMechanism):
 
 
 class ScramClient(ClientMechanism):
-    def __init__(self, mechanism: str, user: str, password: str) -> None:
+    def __init__(
+        self, mechanism: str, user: str, password: str, *, nonce: str | None = None
+    ) -> None:
         if mechanism not in SCRAM_MECHANISMS:
             raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
         self.mechanism = mechanism
         self._hash = SCRAM_MECHANISMS[mechanism]
         self._password = password
-        self._nonce = secrets.token_urlsafe(24)
+        self._nonce = nonce or secrets.token_urlsafe(24)
         self._bare = f"n={_saslname_encode(user)},r={self._nonce}"
         self._server_signature = b""
         self._state = 0

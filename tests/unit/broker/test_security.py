@@ -1,0 +1,368 @@
+"""Listeners, TLS principals and SASL on the broker, in-process: SCRAM against RFC 7677's
+example, PLAIN, Kafka's principal mapping rules, the listener settings, the credential file,
+and a server with PLAINTEXT, SSL (mTLS) and SASL_PLAINTEXT listeners answering each client
+with its own listener's address."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _certs import make_pki
+from samsa.broker.config import BrokerConfig, ConfigError
+from samsa.broker.listeners import PrincipalMapper, parse_listeners, subject_dn
+from samsa.broker.sasl import CREDENTIALS_FILE, PlainUsers, SaslSession, ScramCredentials
+from samsa.broker.server import BrokerServer, KafkaConnection
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.framing import frame_request, split_response
+from samsa.protocol.messages import (
+    ApiKey,
+    decode_response,
+    encode_request,
+    is_flexible,
+    make_request,
+)
+from samsa.protocol.sasl import (
+    PlainServer,
+    SaslError,
+    ScramClient,
+    ScramServer,
+    client_mechanism,
+    make_credential,
+)
+
+# RFC 7677 section 3: SCRAM-SHA-256, user "user", password "pencil".
+RFC_CLIENT_NONCE = "rOprNGfwEbeRWgbNEkqO"
+RFC_SERVER_NONCE = "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+RFC_SALT = "W22ZaJ0SNY7soEsUEjb6gQ=="
+RFC_SERVER_FIRST = f"r={RFC_CLIENT_NONCE}{RFC_SERVER_NONCE},s={RFC_SALT},i=4096"
+RFC_CLIENT_FINAL = (
+    f"c=biws,r={RFC_CLIENT_NONCE}{RFC_SERVER_NONCE},p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+)
+RFC_SERVER_FINAL = "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+
+
+def _rfc_credential() -> Any:
+    import base64
+
+    return make_credential("SCRAM-SHA-256", "pencil", 4096, base64.b64decode(RFC_SALT))
+
+
+def test_scram_client_matches_rfc_7677() -> None:
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce=RFC_CLIENT_NONCE)
+    assert client.first() == f"n,,n=user,r={RFC_CLIENT_NONCE}".encode()
+    assert client.step(RFC_SERVER_FIRST.encode()) == RFC_CLIENT_FINAL.encode()
+    assert client.step(RFC_SERVER_FINAL.encode()) is None and client.done
+    forged = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce=RFC_CLIENT_NONCE)
+    forged.step(RFC_SERVER_FIRST.encode())
+    with pytest.raises(SaslError, match="signature"):  # a broker that does not know the key
+        forged.step(b"v=" + b"A" * 44)
+
+
+def test_scram_server_matches_rfc_7677() -> None:
+    cred = _rfc_credential()
+    server = ScramServer("SCRAM-SHA-256", lambda u, m: cred, nonce=RFC_SERVER_NONCE)
+    first = server.step(f"n,,n=user,r={RFC_CLIENT_NONCE}".encode())
+    assert first == RFC_SERVER_FIRST.encode()
+    assert server.step(RFC_CLIENT_FINAL.encode()) == RFC_SERVER_FINAL.encode()
+    assert server.complete and server.user == "user"
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_refuses_wrong_password_and_unknown_user_alike(mechanism: str) -> None:
+    creds = {("alice", mechanism): make_credential(mechanism, "right")}
+
+    def run(user: str, password: str) -> str | None:
+        server = ScramServer(mechanism, lambda u, m: creds.get((u, m)))
+        client = client_mechanism(mechanism, user, password)
+        try:
+            reply = server.step(client.first())
+            final = client.step(reply)
+            assert final is not None
+            client.step(server.step(final))
+        except SaslError as exc:
+            return str(exc)
+        assert server.complete and client.done
+        return None
+
+    assert run("alice", "right") is None
+    assert run("alice", "wrong") == "Authentication failed: Invalid user credentials"
+    assert run("mallory", "right") == "Authentication failed: Invalid user credentials"
+
+
+def test_scram_refuses_a_replayed_or_tampered_final_message() -> None:
+    cred = _rfc_credential()
+    server = ScramServer("SCRAM-SHA-256", lambda u, m: cred)  # a fresh server nonce
+    server.step(f"n,,n=user,r={RFC_CLIENT_NONCE}".encode())
+    with pytest.raises(SaslError, match="nonce"):  # the RFC's proof, replayed
+        server.step(RFC_CLIENT_FINAL.encode())
+    with pytest.raises(SaslError, match="channel binding"):
+        ScramServer("SCRAM-SHA-256", lambda u, m: cred).step(b"p=tls-unique,,n=user,r=x")
+
+
+def test_plain_server() -> None:
+    users = {"bob": "pw"}
+
+    def check(u: str, p: str) -> bool:
+        return users.get(u) == p
+
+    assert PlainServer(check).step(b"\0bob\0pw") == b""
+    for bad in (b"\0bob\0nope", b"\0nobody\0pw", b"bob\0pw", b"eve\0bob\0pw", b"\0\0pw"):
+        with pytest.raises(SaslError):
+            PlainServer(check).step(bad)
+
+
+def test_sasl_session_states() -> None:
+    session = SaslSession(("PLAIN",), ScramCredentials(Path("/nonexistent")), PlainUsers(None))
+    assert session.authenticate(b"x")[0] == ErrorCode.ILLEGAL_SASL_STATE  # no handshake
+    session = SaslSession(("PLAIN",), ScramCredentials(Path("/nonexistent")), PlainUsers(None))
+    assert session.handshake("SCRAM-SHA-256") == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert session.failed is not None
+
+
+CERT = {
+    "subject": (
+        (("countryName", "US"),),
+        (("organizationName", "Acme, Inc."),),
+        (("organizationalUnitName", "eng"),),
+        (("commonName", "alice"),),
+    )
+}
+
+
+def test_subject_dn_is_rfc_2253_most_specific_first() -> None:
+    assert subject_dn(CERT) == "CN=alice,OU=eng,O=Acme\\, Inc.,C=US"
+
+
+@pytest.mark.parametrize(
+    ("rules", "principal"),
+    [
+        ("DEFAULT", "User:CN=alice,OU=eng,O=Acme\\, Inc.,C=US"),
+        ("RULE:^CN=(.*?),OU=(.*?),.*$/$1@$2/,DEFAULT", "User:alice@eng"),
+        ("RULE:^CN=(.*?),.*$/$1/U", "User:ALICE"),
+        (
+            "RULE:^CN=bob,.*$/bob/, RULE:^CN=(.*?),OU=ENG.*$/$1/L,DEFAULT",
+            "User:CN=alice,OU=eng,O=Acme\\, Inc.,C=US",
+        ),
+        ("RULE:^CN=(.*?),OU=(.*?),.*$/$2\\/$1/L", "User:eng/alice"),
+    ],
+)
+def test_principal_mapping_rules(rules: str, principal: str) -> None:
+    assert PrincipalMapper(rules).principal(CERT) == principal
+
+
+def test_principal_mapping_without_a_match_and_bad_rules() -> None:
+    with pytest.raises(ValueError, match=r"no ssl\.principal\.mapping\.rules rule applies"):
+        PrincipalMapper("RULE:^CN=bob$/bob/").principal(CERT)
+    assert PrincipalMapper("DEFAULT").principal(None) == "User:ANONYMOUS"
+    for bad in ("RULE:^CN=(.*$/$1/", "NOPE", "RULE:x/y/Q"):
+        with pytest.raises(ConfigError, match=r"ssl\.principal\.mapping\.rules"):
+            BrokerConfig(ssl_principal_mapping_rules=bad).validate()
+
+
+def test_listener_settings() -> None:
+    c = BrokerConfig().with_properties(
+        {
+            "listeners": "INTERNAL://127.0.0.1:9093,EXTERNAL://0.0.0.0:9094",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL",
+            "advertised.listeners": "EXTERNAL://kafka.example.com:19094",
+        }
+    )
+    first, second = parse_listeners(c)
+    assert (first.name, first.protocol, first.host, first.port) == (
+        "INTERNAL",
+        "PLAINTEXT",
+        "127.0.0.1",
+        9093,
+    )
+    assert (second.protocol, second.advertised(9094)) == ("SASL_SSL", ("kafka.example.com", 19094))
+    assert first.advertised(9093) == ("127.0.0.1", 9093)
+    # --host/--port speak for the first listener
+    assert parse_listeners(c.with_overrides(port=0))[0].port == 0
+    for props, message in [
+        ({"listeners": "FOO://127.0.0.1:1"}, "listener FOO has no security protocol"),
+        ({"listeners": "PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2"}, "may appear once"),
+        ({"listeners": "PLAINTEXT://127.0.0.1:1,SSL://127.0.0.1:1"}, "its own port"),
+        ({"listeners": "SSL://127.0.0.1:1"}, "needs ssl.keystore.location"),
+        ({"listener.security.protocol.map": "A:TLS"}, "expected NAME:PROTOCOL"),
+        ({"advertised.listeners": "SSL://h:1", "listeners": "PLAINTEXT://h:2"}, "unknown"),
+        ({"sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI is not supported"),
+        ({"ssl.client.auth": "sometimes"}, "ssl.client.auth must be"),
+        ({"ssl.keystore.type": "JKS"}, "PEM only"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            BrokerConfig().with_properties(props).validate()
+
+
+def test_credentials_file_written_atomically_and_reread(tmp_path: Path) -> None:
+    store = ScramCredentials(tmp_path)
+    store.put("alice", "SCRAM-SHA-256", make_credential("SCRAM-SHA-256", "Tr0ub4dor&3"))
+    assert (tmp_path / CREDENTIALS_FILE).stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [CREDENTIALS_FILE]  # no temporary left
+    assert "Tr0ub4dor" not in (tmp_path / CREDENTIALS_FILE).read_text()
+    reader = ScramCredentials(tmp_path)  # e.g. the broker, while `samsa users` writes
+    assert reader.lookup("alice", "SCRAM-SHA-256") is not None
+    store.put("bob", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "pw2"))
+    assert reader.users() == {"alice": {"SCRAM-SHA-256": 4096}, "bob": {"SCRAM-SHA-512": 4096}}
+    assert store.delete("alice") and not store.delete("alice")
+    assert reader.lookup("alice", "SCRAM-SHA-256") is None
+    doc = json.loads((tmp_path / CREDENTIALS_FILE).read_text())
+    assert list(doc["users"]) == ["bob"]
+
+
+def test_plain_users_file(tmp_path: Path) -> None:
+    path = tmp_path / "plain"
+    path.write_text("# comment\nbob = s3cret\n")
+    users = PlainUsers(str(path))
+    assert users.check("bob", "s3cret") and not users.check("bob", "x")
+    assert not users.check("eve", "s3cret") and not PlainUsers(None).check("bob", "s3cret")
+
+
+# -- a server with three listeners --------------------------------------------------------
+
+
+def _frame(api_key: int, version: int, entity: Any, cid: int) -> bytes:
+    body = encode_request(api_key, version, entity)
+    return frame_request(api_key, version, cid, "t", body, is_flexible(api_key, version))
+
+
+async def _call(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, version: int, e: Any
+) -> Any:
+    writer.write(_frame(api_key, version, e, 7))
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    frame = await reader.readexactly(size)
+    flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
+    cid, offset = split_response(frame, flexible)
+    assert cid == 7
+    return decode_response(api_key, version, frame, offset)
+
+
+METADATA = make_request(
+    ApiKey.METADATA,
+    9,
+    "MetadataRequest",
+    topics=None,
+    allow_auto_topic_creation=False,
+    include_cluster_authorized_operations=False,
+    include_topic_authorized_operations=False,
+)
+
+
+def _principals(server: BrokerServer) -> set[str]:
+    return {c.principal for c in server.limits.connections}
+
+
+def test_listeners_tls_principal_and_per_listener_metadata(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    cert, key = pki.client("carol")
+    config = BrokerConfig(data_dir=tmp_path / "data", port=0).with_properties(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "advertised.listeners": "SSL://ssl.example.com:19093",
+            "ssl.keystore.location": str(pki.broker),
+            "ssl.truststore.location": str(pki.ca),
+            "ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/,DEFAULT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        }
+    )
+    config = config.with_overrides(port=0).validate()
+    ScramCredentials(config.data_dir).put(
+        "dave", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "pw")
+    )
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        await server.start()
+        try:
+            plain, tls, sasl = (e.sockets[0].getsockname()[1] for e in server.endpoints)
+            r, w = await asyncio.open_connection("127.0.0.1", plain)
+            meta = await _call(r, w, ApiKey.METADATA, 9, METADATA)
+            assert [(b.host, b.port) for b in meta.brokers] == [("127.0.0.1", plain)]
+            assert _principals(server) == {"User:ANONYMOUS"}
+            w.close()
+
+            client_ctx = ssl.create_default_context(cafile=str(pki.ca))
+            client_ctx.load_cert_chain(str(cert), str(key))
+            r, w = await asyncio.open_connection("127.0.0.1", tls, ssl=client_ctx)
+            meta = await _call(r, w, ApiKey.METADATA, 9, METADATA)
+            assert [(b.host, b.port) for b in meta.brokers] == [("ssl.example.com", 19093)]
+            (conn,) = [c for c in server.limits.connections if c.tls]
+            assert conn.principal == "User:carol"
+            w.close()
+
+            # No client certificate where one is required: the handshake fails.
+            no_cert = ssl.create_default_context(cafile=str(pki.ca))
+            with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+                r, w = await asyncio.open_connection("127.0.0.1", tls, ssl=no_cert)
+                await _call(r, w, ApiKey.METADATA, 9, METADATA)
+            await _sasl_listener(server, sasl)
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+async def _sasl_listener(server: BrokerServer, port: int) -> None:
+    # Metadata before authentication: the connection is closed, nothing answered.
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(_frame(ApiKey.METADATA, 9, METADATA, 1))
+    assert await r.read() == b""
+    w.close()
+    # A good SCRAM exchange, then Metadata with the SASL listener's address.
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+    resp = await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)
+    assert resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert list(resp.mechanisms) == ["SCRAM-SHA-512"]
+    assert await r.read() == b""  # and the connection is closed
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="SCRAM-SHA-512")
+    assert (await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)).error_code == ErrorCode.NONE
+    client = client_mechanism("SCRAM-SHA-512", "dave", "pw")
+    token: bytes | None = client.first()
+    while token is not None:
+        auth = make_request(
+            ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=token
+        )
+        resp = await _call(r, w, ApiKey.SASL_AUTHENTICATE, 2, auth)
+        assert resp.error_code == ErrorCode.NONE
+        token = client.step(resp.auth_bytes)
+    meta = await _call(r, w, ApiKey.METADATA, 9, METADATA)
+    assert [(b.host, b.port) for b in meta.brokers] == [("127.0.0.1", port)]
+    assert "User:dave" in _principals(server)
+    w.close()
+
+
+def test_sasl_handshake_on_a_plaintext_connection_is_illegal(tmp_path: Path) -> None:
+    from samsa.broker.broker import Broker
+
+    broker = Broker(BrokerConfig(data_dir=tmp_path))
+    try:
+        conn = KafkaConnection(broker)
+        written: list[bytes] = []
+
+        class T:
+            def set_write_buffer_limits(self, high: int) -> None: ...
+            def get_extra_info(self, name: str) -> Any:
+                return None
+
+            def writelines(self, out: list[bytes]) -> None:
+                written.extend(out)
+
+        conn.connection_made(T())  # type: ignore[arg-type]
+        hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+        conn.data_received(_frame(ApiKey.SASL_HANDSHAKE, 1, hs, 3))
+        frame = b"".join(written)[4:]
+        cid, offset = split_response(frame, False)
+        resp = decode_response(ApiKey.SASL_HANDSHAKE, 1, frame, offset)
+        assert (cid, resp.error_code) == (3, ErrorCode.ILLEGAL_SASL_STATE)
+    finally:
+        broker.close()
