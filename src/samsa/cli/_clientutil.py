@@ -7,9 +7,14 @@ import functools
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from samsa.broker.config import ConfigError as PropertiesError
+from samsa.broker.config import load_config_file
 from samsa.client import ClosedError, ConfigError, KafkaError
+from samsa.client._security import Security
+from samsa.client._security import from_config as security_from_config
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -28,6 +33,27 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="request timeout (default 30000)",
     )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties, e.g. security.protocol, sasl.*, ssl.* (as Kafka's tools)",
+    )
+
+
+def command_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--command-config`` properties file, if one was given."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    try:
+        return dict(load_config_file(Path(path)))
+    except PropertiesError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def command_security(args: argparse.Namespace) -> Security:
+    """TLS and SASL settings for commands that speak raw protocol (BlockingConnection)."""
+    return security_from_config(command_config(args))
 
 
 def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
@@ -35,6 +61,7 @@ def client_config(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
         "bootstrap.servers": args.bootstrap_server,
         "request.timeout.ms": args.command_timeout_ms,
         "client.id": "samsa-cli",
+        **command_config(args),
         **extra,
     }
 

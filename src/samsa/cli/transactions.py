@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from samsa.broker.config import parse_host_port
-from samsa.cli._clientutil import add_bootstrap
+from samsa.cli._clientutil import add_bootstrap, command_security
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import split_response
@@ -24,7 +24,11 @@ from samsa.protocol.messages import ApiKey, make_request
 def _connect(args: argparse.Namespace) -> BlockingConnection:
     host, port = parse_host_port(args.bootstrap_server.split(",")[0])
     return BlockingConnection(
-        host, port, client_id="samsa-cli", timeout=args.command_timeout_ms / 1000
+        host,
+        port,
+        client_id="samsa-cli",
+        timeout=args.command_timeout_ms / 1000,
+        security=command_security(args),
     )
 
 

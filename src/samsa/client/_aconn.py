@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from samsa.client._errors import KafkaConnectionError, KafkaError
+from samsa.client._security import PLAINTEXT, Security, sasl_steps
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import FrameDecoder, FrameError, frame_request, split_response
 from samsa.protocol.messages import (
@@ -41,7 +42,9 @@ class AsyncConnection:
         client_id: str = "samsa",
         request_timeout: float = 30.0,
         node_id: int = -1,
+        security: Security = PLAINTEXT,
     ) -> None:
+        self.security = security
         self.host = host
         self.port = port
         self.node_id = node_id
@@ -72,7 +75,12 @@ class AsyncConnection:
     async def connect(self, timeout: float | None = None) -> AsyncConnection:
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port),
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self.security.ssl_context,
+                    server_hostname=self.security.server_hostname(self.host),
+                ),
                 timeout or self.request_timeout,
             )
         except (OSError, TimeoutError) as exc:
@@ -81,8 +89,10 @@ class AsyncConnection:
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate()
+            if self.security.sasl:
+                await self._authenticate()
         except BaseException:
-            self.close("ApiVersions failed")  # not left half-open
+            self.close("ApiVersions or SASL authentication failed")  # not left half-open
             raise
         return self
 
@@ -105,6 +115,16 @@ class AsyncConnection:
             }
             return
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "broker refused ApiVersions v0 and v3")
+
+    async def _authenticate(self) -> None:
+        steps = sasl_steps(self.security, self.version(ApiKey.SASL_AUTHENTICATE, 0, 2))
+        step = next(steps)
+        while True:
+            resp = await self.request(step[0], step[2], version=step[1])
+            try:
+                step = steps.send(resp)
+            except StopIteration:
+                return
 
     def supports(self, api_key: int) -> bool:
         return api_key in self.api_versions

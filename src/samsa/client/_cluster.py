@@ -27,6 +27,8 @@ from samsa.client._aconn import AsyncConnection
 from samsa.client._config import Config
 from samsa.client._errors import BootstrapError, KafkaConnectionError, KafkaError
 from samsa.client._retry import COORDINATOR_MOVED, Backoff, RetryLater, deciding_code, retry
+from samsa.client._security import AUTHENTICATION_ERRORS, PLAINTEXT, Security
+from samsa.client._security import from_config as security_from_config
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, api_name, make_request
 
@@ -97,7 +99,9 @@ class Cluster:
         reconnect_backoff: float = 0.05,
         reconnect_backoff_max: float = 1.0,
         connect_timeout: float | None = None,
+        security: Security = PLAINTEXT,
     ) -> None:
+        self.security = security
         self.bootstrap = parse_bootstrap(bootstrap)
         self.allow_auto_create_topics = allow_auto_create_topics
         self.client_id = client_id
@@ -138,6 +142,7 @@ class Cluster:
             reconnect_backoff=c.seconds("reconnect.backoff.ms"),
             reconnect_backoff_max=c.seconds("reconnect.backoff.max.ms"),
             connect_timeout=c.seconds("socket.connection.setup.timeout.ms"),
+            security=security_from_config(c.values),
         )
 
     # --- connections -------------------------------------------------------------------
@@ -159,6 +164,7 @@ class Cluster:
             client_id=self.client_id,
             request_timeout=self.request_timeout,
             node_id=node_id,
+            security=self.security,
         )
         try:
             await conn.connect(self.connect_timeout)
@@ -206,6 +212,8 @@ class Cluster:
             try:
                 return await self.connection(node_id)
             except KafkaError as exc:
+                if exc.code in AUTHENTICATION_ERRORS:
+                    raise  # as Java's AuthenticationException: retrying will not help
                 errors.append(str(exc))
         servers = list(self.bootstrap)
         random.shuffle(servers)
@@ -214,6 +222,8 @@ class Cluster:
                 self._bootstrap_conn = await self._open(host, port, -1)
                 return self._bootstrap_conn
             except KafkaError as exc:
+                if exc.code in AUTHENTICATION_ERRORS:
+                    raise  # as Java's AuthenticationException: retrying will not help
                 errors.append(str(exc))
         message = "no broker reachable: " + "; ".join(errors)
         if not self._connected_once:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from samsa.client import _security
 from samsa.client._errors import ConfigError
 from samsa.protocol.records import Compression
 
@@ -18,6 +19,7 @@ COMMON: dict[str, Any] = {
     "reconnect.backoff.max.ms": 1_000,
     "socket.connection.setup.timeout.ms": 10_000,
     "metadata.max.age.ms": 300_000,
+    **_security.DEFAULTS,  # security.protocol, sasl.*, ssl.*
 }
 
 PRODUCER: dict[str, Any] = {
@@ -69,6 +71,7 @@ _ALIASES = {
     "message.timeout.ms": "delivery.timeout.ms",
     "max.in.flight": "max.in.flight.requests.per.connection",
     "request.required.acks": "acks",
+    **_security.ALIASES,
 }
 
 CODECS = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from samsa.client._security import PLAINTEXT, Security, sasl_steps
 from samsa.protocol.framing import FrameDecoder, frame_request, split_response
 from samsa.protocol.messages import ApiKey, decode_response, encode_request, is_flexible
 
@@ -21,7 +22,13 @@ class ConnectionClosed(Exception):
 
 class BlockingConnection:
     def __init__(
-        self, host: str, port: int, *, client_id: str = "samsa", timeout: float = 30.0
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "samsa",
+        timeout: float = 30.0,
+        security: Security = PLAINTEXT,
     ) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -29,6 +36,27 @@ class BlockingConnection:
         self._decoder = FrameDecoder(1 << 30)
         self._frames: list[bytes] = []
         self._correlation = 0
+        try:
+            if security.ssl_context is not None:
+                self.sock = security.ssl_context.wrap_socket(
+                    self.sock, server_hostname=security.server_hostname(host)
+                )
+            if security.sasl:
+                self._authenticate(security)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _authenticate(self, security: Security) -> None:
+        # SaslAuthenticate v1: every broker with SASL serves it (Kafka 1.0+).
+        steps = sasl_steps(security, 1)
+        step = next(steps)
+        while True:
+            resp = self.request(step[0], step[1], step[2])
+            try:
+                step = steps.send(resp)
+            except StopIteration:
+                return
 
     def close(self) -> None:
         self.sock.close()

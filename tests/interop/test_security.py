@@ -1,0 +1,312 @@
+"""TLS and SASL with real clients: confluent-kafka (librdkafka), kafka-python and samsa's own
+client over SASL_SSL with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN, and over SSL with client
+certificates; a wrong password is refused with SASL_AUTHENTICATION_FAILED and nothing else is
+served on that connection; SCRAM users made with ``samsa users`` before the first start, and
+changed while the broker runs, count at once and survive SIGKILL."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer as CkConsumer
+from confluent_kafka import KafkaError as CkError
+from confluent_kafka import Producer as CkProducer
+from confluent_kafka.admin import AdminClient
+
+from _certs import Pki, make_pki
+from conftest import BrokerProcess
+from samsa.client import Admin, Consumer, KafkaError, Producer, TopicPartition
+from samsa.client._connection import BlockingConnection, ConnectionClosed
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
+
+LISTENER = re.compile(r"listener (\w+) \(\w+\) on 127\.0\.0\.1:(\d+)")
+PASSWORD = "alice-s3cret"
+MECHANISMS = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
+
+
+def samsa_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "samsa", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+class SecureBroker:
+    def __init__(self, proc: BrokerProcess, pki: Pki) -> None:
+        self.proc = proc
+        self.pki = pki
+
+    def port(self, listener: str) -> int:
+        for line in reversed(self.proc.log):  # the latest start's
+            m = LISTENER.search(line)
+            if m and m[1] == listener:
+                return int(m[2])
+        raise AssertionError(f"no {listener} listener in the log")
+
+    def sasl(self, mechanism: str, password: str = PASSWORD, user: str = "alice") -> dict[str, Any]:
+        return {
+            "bootstrap.servers": f"127.0.0.1:{self.port('SASL_SSL')}",
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": mechanism,
+            "sasl.username": user,
+            "sasl.password": password,
+            "ssl.ca.location": str(self.pki.ca),
+        }
+
+    def mtls(self, name: str | None) -> dict[str, Any]:
+        conf = {
+            "bootstrap.servers": f"127.0.0.1:{self.port('SSL')}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(self.pki.ca),
+        }
+        if name is not None:
+            cert, key = self.pki.client(name)
+            conf |= {"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+        return conf
+
+
+def start_secure(data_dir: Path, pki: Pki, plain_users: Path) -> BrokerProcess:
+    overrides = {
+        # The first listener takes --host/--port (BrokerProcess's): SASL_SSL.
+        "listeners": "SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.broker),
+        "ssl.truststore.location": str(pki.ca),
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=(.*?),OU=.*$/$1/,DEFAULT",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.plain.users.file": str(plain_users),
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    return BrokerProcess(data_dir, overrides).start()
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    root = tmp_path_factory.mktemp("secure")
+    pki = make_pki(root / "pki")
+    data = root / "data"
+    # Before the broker's first start, as `kafka-storage format --add-scram`.
+    added = samsa_cli("users", "add", "alice", "--password", PASSWORD, "--data-dir", str(data))
+    assert added.returncode == 0, added.stderr
+    assert PASSWORD not in added.stdout + added.stderr
+    plain = root / "plain-users"
+    plain.write_text(f"alice={PASSWORD}\n")
+    proc = start_secure(data, pki, plain)
+    yield SecureBroker(proc, pki)
+    proc.stop()
+
+
+def _topic(conf: dict[str, Any]) -> str:
+    name = f"sec-{uuid.uuid4().hex[:8]}"
+    with Admin(conf) as admin:
+        admin.create_topic(name, 1)
+    return name
+
+
+def _ck_round_trip(conf: dict[str, Any], topic: str, n: int = 20) -> list[bytes]:
+    producer = CkProducer({**conf, "enable.idempotence": True})
+    for i in range(n):
+        producer.produce(topic, b"m-%d" % i)
+    assert producer.flush(20) == 0
+    consumer = CkConsumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_confluent_kafka_over_sasl_ssl(secure: SecureBroker, mechanism: str) -> None:
+    conf = secure.sasl(mechanism)
+    topic = _topic(conf)
+    assert _ck_round_trip(conf, topic) == [b"m-%d" % i for i in range(20)]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_wrong_password_is_refused(secure: SecureBroker, mechanism: str) -> None:
+    errors: list[CkError] = []
+    conf = {**secure.sasl(mechanism, password="guess"), "error_cb": errors.append}
+    admin = AdminClient(conf)
+    with pytest.raises(Exception, match=r"transport|Authentication|timed out"):
+        admin.list_topics(timeout=1)
+    admin.poll(1)  # error_cb runs from poll
+    assert any(e.code() == CkError._AUTHENTICATION for e in errors), errors
+    assert secure.proc.wait_for_log("SASL authentication failed (user 'alice')") is not None
+    assert not secure.proc.log_contains("guess")  # passwords are never logged
+
+
+def test_nothing_else_is_served_after_a_failed_authentication(secure: SecureBroker) -> None:
+    with BlockingConnection("127.0.0.1", secure.port("SASL_PLAINTEXT")) as conn:
+        hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+        auth = make_request(
+            ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=b"\0alice\0guess"
+        )
+        meta = make_request(
+            ApiKey.METADATA,
+            9,
+            "MetadataRequest",
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        # All three in one write: the Metadata must not be answered.
+        conn.send_bytes(
+            conn.encode(ApiKey.SASL_HANDSHAKE, 1, hs, 1)
+            + conn.encode(ApiKey.SASL_AUTHENTICATE, 2, auth, 2)
+            + conn.encode(ApiKey.METADATA, 9, meta, 3)
+        )
+        assert conn.receive(ApiKey.SASL_HANDSHAKE, 1, 1).error_code == ErrorCode.NONE
+        resp = conn.receive(ApiKey.SASL_AUTHENTICATE, 2, 2)
+        assert resp.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert "Invalid username or password" in resp.error_message
+        with pytest.raises(ConnectionClosed):
+            conn.receive_frame()
+
+
+def test_confluent_kafka_with_client_certificates(secure: SecureBroker) -> None:
+    topic = _topic(secure.sasl("SCRAM-SHA-512"))
+    assert _ck_round_trip(secure.mtls("carol"), topic, 5) == [b"m-%d" % i for i in range(5)]
+    # No certificate where ssl.client.auth=required: the TLS handshake fails.
+    errors: list[CkError] = []
+    admin = AdminClient({**secure.mtls(None), "error_cb": errors.append})
+    with pytest.raises(Exception, match=r"transport|SSL|timed out"):
+        admin.list_topics(timeout=1)
+    admin.poll(1)
+    assert errors and all(e.code() != CkError.NO_ERROR for e in errors)
+
+
+def test_kafka_python_over_sasl_ssl(secure: SecureBroker) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    conf = secure.sasl("SCRAM-SHA-256")
+    topic = _topic(conf)
+    common = {
+        "bootstrap_servers": conf["bootstrap.servers"],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": PASSWORD,
+        "ssl_cafile": str(secure.pki.ca),
+    }
+    producer = KafkaProducer(**common)
+    for i in range(5):
+        producer.send(topic, b"kp-%d" % i)
+    producer.flush(20)
+    producer.close(5)
+    consumer = KafkaConsumer(
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=5000, **common
+    )
+    try:
+        got = [m.value for _, m in zip(range(5), consumer, strict=False)]
+    finally:
+        consumer.close()
+    assert got == [b"kp-%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_samsa_client_over_sasl_ssl(secure: SecureBroker, mechanism: str) -> None:
+    conf = secure.sasl(mechanism)
+    topic = _topic(conf)
+    with Producer(conf) as p:
+        for i in range(5):
+            p.send(topic, b"s-%d" % i)
+        assert p.flush(20) == 0
+    with Consumer({**conf, "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition(topic, 0)])
+        got: list[bytes | None] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(0.5)]
+    assert got == [b"s-%d" % i for i in range(5)]
+    with pytest.raises(KafkaError) as caught:
+        with Admin(
+            {**secure.sasl(mechanism, password="guess"), "default.api.timeout.ms": 5000}
+        ) as a:
+            a.list_topics()
+    assert caught.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_samsa_client_and_cli_with_client_certificates(
+    secure: SecureBroker, tmp_path: Path
+) -> None:
+    conf = secure.mtls("dora")
+    topic = _topic(conf)
+    with Admin(conf) as admin:
+        assert topic in admin.list_topics()
+    props = tmp_path / "client.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in conf.items() if k != "bootstrap.servers"))
+    listed = samsa_cli(
+        "topics",
+        "list",
+        "--bootstrap-server",
+        conf["bootstrap.servers"],
+        "--command-config",
+        str(props),
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert topic in listed.stdout.split()
+
+
+def _can_log_in(port: int, user: str, password: str) -> bool:
+    conf = {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": password,
+        "default.api.timeout.ms": 5000,
+    }
+    try:
+        with Admin(conf) as admin:
+            admin.list_topics()
+    except KafkaError as exc:
+        assert exc.code == ErrorCode.SASL_AUTHENTICATION_FAILED, exc
+        return False
+    return True
+
+
+def test_users_change_at_once_and_survive_sigkill(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = BrokerProcess(
+        data,
+        {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "SCRAM-SHA-512"},
+    ).start()
+    try:
+        assert not _can_log_in(proc.port, "erin", "pw-1")
+        pw_file = tmp_path / "pw"
+        pw_file.write_text("pw-1\n")
+        add = ["users", "add", "erin", "--mechanism", "SCRAM-SHA-512", "--data-dir", str(data)]
+        assert samsa_cli(*add, "--password-file", str(pw_file)).returncode == 0
+        assert _can_log_in(proc.port, "erin", "pw-1")  # while running, at once
+        assert samsa_cli(*add, "--password", "pw-2").returncode == 0
+        assert not _can_log_in(proc.port, "erin", "pw-1")
+        assert _can_log_in(proc.port, "erin", "pw-2")
+        assert samsa_cli("users", "add", "frank", "--password", "f", "--data-dir", str(data))
+        deleted = samsa_cli("users", "delete", "frank", "--data-dir", str(data))
+        assert deleted.returncode == 0, deleted.stderr
+        assert not _can_log_in(proc.port, "frank", "f")
+        proc.kill()
+        proc.start()
+        assert _can_log_in(proc.port, "erin", "pw-2")
+        listed = samsa_cli("users", "list", "--data-dir", str(data))
+        assert listed.stdout.splitlines()[1:] == ["erin\tSCRAM-SHA-512\t4096"]
+        missing = samsa_cli("users", "delete", "frank", "--data-dir", str(data))
+        assert missing.returncode == 1 and "no user 'frank'" in missing.stderr
+    finally:
+        proc.stop()
