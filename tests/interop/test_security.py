@@ -165,11 +165,20 @@ def test_nothing_else_is_served_after_a_failed_authentication(secure: SecureBrok
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
-        # All three in one write: the Metadata must not be answered.
+        versions = make_request(
+            ApiKey.API_VERSIONS,
+            3,
+            "ApiVersionsRequest",
+            client_software_name="t",
+            client_software_version="1",
+        )
+        # All in one write: neither the ApiVersions (served before authentication) nor the
+        # Metadata behind the failed step may be answered.
         conn.send_bytes(
             conn.encode(ApiKey.SASL_HANDSHAKE, 1, hs, 1)
             + conn.encode(ApiKey.SASL_AUTHENTICATE, 2, auth, 2)
-            + conn.encode(ApiKey.METADATA, 9, meta, 3)
+            + conn.encode(ApiKey.API_VERSIONS, 3, versions, 3)
+            + conn.encode(ApiKey.METADATA, 9, meta, 4)
         )
         assert conn.receive(ApiKey.SASL_HANDSHAKE, 1, 1).error_code == ErrorCode.NONE
         resp = conn.receive(ApiKey.SASL_AUTHENTICATE, 2, 2)

@@ -146,6 +146,7 @@ def test_subject_dn_is_rfc_2253_most_specific_first() -> None:
         ("DEFAULT", "User:CN=alice,OU=eng,O=Acme\\, Inc.,C=US"),
         ("RULE:^CN=(.*?),OU=(.*?),.*$/$1@$2/,DEFAULT", "User:alice@eng"),
         ("RULE:^CN=(.*?),.*$/$1/U", "User:ALICE"),
+        ("RULE:^(.*?)=(.*?),.*$/$2-$1/L", "User:alice-cn"),
         (
             "RULE:^CN=bob,.*$/bob/, RULE:^CN=(.*?),OU=ENG.*$/$1/L,DEFAULT",
             "User:CN=alice,OU=eng,O=Acme\\, Inc.,C=US",
@@ -193,6 +194,7 @@ def test_listener_settings() -> None:
         ({"listener.security.protocol.map": "A:TLS"}, "expected NAME:PROTOCOL"),
         ({"advertised.listeners": "SSL://h:1", "listeners": "PLAINTEXT://h:2"}, "unknown"),
         ({"sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI is not supported"),
+        ({"listeners": "PLAINTEXT://h:1", "advertised.listeners": "PLAINTEXT://h:0"}, "not 0"),
         ({"ssl.client.auth": "sometimes"}, "ssl.client.auth must be"),
         ({"ssl.keystore.type": "JKS"}, "PEM only"),
     ]:
