@@ -102,7 +102,7 @@ def parse_listeners(config: BrokerConfig) -> list[Listener]:
     if config.advertised_listeners:
         for name, host, port in _entries("advertised.listeners", config.advertised_listeners):
             if port == 0:
-                raise ConfigError(f"advertised.listeners: {name} needs a port other than 0")
+                raise ConfigError(f"advertised.listeners: {name} needs a real port, not 0")
             advertised[name] = (host, port)
     names = [name for name, _h, _p in entries]
     for name in [*names, *advertised]:
