@@ -552,7 +552,7 @@ class KafkaConnection(asyncio.Protocol):
             self._abort(session.failed, logging.WARNING, graceful=True)
         elif session.principal is not None and self.principal != session.principal:
             self.principal = session.principal
-            log.info("%s authenticated as %s", self.peer, self.principal)
+            log.debug("%s authenticated as %s", self.peer, self.principal)
 
     def _enqueue(
         self, correlation_id: int, flexible_header: bool, body: bytes | list[bytes]
@@ -909,7 +909,7 @@ async def serve(config: BrokerConfig) -> None:
     # The data directory went offline (a failed fsync): stop, as Kafka halts when its last
     # log directory fails; Broker.close then raises ShutdownError (exit status 1).
     server.broker.offline_listeners.append(lambda _reason: stop.set())
-    host, port = server.broker.config.advertised
+    host, port = server.endpoints[0].advertised or server.broker.config.advertised
     log.info(
         "samsa broker ready on %s:%d (advertised %s:%d, data dir %s, cluster %s)",
         config.host,
