@@ -319,3 +319,49 @@ def test_users_change_at_once_and_survive_sigkill(tmp_path: Path) -> None:
         assert missing.returncode == 1 and "no user 'frank'" in missing.stderr
     finally:
         proc.stop()
+
+
+def test_clients_reauthenticate_before_the_session_ends(tmp_path: Path) -> None:
+    """KIP-368: with connections.max.reauth.ms=1000, confluent-kafka and samsa's producer
+    renew their sessions on the same connections and keep producing; none is cut off."""
+    data = tmp_path / "data"
+    assert samsa_cli("users", "add", "gina", "--password", "pw", "--data-dir", str(data))
+    overrides = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "connections.max.reauth.ms": "1000",
+    }
+    proc = BrokerProcess(data, overrides).start()
+    try:
+        conf = {
+            "bootstrap.servers": proc.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "gina",
+            "sasl.password": "pw",
+        }
+        topic = _topic(conf)
+        errors: list[CkError] = []
+        ck = CkProducer({**conf, "error_cb": errors.append})
+        failed: list[Any] = []
+        with Producer(conf) as ours:
+            deadline = time.monotonic() + 3  # three session lifetimes
+            sent = 0
+            while time.monotonic() < deadline:
+                ck.produce(topic, b"ck", on_delivery=lambda e, m: e and failed.append(e))
+                ours.send(topic, b"samsa").add_done_callback(
+                    lambda f: f.exception() and failed.append(f.exception())
+                )
+                sent += 1
+                ck.poll(0.05)
+            assert ck.flush(10) == 0 and ours.flush(10) == 0
+        assert (failed, errors) == ([], [])
+        assert not proc.log_contains("SASL session expired")
+        with Consumer({**conf, "auto.offset.reset": "earliest"}) as c:
+            c.assign([TopicPartition(topic, 0)])
+            got = 0
+            end = time.monotonic() + 20
+            while got < 2 * sent and time.monotonic() < end:
+                got += len(c.poll(0.5))
+        assert got == 2 * sent
+    finally:
+        proc.stop()

@@ -70,6 +70,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "ssl.principal.mapping.rules": "ssl_principal_mapping_rules",
     "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
     "sasl.plain.users.file": "sasl_plain_users_file",
+    "connections.max.reauth.ms": "connections_max_reauth_ms",
 }
 
 
@@ -130,6 +131,7 @@ _RANGES: dict[str, Range] = {
     # Kafka allows 0 only with max.connections.per.ip.overrides, which samsa does not have.
     "max_connections_per_ip": Range(1),
     "log_max_open_files": Range(1),  # samsa's own
+    "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
@@ -224,6 +226,9 @@ class BrokerConfig:
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
     # samsa's own: PLAIN users, one USER=PASSWORD line each (Kafka keeps them in JAAS config).
     sasl_plain_users_file: str | None = None
+    # KIP-368: a SASL session lasts this long; the client re-authenticates on the connection
+    # before then, or the broker closes it at its next request. 0: sessions never expire.
+    connections_max_reauth_ms: int = 0
 
     @property
     def advertised(self) -> tuple[str, int]:

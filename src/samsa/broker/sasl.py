@@ -14,6 +14,7 @@ import base64
 import hmac
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,35 +178,54 @@ class SaslSession:
     mechanisms: tuple[str, ...]
     scram: ScramCredentials
     plain: PlainUsers
+    reauth_ms: int = 0  # connections.max.reauth.ms (KIP-368); 0: sessions never expire
     principal: str | None = None
     failed: str | None = None  # why; the connection closes once the response is sent
+    lifetime_ms: int = 0  # of the current session, as SaslAuthenticate v1+ tells the client
+    expires_at: float | None = None  # time.monotonic() deadline of the current session
     _mechanism: ServerMechanism | None = field(default=None, repr=False)
+    _mechanism_name: str | None = None
 
     @property
     def authenticated(self) -> bool:
         return self.principal is not None
 
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
     def handshake(self, mechanism: str) -> ErrorCode:
-        if self.authenticated or self._mechanism is not None:
-            self.failed = "SaslHandshake received twice"
+        in_progress = self._mechanism is not None and not self._mechanism.complete
+        if in_progress or (self.authenticated and not self.reauth_ms):
+            self.failed = "unexpected SaslHandshake"
             return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism not in self.mechanisms:
             self.failed = f"unsupported SASL mechanism {mechanism!r}"
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        if self.authenticated and mechanism != self._mechanism_name:
+            # KIP-368: re-authentication keeps the mechanism it started with.
+            self.failed = f"re-authentication may not switch to {mechanism}"
+            return ErrorCode.ILLEGAL_SASL_STATE
         self._mechanism = server_mechanism(mechanism, self.scram.lookup, self.plain.check)
+        self._mechanism_name = mechanism
         return ErrorCode.NONE
 
     def authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
         mech = self._mechanism
-        if mech is None or self.authenticated:
+        if mech is None or mech.complete:
             self.failed = "SaslAuthenticate without a SaslHandshake"
             return ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake must come first", b""
         try:
             reply = mech.step(token)
+            principal = f"User:{mech.user}"
+            if mech.complete and self.principal not in (None, principal):
+                raise SaslError("re-authentication may not change the principal")
         except (SaslError, CredentialError) as exc:
             self.failed = f"SASL authentication failed (user {mech.user!r}): {exc}"
             message = str(exc) if isinstance(exc, SaslError) else "Authentication failed"
             return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
         if mech.complete:
-            self.principal = f"User:{mech.user}"
+            self.principal = principal
+            self.lifetime_ms = self.reauth_ms
+            if self.reauth_ms:
+                self.expires_at = time.monotonic() + self.reauth_ms / 1000
         return ErrorCode.NONE, None, reply

@@ -510,8 +510,14 @@ class KafkaConnection(asyncio.Protocol):
                 f"(supported: v{api.min_version}-v{api.max_version})"
             )
         session = self.session
-        if session is not None and not session.authenticated and api_key not in _PRE_AUTH_APIS:
-            raise FrameError(f"{api_name(api_key)} before SASL authentication")
+        if session is not None and api_key not in _PRE_AUTH_APIS:
+            if not session.authenticated:
+                raise FrameError(f"{api_name(api_key)} before SASL authentication")
+            if session.expired(time.monotonic()):
+                raise FrameError(
+                    f"{api_name(api_key)} after the SASL session expired "
+                    "(connections.max.reauth.ms) without re-authentication"
+                )
         flexible = is_flexible(api_key, version)
         header = parse_request_header(frame, flexible)
         request = decode_request(api_key, version, frame, header.body_offset)
@@ -852,6 +858,11 @@ def _endpoints(config: BrokerConfig) -> list[Endpoint]:
     mechanisms = enabled_mechanisms(config)
     scram = ScramCredentials(config.data_dir)
     plain = PlainUsers(config.sasl_plain_users_file)
+    reauth_ms = config.connections_max_reauth_ms
+
+    def new_session() -> SaslSession:
+        return SaslSession(mechanisms, scram, plain, reauth_ms)
+
     ssl_ctx = sasl_ssl_ctx = None
     endpoints = []
     for lst in listeners:
@@ -864,7 +875,7 @@ def _endpoints(config: BrokerConfig) -> list[Endpoint]:
             sasl_ssl_ctx = sasl_ssl_ctx or server_context(config, client_auth=False)
             endpoint.ssl_context = sasl_ssl_ctx
         if lst.sasl:
-            endpoint.new_session = lambda: SaslSession(mechanisms, scram, plain)
+            endpoint.new_session = new_session
         endpoints.append(endpoint)
     return endpoints
 

@@ -58,6 +58,7 @@ class AsyncConnection:
         )
         self._correlation = 0
         self._read_task: asyncio.Task[None] | None = None
+        self._reauth: asyncio.TimerHandle | asyncio.Task[None] | None = None
         self._closed = False
         self.close_reason: str | None = None
 
@@ -124,7 +125,24 @@ class AsyncConnection:
             try:
                 step = steps.send(resp)
             except StopIteration:
-                return
+                break
+        # KIP-368: re-authenticate on this connection before the session ends (at 85% of
+        # its lifetime, as Java's client does at 85-95%).
+        lifetime = getattr(resp, "session_lifetime", None)  # kio: a timedelta (v1+)
+        seconds = lifetime.total_seconds() if lifetime is not None else 0.0
+        if seconds > 0 and not self._closed:
+            loop = asyncio.get_running_loop()
+            self._reauth = loop.call_later(seconds * 0.85, self._start_reauth)
+
+    def _start_reauth(self) -> None:
+        if not self._closed:
+            self._reauth = asyncio.get_running_loop().create_task(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        try:
+            await self._authenticate()
+        except KafkaError as exc:
+            self.close(f"re-authentication failed: {exc}")
 
     def supports(self, api_key: int) -> bool:
         return api_key in self.api_versions
@@ -251,6 +269,8 @@ class AsyncConnection:
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 self._writer.close()
+        if self._reauth is not None and self._reauth is not asyncio.current_task():
+            self._reauth.cancel()
         task = self._read_task
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()

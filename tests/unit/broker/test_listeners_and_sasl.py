@@ -368,3 +368,85 @@ def test_sasl_handshake_on_a_plaintext_connection_is_illegal(tmp_path: Path) -> 
         assert (cid, resp.error_code) == (3, ErrorCode.ILLEGAL_SASL_STATE)
     finally:
         broker.close()
+
+
+def _plain_session(reauth_ms: int, tmp_path: Path) -> SaslSession:
+    users = tmp_path / "plain"
+    users.write_text("bob=pw\ncarl=pw\n")
+    return SaslSession(
+        ("PLAIN", "SCRAM-SHA-256"), ScramCredentials(tmp_path), PlainUsers(str(users)), reauth_ms
+    )
+
+
+def test_reauthentication_rules(tmp_path: Path) -> None:
+    session = _plain_session(1000, tmp_path)
+    assert session.handshake("PLAIN") == ErrorCode.NONE
+    assert session.authenticate(b"\0bob\0pw")[0] == ErrorCode.NONE
+    assert (session.principal, session.lifetime_ms) == ("User:bob", 1000)
+    assert session.expires_at is not None
+    assert not session.expired(session.expires_at - 0.01) and session.expired(session.expires_at)
+    # KIP-368: the same mechanism and principal again renew the session...
+    assert session.handshake("PLAIN") == ErrorCode.NONE
+    assert session.authenticate(b"\0bob\0pw")[0] == ErrorCode.NONE and session.failed is None
+    # ...another principal is refused, as is another mechanism.
+    assert session.handshake("PLAIN") == ErrorCode.NONE
+    error, message, _ = session.authenticate(b"\0carl\0pw")
+    assert error == ErrorCode.SASL_AUTHENTICATION_FAILED and "principal" in str(message)
+    other = _plain_session(1000, tmp_path)
+    other.handshake("PLAIN")
+    other.authenticate(b"\0bob\0pw")
+    assert other.handshake("SCRAM-SHA-256") == ErrorCode.ILLEGAL_SASL_STATE
+    # Without connections.max.reauth.ms a session never ends and is not renewed.
+    once = _plain_session(0, tmp_path)
+    once.handshake("PLAIN")
+    once.authenticate(b"\0bob\0pw")
+    assert (once.lifetime_ms, once.expires_at) == (0, None)
+    assert once.handshake("PLAIN") == ErrorCode.ILLEGAL_SASL_STATE
+
+
+async def _plain_login(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> int:
+    hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+    assert (await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)).error_code == ErrorCode.NONE
+    auth = make_request(
+        ApiKey.SASL_AUTHENTICATE, 1, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0pw"
+    )
+    resp = await _call(r, w, ApiKey.SASL_AUTHENTICATE, 1, auth)
+    assert resp.error_code == ErrorCode.NONE
+    return int(resp.session_lifetime.total_seconds() * 1000)
+
+
+def test_expired_session_closes_the_connection_unless_renewed(tmp_path: Path) -> None:
+    users = tmp_path / "plain"
+    users.write_text("bob=pw\n")
+    config = BrokerConfig(data_dir=tmp_path / "data", port=0).with_properties(
+        {
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.plain.users.file": str(users),
+            "connections.max.reauth.ms": "300",
+        }
+    )
+    config = config.with_overrides(port=0).validate()
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        await server.start()
+        try:
+            port = server.port
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            assert await _plain_login(r1, w1) == 300
+            assert await _plain_login(r2, w2) == 300
+            await _call(r1, w1, ApiKey.METADATA, 9, METADATA)  # within the session
+            await asyncio.sleep(0.2)
+            assert await _plain_login(r2, w2) == 300  # the second one renews in time
+            await asyncio.sleep(0.2)
+            await _call(r2, w2, ApiKey.METADATA, 9, METADATA)
+            w1.write(_frame(ApiKey.METADATA, 9, METADATA, 1))
+            assert await r1.read() == b""  # expired: closed, not answered
+            w1.close()
+            w2.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

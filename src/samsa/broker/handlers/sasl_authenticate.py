@@ -1,7 +1,7 @@
 """SaslAuthenticate: one step of the mechanism SaslHandshake chose (KIP-152).
 
 A failure answers SASL_AUTHENTICATION_FAILED with a message and the server then closes the
-connection; session_lifetime_ms is 0 (no re-authentication deadline: KIP-368 is not served).
+connection. session_lifetime_ms (v1+) is connections.max.reauth.ms (KIP-368; 0: no deadline).
 """
 
 from __future__ import annotations
@@ -34,6 +34,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             error_code=error,
             error_message=message,
             auth_bytes=reply,
-            session_lifetime=0,
+            session_lifetime=session.lifetime_ms if session is not None else 0,
         ),
     )
