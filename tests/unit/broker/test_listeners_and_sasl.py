@@ -450,3 +450,41 @@ def test_expired_session_closes_the_connection_unless_renewed(tmp_path: Path) ->
             await server.stop()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_tls_listener_keeps_the_connection_limits(tmp_path: Path) -> None:
+    """A client that opens a TLS connection and never shakes hands holds its slot only for
+    socket.request.read.timeout.ms; max.connections.per.ip counts TLS connections too."""
+    pki = make_pki(tmp_path / "pki")
+    config = BrokerConfig(data_dir=tmp_path / "data", port=0).with_properties(
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.location": str(pki.broker),
+            "socket.request.read.timeout.ms": "300",
+            "max.connections.per.ip": "1",
+        }
+    )
+    config = config.with_overrides(port=0).validate()
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        await server.start()
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", server.port)  # no handshake
+            await asyncio.sleep(0.05)
+            assert server.limits.accepted == 1
+            r2, w2 = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await asyncio.wait_for(r2.read(), 5) == b""  # over the per-ip limit
+            assert await asyncio.wait_for(r1.read(), 5) == b""  # handshake timed out
+            await asyncio.sleep(0.05)
+            assert server.limits.accepted == 0
+            ctx = ssl.create_default_context(cafile=str(pki.ca))
+            r3, w3 = await asyncio.open_connection("127.0.0.1", server.port, ssl=ctx)
+            meta = await _call(r3, w3, ApiKey.METADATA, 9, METADATA)
+            assert meta.brokers[0].port == server.port
+            for w in (w1, w2, w3):
+                w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
