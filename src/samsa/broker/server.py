@@ -325,9 +325,13 @@ class KafkaConnection(asyncio.Protocol):
             log.log(level, "closing connection from %s: %s", self.peer, reason)
             self.closed = True
             if self.transport is not None:
-                # graceful: what was written (a last response) is sent first.
+                # graceful: what was written (a last response) is sent first, but a client
+                # that does not read cannot keep the connection: cut after the read timeout.
                 if graceful:
                     self.transport.close()
+                    asyncio.get_running_loop().call_later(
+                        self.limits.read_timeout_s, self.transport.abort
+                    )
                 else:
                     self.transport.abort()
             self.memory.forget(self)

@@ -488,3 +488,56 @@ def test_tls_listener_keeps_the_connection_limits(tmp_path: Path) -> None:
             await server.stop()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
+    tmp_path: Path,
+) -> None:
+    from samsa.broker.broker import Broker
+
+    broker = Broker(BrokerConfig(data_dir=tmp_path, socket_request_read_timeout_ms=50))
+    calls: list[str] = []
+    written: list[bytes] = []
+
+    class T:
+        def set_write_buffer_limits(self, high: int) -> None: ...
+        def get_extra_info(self, name: str) -> Any:
+            return None
+
+        def writelines(self, out: list[bytes]) -> None:
+            calls.append("write")
+            written.extend(out)
+
+        def close(self) -> None:
+            calls.append("close")
+
+        def abort(self) -> None:
+            calls.append("abort")
+
+    async def main() -> None:
+        conn = KafkaConnection(broker)
+        conn.connection_made(T())  # type: ignore[arg-type]
+        conn.session = _plain_session(0, tmp_path)
+        hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+        bad = make_request(
+            ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0no"
+        )
+        conn.data_received(
+            _frame(ApiKey.SASL_HANDSHAKE, 1, hs, 1)
+            + _frame(ApiKey.SASL_AUTHENTICATE, 2, bad, 2)
+            + _frame(ApiKey.METADATA, 9, METADATA, 3)
+        )
+        assert calls == ["write", "close"]  # answered, then closed: no Metadata
+        out, cids = b"".join(written), []
+        while out:
+            (size,) = struct.unpack(">i", out[:4])
+            cids.append(struct.unpack(">i", out[4:8])[0])
+            out = out[4 + size :]
+        assert cids == [1, 2]
+        await asyncio.sleep(0.2)
+        assert calls == ["write", "close", "abort"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.close()
