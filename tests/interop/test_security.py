@@ -365,3 +365,50 @@ def test_clients_reauthenticate_before_the_session_ends(tmp_path: Path) -> None:
         assert got == 2 * sent
     finally:
         proc.stop()
+
+
+def test_confluent_kafka_admin_manages_scram_users(secure: SecureBroker) -> None:
+    """KIP-554: alter_user_scram_credentials / describe_user_scram_credentials, the new user
+    logs in at once, a deleted one no longer can; Kafka's error codes for bad requests."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(secure.sasl("SCRAM-SHA-512"))
+    sha256 = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    upsert = UserScramCredentialUpsertion("hank", sha256, b"hank-pw")
+    admin.alter_user_scram_credentials([upsert])["hank"].result(10)
+    described = admin.describe_user_scram_credentials(["hank"])["hank"].result(10)
+    infos = [(i.mechanism, i.iterations) for i in described.scram_credential_infos]
+    assert infos == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    everyone = admin.describe_user_scram_credentials().result(10)
+    assert {"alice", "hank"} <= set(everyone)
+    with pytest.raises(KafkaException) as missing:
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
+    assert missing.value.args[0].code() == CkError.RESOURCE_NOT_FOUND
+
+    ours = {**secure.sasl("SCRAM-SHA-256", password="hank-pw", user="hank")}
+    with Admin(ours) as a:  # a new user logs in at once
+        a.list_topics()
+    deletion = UserScramCredentialDeletion("hank", ScramMechanism.SCRAM_SHA_256)
+    admin.alter_user_scram_credentials([deletion])["hank"].result(10)
+    with pytest.raises(KafkaError) as refused, Admin(ours) as a:
+        a.list_topics()
+    assert refused.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+    for alteration, code in [
+        (deletion, CkError.RESOURCE_NOT_FOUND),  # deleted already
+        (
+            UserScramCredentialUpsertion(
+                "ivy", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 100), b"x"
+            ),
+            CkError.UNACCEPTABLE_CREDENTIAL,
+        ),
+    ]:
+        with pytest.raises(KafkaException) as bad:
+            admin.alter_user_scram_credentials([alteration])[alteration.user].result(10)
+        assert bad.value.args[0].code() == code

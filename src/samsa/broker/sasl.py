@@ -21,10 +21,14 @@ from typing import Any
 
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.sasl import (
+    SCRAM_MAX_ITERATIONS,
+    SCRAM_MECHANISM_TYPES,
     SCRAM_MECHANISMS,
+    SCRAM_MIN_ITERATIONS,
     SaslError,
     ScramCredential,
     ServerMechanism,
+    credential_from_salted,
     server_mechanism,
 )
 
@@ -229,3 +233,105 @@ class SaslSession:
             if self.reauth_ms:
                 self.expires_at = time.monotonic() + self.reauth_ms / 1000
         return ErrorCode.NONE, None, reply
+
+
+_STORES: dict[Path, ScramCredentials] = {}
+
+
+def credentials_for(data_dir: Path) -> ScramCredentials:
+    """The one credential store of a data directory, shared by the listeners and the admin
+    APIs of this process."""
+    key = Path(data_dir).resolve()
+    store = _STORES.get(key)
+    if store is None:
+        store = _STORES[key] = ScramCredentials(key)
+    return store
+
+
+# -- KIP-554: DescribeUserScramCredentials and AlterUserScramCredentials ---------------------
+
+UserResult = tuple[str, ErrorCode, str | None]
+
+
+def describe_credentials(
+    store: ScramCredentials, users: list[str] | None
+) -> list[tuple[str, ErrorCode, str | None, list[tuple[int, int]]]]:
+    """Per user: error, message and (mechanism type, iterations) of each credential; all
+    users when ``users`` is None or empty."""
+    known = store.users()
+    types = {name: t for t, name in SCRAM_MECHANISM_TYPES.items()}
+    wanted = list(known) if not users else users
+    out: list[tuple[str, ErrorCode, str | None, list[tuple[int, int]]]] = []
+    for user in wanted:
+        if users and users.count(user) > 1:
+            message = "Cannot describe SCRAM credentials for the same user twice in a request"
+            out.append((user, ErrorCode.DUPLICATE_RESOURCE, message, []))
+        elif user not in known:
+            out.append(
+                (user, ErrorCode.RESOURCE_NOT_FOUND, "Attempt to describe a nonexistent user", [])
+            )
+        else:
+            infos = [(types[m], it) for m, it in known[user].items()]
+            out.append((user, ErrorCode.NONE, None, infos))
+    return out
+
+
+def alter_credentials(
+    store: ScramCredentials,
+    deletions: list[tuple[str, int]],
+    upsertions: list[tuple[str, int, int, bytes, bytes]],
+) -> list[UserResult]:
+    """Apply deletions (user, mechanism type) and upsertions (user, mechanism type,
+    iterations, salt, SaltedPassword); all of a user's changes or none, one result each."""
+    per_user: dict[str, list[tuple[int, tuple[int, bytes, bytes] | None]]] = {}
+    for user, mech in deletions:
+        per_user.setdefault(user, []).append((mech, None))  # None: delete
+    for user, mech, iterations, salt, salted in upsertions:
+        per_user.setdefault(user, []).append((mech, (iterations, salt, salted)))
+    results: list[UserResult] = []
+    for user, ops in per_user.items():
+        problem = _alter_problem(store, user, ops)
+        if problem is not None:
+            results.append((user, *problem))
+            continue
+        for mech, upsert in ops:
+            name = SCRAM_MECHANISM_TYPES[mech]
+            if upsert is None:
+                store.delete(user, name)
+            else:
+                iterations, salt, salted = upsert
+                store.put(user, name, credential_from_salted(name, salted, salt, iterations))
+        results.append((user, ErrorCode.NONE, None))
+    return results
+
+
+def _alter_problem(
+    store: ScramCredentials, user: str, ops: list[tuple[int, tuple[int, bytes, bytes] | None]]
+) -> tuple[ErrorCode, str] | None:
+    if not user:
+        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    mechs = [mech for mech, _upsert in ops]
+    if len(set(mechs)) != len(mechs):
+        return (
+            ErrorCode.DUPLICATE_RESOURCE,
+            "A user credential cannot be altered twice in the same request",
+        )
+    for mech, upsert in ops:
+        name = SCRAM_MECHANISM_TYPES.get(mech)
+        if name is None:
+            return ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism type {mech}"
+        if upsert is None:
+            if store.lookup(user, name) is None:
+                return (
+                    ErrorCode.RESOURCE_NOT_FOUND,
+                    "Attempt to delete a user credential that does not exist",
+                )
+            continue
+        iterations, salt, salted = upsert
+        if iterations < SCRAM_MIN_ITERATIONS:
+            return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations: {iterations}"
+        if iterations > SCRAM_MAX_ITERATIONS:
+            return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations: {iterations}"
+        if not salt or not salted:
+            return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty"
+    return None

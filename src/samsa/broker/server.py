@@ -73,7 +73,7 @@ from samsa.broker.listeners import (
     parse_listeners,
     server_context,
 )
-from samsa.broker.sasl import PlainUsers, SaslSession, ScramCredentials
+from samsa.broker.sasl import PlainUsers, SaslSession, credentials_for
 from samsa.log.segment import SEGMENT_FILES
 from samsa.protocol.framing import (
     FrameDecoder,
@@ -860,7 +860,7 @@ def _endpoints(config: BrokerConfig) -> list[Endpoint]:
     """The configured listeners with what their connections need (TLS contexts, SASL)."""
     listeners = parse_listeners(config)
     mechanisms = enabled_mechanisms(config)
-    scram = ScramCredentials(config.data_dir)
+    scram = credentials_for(config.data_dir)
     plain = PlainUsers(config.sasl_plain_users_file)
     reauth_ms = config.connections_max_reauth_ms
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 SCRAM_MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# Kafka's ScramMechanism type bytes (DescribeUserScramCredentials, AlterUserScramCredentials).
+SCRAM_MECHANISM_TYPES: dict[int, str] = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 # Kafka's ScramMechanism minimum; also its default for kafka-configs --add-config.
 SCRAM_MIN_ITERATIONS = 4096
@@ -59,9 +61,16 @@ def make_credential(
         raise ValueError(
             f"iterations must be between {SCRAM_MIN_ITERATIONS} and {SCRAM_MAX_ITERATIONS}"
         )
-    hash_name = SCRAM_MECHANISMS[mechanism]
     salt = salt if salt is not None else secrets.token_bytes(32)
     salted = salted_password(mechanism, password, salt, iterations)
+    return credential_from_salted(mechanism, salted, salt, iterations)
+
+
+def credential_from_salted(
+    mechanism: str, salted: bytes, salt: bytes, iterations: int
+) -> ScramCredential:
+    """The stored form from a SaltedPassword, which AlterUserScramCredentials carries."""
+    hash_name = SCRAM_MECHANISMS[mechanism]
     client_key = _hmac(hash_name, salted, b"Client Key")
     return ScramCredential(
         salt=salt,

@@ -541,3 +541,44 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
         asyncio.run(main())
     finally:
         broker.close()
+
+
+def test_alter_and_describe_scram_credentials(tmp_path: Path) -> None:
+    from samsa.broker.sasl import alter_credentials, describe_credentials
+    from samsa.protocol.sasl import salted_password
+
+    store = ScramCredentials(tmp_path)
+    salt = b"0123456789abcdef"
+    salted = salted_password("SCRAM-SHA-512", "pw", salt, 4096)
+    ok = ("kim", 2, 4096, salt, salted)
+    assert alter_credentials(store, [], [ok]) == [("kim", ErrorCode.NONE, None)]
+    # The stored keys are those of the password: a SCRAM login with it succeeds.
+    cred = store.lookup("kim", "SCRAM-SHA-512")
+    assert cred == make_credential("SCRAM-SHA-512", "pw", 4096, salt)
+    assert describe_credentials(store, None) == [("kim", ErrorCode.NONE, None, [(2, 4096)])]
+    codes = [
+        alter_credentials(store, [("kim", 2)], [ok])[0][1],  # twice in one request
+        alter_credentials(store, [], [("kim", 3, 4096, salt, salted)])[0][1],
+        alter_credentials(store, [], [("kim", 1, 16385, salt, salted)])[0][1],
+        alter_credentials(store, [], [("", 1, 4096, salt, salted)])[0][1],
+        alter_credentials(store, [("kim", 1)], [])[0][1],
+    ]
+    assert codes == [
+        ErrorCode.DUPLICATE_RESOURCE,
+        ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+        ErrorCode.UNACCEPTABLE_CREDENTIAL,
+        ErrorCode.UNACCEPTABLE_CREDENTIAL,
+        ErrorCode.RESOURCE_NOT_FOUND,
+    ]
+    # A user's changes are all or nothing: the bad deletion kept the good upsertion out.
+    mixed = alter_credentials(store, [("lou", 1)], [("lou", 2, 4096, salt, salted)])
+    assert mixed[0][1] == ErrorCode.RESOURCE_NOT_FOUND
+    assert store.lookup("lou", "SCRAM-SHA-512") is None
+    described = describe_credentials(store, ["kim", "kim", "nobody"])
+    assert [r[1] for r in described] == [
+        ErrorCode.DUPLICATE_RESOURCE,
+        ErrorCode.DUPLICATE_RESOURCE,
+        ErrorCode.RESOURCE_NOT_FOUND,
+    ]
+    assert alter_credentials(store, [("kim", 2)], []) == [("kim", ErrorCode.NONE, None)]
+    assert store.users() == {}
