@@ -11,10 +11,13 @@ when it changes, so a user added while it runs can log in at once.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hmac
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,25 +97,38 @@ class ScramCredentials:
             if mechs
         }
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time across processes (`samsa users` and a running broker):
+        read, change and write under an exclusive lock, so no change is lost."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.parent / f".{CREDENTIALS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._refresh()
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def put(self, user: str, mechanism: str, credential: ScramCredential) -> None:
-        self._refresh()
-        self._users.setdefault(user, {})[mechanism] = credential
-        self._write()
+        with self._locked():
+            self._users.setdefault(user, {})[mechanism] = credential
+            self._write()
 
     def delete(self, user: str, mechanism: str | None = None) -> bool:
         """Remove one mechanism's credential, or all of the user's; False if none was there."""
-        self._refresh()
-        mechs = self._users.get(user)
-        if not mechs or (mechanism is not None and mechanism not in mechs):
-            return False
-        if mechanism is None:
-            del self._users[user]
-        else:
-            del mechs[mechanism]
-            if not mechs:
+        with self._locked():
+            mechs = self._users.get(user)
+            if not mechs or (mechanism is not None and mechanism not in mechs):
+                return False
+            if mechanism is None:
                 del self._users[user]
-        self._write()
-        return True
+            else:
+                del mechs[mechanism]
+                if not mechs:
+                    del self._users[user]
+            self._write()
+            return True
 
     def _write(self) -> None:
         doc: dict[str, Any] = {
