@@ -270,6 +270,19 @@ def test_samsa_client_and_cli_with_client_certificates(
     )
     assert listed.returncode == 0, listed.stderr
     assert topic in listed.stdout.split()
+    with Producer(conf) as p:  # idempotent: `samsa producers` finds its last offset raw
+        for i in range(3):
+            p.send(topic, b"%d" % i)
+        assert p.flush(20) == 0
+        pid = p.producer_id
+    bootstrap = ["--bootstrap-server", conf["bootstrap.servers"], "--command-config", str(props)]
+    producers = samsa_cli("producers", topic, *bootstrap)
+    assert producers.returncode == 0, producers.stderr
+    row = producers.stdout.splitlines()[1].split("\t")
+    assert (row[1], row[4]) == (str(pid), "2")  # producer id, last offset
+    for command in (["groups", "list"], ["transactions", "list"]):
+        done = samsa_cli(*command, *bootstrap)
+        assert done.returncode == 0, (command, done.stderr)
 
 
 def _can_log_in(port: int, user: str, password: str) -> bool:

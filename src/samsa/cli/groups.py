@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from samsa.broker.config import ConfigError, parse_host_port
+from samsa.cli._clientutil import command_security
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
@@ -25,7 +26,13 @@ LATEST = -1
 
 def _connect(args: argparse.Namespace) -> BlockingConnection:
     host, port = parse_host_port(args.bootstrap_server)
-    return BlockingConnection(host, port, client_id="samsa-cli", timeout=args.timeout)
+    return BlockingConnection(
+        host,
+        port,
+        client_id="samsa-cli",
+        timeout=args.timeout,
+        security=command_security(args),
+    )
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -230,4 +237,9 @@ def register(sub: Any) -> None:
             help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})",
         )
         p.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+        p.add_argument(
+            "--command-config",
+            metavar="FILE",
+            help="client properties, e.g. security.protocol, sasl.*, ssl.* (as Kafka's tools)",
+        )
         p.set_defaults(func=_one_line_errors(func))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.cli._clientutil import add_bootstrap, client_config, command_security, one_line_errors
 from samsa.client import Admin, Consumer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey
@@ -32,7 +32,7 @@ def _producers(args: argparse.Namespace) -> int:
             for tp, producers in states.items():
                 if producers:
                     pids = {s.producer_id for s in producers}
-                    last_offsets[tp] = _last_offsets(c, args.bootstrap_server, tp, pids)
+                    last_offsets[tp] = _last_offsets(c, args, tp, pids)
     print(
         "PARTITION\tPRODUCER_ID\tEPOCH\tLAST_SEQUENCE\tLAST_OFFSET\tLAST_TIMESTAMP"
         "\tTXN_START_OFFSET"
@@ -48,7 +48,7 @@ def _producers(args: argparse.Namespace) -> int:
 
 
 def _last_offsets(
-    consumer: Consumer, bootstrap: str, tp: TopicPartition, producer_ids: set[int]
+    consumer: Consumer, args: argparse.Namespace, tp: TopicPartition, producer_ids: set[int]
 ) -> dict[int, int]:
     """Offset of each producer's last record, found by reading the partition's tail in
     windows that double backwards. DescribeProducers (KIP-664) carries no offsets, and the
@@ -58,10 +58,10 @@ def _last_offsets(
     found: dict[int, int] = {}
     window = 1000
     upper = end
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    host, _, port = args.bootstrap_server.split(",")[0].strip().rpartition(":")
     # One broker answers for every partition in samsa; on a cluster the partition's leader
     # would be needed, and a refusal just leaves the offset unknown (-1).
-    with BlockingConnection(host, int(port)) as conn:
+    with BlockingConnection(host, int(port), security=command_security(args)) as conn:
         while upper > start and len(found) < len(producer_ids):
             lower = max(start, upper - window)
             for batch in _batches(conn, tp, lower, upper):
