@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -25,24 +24,6 @@ from samsa.testing.tansu import tansu_broker_args
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
-
-@contextlib.contextmanager
-def tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
-    """A tmpfs mounted at ``mount_point`` (created) for the block: a small or read-only disk
-    that root cannot write past either. Tests run as root, as in CI; no mount fails them."""
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs ({options}; root needed): {done.stderr}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
 
 READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 

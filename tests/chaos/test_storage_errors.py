@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from conftest import tmpfs
+from _disks import tmpfs
 from samsa.broker.broker import ShutdownError
 from samsa.broker.config import BrokerConfig
 from samsa.broker.server import BrokerServer

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tmpfs
+from _disks import tmpfs
 
 PREFIX = "samsa broker: error: "
 
