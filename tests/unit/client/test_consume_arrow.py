@@ -224,3 +224,15 @@ def test_prefetch_is_bounded() -> None:
     assert c._fetchable() == [tp2]  # two responses held: no more for it
     c._buffer[tp2] = deque([_Fetched(batch(0, [b"z" * 1000]), 0, 1, [])])
     assert c._fetchable() == []  # fetch.max.bytes buffered in all: nothing more
+
+
+@pytest.mark.parametrize("how", ["poll", "arrow"])
+def test_position_moves_past_trailing_control_batches(how: str) -> None:
+    """Once a response is handed out, the position is past its trailing commit marker (as
+    Java's consumer), so the next fetch does not read the marker again."""
+    data, aborted = log_with_transactions()  # the last record is at 9, a marker at 10
+    c = consumer("read_committed")
+    fill(c, (data, 0, aborted))
+    rows = drain(c, how, 100)
+    assert rows[-1][0] == 9 and c._positions[TP] == 11
+    assert c._fetch_offset(TP) == 11
