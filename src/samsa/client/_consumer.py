@@ -713,6 +713,9 @@ class AsyncConsumer:
     def _prefetch(self) -> None:
         """Send the next Fetch round now, if a partition wants one, so its answer is on the
         way while the application handles what this poll returns."""
+        done = self._fetching
+        if done is not None and done.done() and not done.cancelled() and not done.exception():
+            self._fetching = None  # (a failed one stays, for the next wait to raise)
         if self._fetching is None and not self._closed and self._fetchable():
             self._fetching = asyncio.get_running_loop().create_task(
                 self._fetch_once(self.config.seconds("fetch.max.wait.ms"), self.api_timeout)

@@ -83,7 +83,7 @@ def _read(bootstrap: str, topic: str, isolation: str, how: str, expect: int) -> 
         "isolation.level": isolation,
         # small fetches: many responses, fetched ahead while earlier ones are handed out
         "max.partition.fetch.bytes": "4096",
-        "fetch.max.bytes": "16384",
+        "fetch.max.bytes": "1048576",
     }
     rows: list[tuple[Any, ...]] = []
     with Consumer(cfg) as c:
@@ -118,7 +118,7 @@ def _read(bootstrap: str, topic: str, isolation: str, how: str, expect: int) -> 
                     + [sum(e.size for q in core._buffer.values() for e in q)]
                 )
             )
-            assert max(held[:-1], default=0) <= 2 and held[-1] <= 16384 + 2 * 4096
+            assert max(held[:-1], default=0) <= 2 and held[-1] <= 2 * 2 * 4096
         assert c.poll(0.3) == [] and c.consume_arrow(10, 0.3).num_rows == 0
         positions = {tp.partition: c.position(tp) for tp in tps}
     return sorted(rows), positions
