@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import heapq
 import io
+import itertools
 import logging
 import struct
 from collections import deque
@@ -277,6 +278,21 @@ class _Fetched:
         self.size = len(self.data)
 
 
+def _batch_owners(data: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
+    """Base offset, producer id and partition leader epoch of each whole batch."""
+    bases: list[int] = []
+    pids: list[int] = []
+    epochs: list[int] = []
+    with contextlib.suppress(InvalidBatchError):
+        for batch in iter_batches(data):
+            if batch.batch_length < MIN_BATCH_LENGTH:
+                break
+            bases.append(batch.base_offset)
+            pids.append(batch.producer_id)
+            epochs.append(batch.partition_leader_epoch)
+    return bases, pids, epochs
+
+
 def _end_offset(data: bytes | memoryview | None, start: int) -> int:
     """The offset after the last whole batch in fetched data (``start`` if none)."""
     end = start
@@ -409,6 +425,10 @@ def decode_assignment(data: bytes) -> list[TopicPartition]:
 
 class AsyncConsumer:
     def __init__(self, config: dict[str, Any] | None = None) -> None:
+        # Fetched data is decoded with it (and pyarrow, numpy): loaded with the consumer
+        # (~0.2 s once per process), not in the first poll, nor by producer-only programs.
+        import samsa.protocol.columnar  # noqa: F401
+
         self.config = c = Config(CONSUMER, config)
         self.group_id: str | None = c["group.id"]
         iso = str(c["isolation.level"]).lower()
@@ -800,24 +820,39 @@ class AsyncConsumer:
         if e.records is not None:
             return e.records
 
-        def decode(data: bytes | memoryview) -> tuple[list[ConsumerRecord], int]:
-            return parse_fetched(
-                tp,
-                data,
-                e.start,
-                isolation_level=self.isolation_level,
-                aborted=e.aborted,
-                check_crcs=self.check_crcs,
-            )
+        # Column-wise decoding, then one object per record built from the columns: about
+        # three times faster than decoding record by record (benchmarks/client.py).
+        batch = self._arrow_of(tp, e, True)
+        n = batch.num_rows
+        records: list[ConsumerRecord] = []
+        if n:
+            import numpy as np
 
-        try:
-            records, e.next_offset = decode(e.data)
-        except (InvalidBatchError, KafkaError, ValueError) as exc:
-            self._split_corrupt(tp, e, decode, exc)
-            records, e.next_offset = decode(e.data)
-        pos = self._positions[tp]
-        if pos is not None and pos > e.start:  # some were handed out as Arrow rows
-            records = [r for r in records if r.offset >= pos]
+            cols = batch.columns
+            offsets = cols[4].to_numpy()
+            # producer id and leader epoch are per batch: found by offset among the batches
+            bases, pids, epochs = _batch_owners(e.data)
+            at = np.searchsorted(np.asarray(bases, np.int64), offsets, "right") - 1
+            heads = cols[7]
+            if heads.offsets[-1].as_py() == heads.offsets[0].as_py():  # no headers at all
+                headers: Iterable[Any] = itertools.repeat((), n)
+            else:
+                headers = [tuple((h["key"], h["value"]) for h in hs) for hs in heads.to_pylist()]
+            records = list(
+                map(
+                    ConsumerRecord,
+                    itertools.repeat(tp.topic, n),
+                    itertools.repeat(tp.partition, n),
+                    offsets.tolist(),
+                    (cols[5].cast("int64").to_numpy() // 1000).tolist(),
+                    cols[0].to_pylist(),
+                    cols[1].to_pylist(),
+                    headers,
+                    cols[6].to_pylist(),
+                    np.asarray(pids, np.int64)[at].tolist(),
+                    np.asarray(epochs, np.int64)[at].tolist(),
+                )
+            )
         e.records, e.taken, e.arrow = records, 0, None
         return records
 

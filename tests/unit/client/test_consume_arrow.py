@@ -16,7 +16,13 @@ import pytest
 from test_fetch_parsing import batch, log_with_transactions, marker
 
 from samsa.client import CorruptRecordError, TopicPartition
-from samsa.client._consumer import AbortedTxn, AsyncConsumer, _end_offset, _Fetched
+from samsa.client._consumer import (
+    AbortedTxn,
+    AsyncConsumer,
+    _end_offset,
+    _Fetched,
+    parse_fetched,
+)
 from samsa.protocol.records import Compression, ControlType, NewRecord, build_batch
 
 TP = TopicPartition("t", 0)
@@ -236,3 +242,30 @@ def test_position_moves_past_trailing_control_batches(how: str) -> None:
     rows = drain(c, how, 100)
     assert rows[-1][0] == 9 and c._positions[TP] == 11
     assert c._fetch_offset(TP) == 11
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
+    """poll() builds its ConsumerRecords from the columnar decoding: every field (producer
+    id and leader epoch per batch, headers, timestamp type) as parse_fetched gives them."""
+    data, aborted = mixed_log()
+    data += build_batch(
+        [NewRecord(value=b"h", key=None, timestamp=7, headers=[("a", b"1"), ("b", None)])],
+        base_offset=18,
+        producer_id=44,
+        producer_epoch=0,
+        base_sequence=0,
+        partition_leader_epoch=3,
+    )
+    data += build_batch([NewRecord(value=b"end", timestamp=1)], base_offset=19)
+    level = 1 if isolation == "read_committed" else 0
+    for start in (0, 5, 18):
+        want, nxt = parse_fetched(TP, data, start, isolation_level=level, aborted=aborted)
+        c = consumer(isolation)
+        fill(c, (data, start, aborted))
+        got = asyncio.run(c.poll(0, 1000))
+        assert got == want
+        assert c._positions[TP] == nxt == 20
+        assert len({r.producer_id for r in got}) > 1
+    assert {r.producer_id for r in got} == {44, -1} and got[0].leader_epoch == 3
+    assert got[0].headers == (("a", b"1"), ("b", None))
