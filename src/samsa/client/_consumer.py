@@ -7,13 +7,18 @@ group coordinator after :meth:`AsyncConsumer.subscribe`, and a *position* per pa
 the offset of the next record to hand out. A position is initialised from the group's
 committed offset, else from ``auto.offset.reset`` (ListOffsets earliest / latest).
 
-``getmany()`` / ``poll()`` return records already buffered, else send one Fetch per
-leader broker for the partitions without buffered records, waiting up to
-``fetch.max.wait.ms`` on the broker side. A fetched partition is parsed by
-:func:`parse_fetched`, which is pure (unit-tested on crafted bytes): it walks whole batches
-(a partial batch at the end of a response is normal), checks each CRC-32C when
-``check.crcs``, decompresses, drops records below the position (a fetch may start inside a
-batch), and always drops control batches. With ``isolation.level=read_committed`` the broker
+``getmany()`` / ``poll()`` / ``consume_arrow()`` return records already buffered, else send
+one Fetch per leader broker (a *round*), waiting up to ``fetch.max.wait.ms`` on the broker
+side. A fetched partition is buffered as received and decoded when first handed out, by
+:func:`samsa.protocol.columnar.decode_fetched` (column-wise, no Python object per record;
+``poll()`` then builds its ConsumerRecords from the columns). :func:`parse_fetched` is the
+per-record reference of the same rules (unit-tested on crafted bytes): walk whole batches (a
+partial batch at the end of a response is normal), check each CRC-32C when ``check.crcs``,
+decompress, drop records below the position (a fetch may start inside a batch), and always
+drop control batches. A poll that hands out records sends the next round before returning
+(fetch ahead, from where the buffered data ends), so the broker works while the application
+handles the records; a partition holds at most two responses (the one being handed out and
+the next) and no round is sent while ``fetch.max.bytes`` are buffered in all. With ``isolation.level=read_committed`` the broker
 returns data only below the last stable offset together with the aborted transactions
 (producer id, first offset) of the range; as in Kafka's ``Fetcher``, a producer id becomes
 "aborted" when a batch at or after its first offset is reached, its transactional batches are
