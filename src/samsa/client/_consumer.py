@@ -18,10 +18,12 @@ decompress, drop records below the position (a fetch may start inside a batch), 
 drop control batches. A poll that hands out records sends the next round before returning
 (fetch ahead, from where the buffered data ends), so the broker works while the application
 handles the records; a partition holds at most two responses (the one being handed out and
-the next) and no round is sent while ``fetch.max.bytes`` are buffered in all. With ``isolation.level=read_committed`` the broker
-returns data only below the last stable offset together with the aborted transactions
-(producer id, first offset) of the range; as in Kafka's ``Fetcher``, a producer id becomes
-"aborted" when a batch at or after its first offset is reached, its transactional batches are
+the next) and no round is sent while ``fetch.max.bytes`` are buffered in all.
+
+With ``isolation.level=read_committed`` the broker returns data only below the last stable
+offset together with the aborted transactions (producer id, first offset) of the range; as
+in Kafka's ``Fetcher``, a producer id becomes "aborted" when a batch at or after its first
+offset is reached, its transactional batches are
 skipped until its ABORT marker, and the marker clears it again.
 
 Groups use the classic protocol: FindCoordinator, JoinGroup (with the consumer protocol's
