@@ -23,8 +23,8 @@ the next) and no round is sent while ``fetch.max.bytes`` are buffered in all.
 With ``isolation.level=read_committed`` the broker returns data only below the last stable
 offset together with the aborted transactions (producer id, first offset) of the range; as
 in Kafka's ``Fetcher``, a producer id becomes "aborted" when a batch at or after its first
-offset is reached, its transactional batches are
-skipped until its ABORT marker, and the marker clears it again.
+offset is reached, its transactional batches are skipped until its ABORT marker, and the
+marker clears it again.
 
 Groups use the classic protocol: FindCoordinator, JoinGroup (with the consumer protocol's
 subscription, version 1), the leader computes the assignment with the range or round-robin
