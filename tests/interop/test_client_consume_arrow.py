@@ -9,6 +9,7 @@ and the bound on what that prefetch may buffer.
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Iterator
@@ -175,3 +176,26 @@ def test_commit_after_consume_arrow_and_fetch_ahead(bootstrap: str) -> None:
         while rows.num_rows == 0 and time.monotonic() < end:
             rows = c.consume_arrow(5, 1.0)
         assert rows.column("offset").to_pylist() == [10, 11, 12, 13, 14]
+
+
+def test_close_with_a_fetch_ahead_in_flight_leaves_nothing_unread(
+    bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() cancels the round fetched ahead; the answer it no longer waits for (or the
+    connection's closing error) must not surface as an unretrieved asyncio future."""
+    topic = _topic(bootstrap, 1)
+    with Producer({"bootstrap.servers": bootstrap}) as p:
+        for i in range(500):
+            p.produce(topic, b"%05d" % i, partition=0)
+        p.flush(T)
+    cfg = {"bootstrap.servers": bootstrap, "max.partition.fetch.bytes": "1024"}
+    for _ in range(3):
+        with Consumer(cfg) as c:
+            c.assign([TopicPartition(topic, 0)])
+            c.seek(TopicPartition(topic, 0), 0)
+            end = time.monotonic() + T
+            while c.consume_arrow(10, 1.0).num_rows == 0 and time.monotonic() < end:
+                pass
+            assert c._lt.run_sync(lambda c=c: c._core._fetching is not None)
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

@@ -994,9 +994,15 @@ class AsyncConsumer:
             forgotten_topics_data=(),
             rack_id="",
         )
-        resp = await conn.request(
-            ApiKey.FETCH, req, version=v, timeout=self.request_timeout + max_wait
-        )
+        fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
+        try:
+            await conn.drain()
+            resp = await conn.wait_response(fut, ApiKey.FETCH, self.request_timeout + max_wait)
+        except asyncio.CancelledError:
+            # a fetch ahead cancelled by close(): its answer (or the connection's closing
+            # error) has nobody left to read it
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
         if resp.error_code:
             raise KafkaError(int(resp.error_code), "Fetch")
         for t in resp.responses:
