@@ -823,12 +823,12 @@ class AsyncConsumer:
         return [rows for _, rows in self._take(limit, hand_out)]
 
     def _records_of(self, tp: TopicPartition, e: _Fetched) -> list[ConsumerRecord]:
-        """The response's records not yet handed out, decoded once (per record)."""
+        """The response's records not yet handed out, as ConsumerRecords (built once)."""
         if e.records is not None:
             return e.records
 
         # Column-wise decoding, then one object per record built from the columns: about
-        # three times faster than decoding record by record (benchmarks/client.py).
+        # twice as fast as decoding record by record (benchmarks/client.py).
         batch = self._arrow_of(tp, e, True)
         n = batch.num_rows
         records: list[ConsumerRecord] = []
@@ -909,8 +909,6 @@ class AsyncConsumer:
         """Keep what precedes the batch ``decode`` failed on; poll raises at its offset after
         handing that out (Java's Fetcher). Not retriable: the same bytes come back."""
         e.data, err = split_at_corrupt(tp, e.data, e.start, decode, exc)
-        if isinstance(exc, CorruptRecordError) and exc.offset == err.offset:
-            err, exc.records = exc, []  # parse_fetched's own account of it
         log.error("%s", err)
         self._corrupt[tp] = err
         e.end = err.offset
