@@ -6,7 +6,9 @@ A samsa broker (subprocess, temporary directory, 127.0.0.1) and a local SparkSes
 best of ``--repeat`` runs after one warm-up run (Python workers, JIT):
 
 * read: ``spark.read.format("samsa")`` of the whole topic (read_committed), every column
-  materialised (``count`` of a projection of key, value, offset);
+  materialised (``count`` of a projection of key, value, offset); its peers, in the same
+  run and process: ``Consumer.consume_arrow`` alone (the decoding the source uses, without
+  Spark) and confluent-kafka's consumer (``fetch.queue.backoff.ms=0``), printed as ratios;
 * exactly-once write: ``df.write.format("samsa")`` (per-task transactions, committed by
   the driver);
 * at-least-once write: the same with ``exactlyOnce=false`` (idempotent producer per task,
@@ -70,6 +72,46 @@ def _ck_partition_writer(bootstrap: str, topic: str) -> Callable[[Any], None]:
             raise RuntimeError(f"confluent-kafka baseline: {len(errors)} delivery errors")
 
     return write
+
+
+def read_peers(
+    bootstrap: str, topic: str, partitions: int, n: int
+) -> dict[str, Callable[[], None]]:
+    """Reads of the whole topic outside Spark, in this process: the peers of the Spark read
+    (the same column decoding without Spark; confluent-kafka's consumer, its prefetch backoff
+    off: with the default ``fetch.queue.backoff.ms`` of 1 s it stalls after each prefetch)."""
+    from samsa.client import Consumer, TopicPartition
+
+    def arrow() -> None:
+        with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as c:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            c.assign(tps)
+            c.seek_to_beginning(*tps)
+            got, end = 0, time.monotonic() + 120
+            while got < n and time.monotonic() < end:
+                got += c.consume_arrow(100_000, 1.0).num_rows
+            assert got == n, got
+
+    def ck() -> None:
+        import confluent_kafka
+
+        c = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "fetch.queue.backoff.ms": 0,
+        })  # fmt: skip
+        try:
+            c.assign([
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(partitions)
+            ])  # fmt: skip
+            got, end = 0, time.monotonic() + 120
+            while got < n and time.monotonic() < end:
+                got += len(c.consume(10_000, 1.0))
+            assert got == n, got
+        finally:
+            c.close()
+
+    return {"consume_arrow, no Spark": arrow, "confluent-kafka consume()": ck}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                 def ck_foreach() -> None:
                     rows.foreachPartition(_ck_partition_writer(bootstrap, "bench-ck"))
 
+                peers = read_peers(bootstrap, "bench-in", a.partitions, a.records)
+                read_results = [(k, timed(f, a.repeat)) for k, f in peers.items()]
                 results = [
                     ("read (read_committed)", timed(read, a.repeat)),
                     ("exactly-once write", timed(write(True), a.repeat)),
@@ -151,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"|{'-' * 26}|{'-' * 10}|{'-' * 12}|")
     for name, secs in results:
         print(f"| {name:<24} | {secs:>8.2f} | {a.records / secs:>10,.0f} |")
+    for name, secs in read_results:
+        print(f"| read peer: {name:<24} | {secs:>8.2f} | {a.records / secs:>10,.0f} "
+              f"| Spark read / this: {secs / results[0][1]:.2f} |")  # fmt: skip
     eo, alo, ck = results[1][1], results[2][1], results[3][1]
     print(f"\nexactly-once / at-least-once write throughput: {alo / eo:.2f}")
     print(f"exactly-once write / confluent-kafka foreachPartition throughput: {ck / eo:.2f}")

@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 import time
+import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, Generic, Protocol, Self, TypeVar
 
@@ -57,6 +58,9 @@ from samsa.client._types import (
     TransactionListing,
 )
 from samsa.protocol.errors import ErrorCode
+
+if typing.TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], None]
@@ -679,6 +683,17 @@ class Consumer(_Facade[AsyncConsumer]):
         self, timeout: float = 1.0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         return self._lt.run(self._core.getmany(int(timeout * 1000), max_records))
+
+    def consume_arrow(
+        self, max_records: int = 100_000, timeout: float = 1.0, *, include_headers: bool = False
+    ) -> pa.RecordBatch:
+        """Up to ``max_records`` records as one Arrow batch in Spark's Kafka columns (see
+        :meth:`AsyncConsumer.consume_arrow`); an empty batch if none came within ``timeout``."""
+        return self._lt.run(
+            self._core.consume_arrow(
+                max_records, int(timeout * 1000), include_headers=include_headers
+            )
+        )
 
     def commit(
         self, offsets: dict[TopicPartition, int] | None = None, *, asynchronous: bool = False
