@@ -90,6 +90,15 @@ class TransactionIndex:
             tmp.write_bytes(b"".join(_pack(e) for e in kept))
             os.replace(tmp, path)
 
+    def drop_range(self, start: int, end: int, segment_bases: list[int]) -> None:
+        """Forget the entries whose markers are in ``[start, end)`` (a compacted range, where
+        the cleaner removed the data of aborted transactions) and rewrite the files."""
+        kept = [e for e in self._entries if not start <= e.last_offset < end]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self._lasts = [e.last_offset for e in kept]
+            self._rewrite(segment_bases)
+
     def append(self, segment_base: int, entry: AbortedTxn) -> None:
         """Record an aborted transaction whose marker is in the segment ``segment_base``."""
         fd = os.open(
