@@ -59,11 +59,9 @@ from samsa.log.txn_index import AbortedTxn
 from samsa.protocol.records import (
     HEADER_SIZE,
     MAGIC_V2,
-    ControlType,
     Record,
     RecordBatchView,
     compress,
-    control_type_of,
     decode_records,
     encode_record,
 )
@@ -119,6 +117,7 @@ class CleaningPlan:
     now_ms: int
     dirty_ratio: float
     swaps: list[tuple[list[_Source], Path, int, int]] = field(default_factory=list)
+    kept_markers: set[int] = field(default_factory=set)  # offsets of the markers kept
     map_end: int = -1  # the cleaner checkpoint once the swaps are in
 
 
@@ -192,13 +191,13 @@ class _Transactions:
     def __init__(self, aborted: list[AbortedTxn]) -> None:
         self._pending = sorted(aborted, key=lambda e: e.first_offset)
         self._next = 0
-        self._aborted: dict[int, bool] = {}  # producer id -> a batch of it was seen
-        self._committed: set[int] = set()
+        self._aborted: set[int] = set()  # producers in an aborted transaction here
+        self._seen: set[int] = set()  # producers with a batch of their current transaction seen
 
     def _consume(self, offset: int) -> None:
         pending = self._pending
         while self._next < len(pending) and pending[self._next].first_offset <= offset:
-            self._aborted[pending[self._next].producer_id] = False
+            self._aborted.add(pending[self._next].producer_id)
             self._next += 1
 
     def on_batch(self, view: RecordBatchView) -> bool:
@@ -206,28 +205,19 @@ class _Transactions:
         self._consume(view.last_offset)
         if not view.is_transactional:
             return False
-        if view.producer_id in self._aborted:
-            self._aborted[view.producer_id] = True
-            return True
-        self._committed.add(view.producer_id)
-        return False
+        self._seen.add(view.producer_id)
+        return view.producer_id in self._aborted
 
     def on_marker(self, view: RecordBatchView) -> bool:
-        """True if the marker may go: this pass saw no batch of its transaction."""
+        """True if the marker may go: this pass saw no batch of its transaction (a batch
+        kept, even empty, must keep its marker, or a replay would find it still open)."""
         self._consume(view.last_offset)
-        try:
-            kind = control_type_of(view)
-        except ValueError:
-            return False
         pid = view.producer_id
-        if kind == ControlType.ABORT:
-            return not self._aborted.pop(pid, False)
-        if kind == ControlType.COMMIT:
-            if pid in self._committed:
-                self._committed.discard(pid)
-                return False
-            return True
-        return False
+        self._aborted.discard(pid)
+        if pid in self._seen:
+            self._seen.discard(pid)
+            return False
+        return True
 
 
 def _rebuild(view: RecordBatchView, records: list[Record]) -> bytes:
@@ -446,6 +436,7 @@ class LogCleaner:
             if txns.on_marker(view) and past_horizon:
                 self.stats.batches_removed += 1
                 return None
+            plan.kept_markers.add(view.base_offset)
             return view.to_bytes()
         aborted = txns.on_batch(view)
         if aborted or view.record_count == 0:
@@ -481,7 +472,8 @@ class LogCleaner:
         plog = plan.log
         done = True
         for group, swap, base, end in plan.swaps:
-            if done and plog.replace_segments([s.segment for s in group], swap, base, end):
+            old = [s.segment for s in group]
+            if done and plog.replace_segments(old, swap, base, end, plan.kept_markers):
                 continue
             done = False
             swap.unlink(missing_ok=True)

@@ -542,10 +542,13 @@ class Log:
         finally:
             self._flush_lock.release()
 
-    def replace_segments(self, old: list[LogSegment], swap: Path, base: int, end: int) -> bool:
+    def replace_segments(
+        self, old: list[LogSegment], swap: Path, base: int, end: int, kept_markers: set[int]
+    ) -> bool:
         """Swap a cleaned segment (``swap``, committed by the cleaner) in for the segments
-        ``old`` holding ``[base, end)``; False, touching nothing, if they are no longer the
-        log's (closed, deleted by retention)."""
+        ``old`` holding ``[base, end)``, where only the transaction markers at
+        ``kept_markers`` are left; False, touching nothing, if they are no longer the log's
+        (closed, deleted by retention)."""
         with self._flush_lock:
             if self._closed:
                 return False
@@ -561,8 +564,7 @@ class Log:
                 self._segments[at : at + len(old)] = [seg]
                 self._bases[at : at + len(old)] = [base]
                 self._dirty = [s for s in self._dirty if s not in old]
-                # Aborted transactions whose markers were there have no data left to guard.
-                self.txn_index.drop_range(base, end, self._bases)
+                self.txn_index.drop_range(base, end, self._bases, kept_markers)
             return True
 
     def remove_expired_producers(self, now_ms: int) -> None:
