@@ -14,12 +14,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.unit.log.test_cleaner import batches, read_committed
 
 from samsa.log.cleaner import LogCleaner
 from samsa.log.log import Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import NewRecord, RecordBatchView, build_batch, decode_records
-from tests.unit.log.test_cleaner import batches, read_committed
 
 NOW = 1_800_000_000_000
 KEYS = [b"k%d" % i for i in range(6)]

@@ -149,6 +149,13 @@ class Broker:
                 plan = self.cleaner.plan(p.log, now_ms())
                 if plan is None:
                     continue
+                log.info(
+                    "cleaning %s: %d segment(s) from offset %d, dirty ratio %.2f",
+                    p.log.directory,
+                    len(plan.sources),
+                    plan.sources[0].base,
+                    plan.dirty_ratio,
+                )
                 try:
                     await asyncio.to_thread(self.cleaner.build, plan)
                 except CleanerStoppedError:
