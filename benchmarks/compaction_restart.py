@@ -6,12 +6,11 @@ made, a compacted one with the live keys (groups x partitions) plus the active s
 
 Each commit is one record (group, topic, partition) -> offset; a group commits its
 ``--partitions`` partitions in one batch, as one OffsetCommit request does. The broker runs in
-process (no sockets) with ``log.segment.bytes`` at its 1 MiB minimum and, by default, one
+process (no sockets) with ``offsets.topic.segment.bytes`` at 1 MiB and, by default, one
 partition of ``__consumer_offsets``, so that the log rolls many segments at these volumes
-(only whole inactive segments are cleaned; Kafka's internal topics use
-``offsets.topic.segment.bytes``, 100 MiB by default, so there the replay is bounded by that
-per partition plus the live keys). Printed: restart seconds before and after one cleaning,
-and their ratio, for each commit count.
+(only whole inactive segments are cleaned; with the default of 100 MiB, as in Kafka, the
+replay is bounded by that per partition plus the live keys). Printed: restart seconds
+before and after one cleaning, and their ratio, for each commit count.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ PARTITIONS = 1  # of __consumer_offsets (--offsets-partitions)
 def config(data_dir: Path) -> BrokerConfig:
     return BrokerConfig(
         data_dir=data_dir,
-        log_segment_bytes=1024 * 1024,
+        offsets_topic_segment_bytes=1024 * 1024,
         offsets_topic_num_partitions=PARTITIONS,
         log_cleaner_enable=False,
     )

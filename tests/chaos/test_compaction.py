@@ -104,7 +104,6 @@ def test_sigkill_during_cleaning_leaves_old_or_new_segments(broker_factory, tmp_
         assert started is not None, "\n".join(broker.log[-20:])
         time.sleep(rng.uniform(0.0, 0.8))
         broker.kill()
-        print("KILL", sorted(p.name for p in directory.iterdir() if "swap" in p.name or "cleaned" in p.name))
         if list(directory.glob("*.cleaned")) or list(directory.glob("*.swap")):
             interrupted += 1
         _check(directory, model, written)

@@ -78,7 +78,14 @@ class Broker:
                 io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
             )
         )
-        self.topics = TopicManager(self.data_dir, self.log_config)
+        self.topics = TopicManager(
+            self.data_dir,
+            self.log_config,
+            {
+                "__consumer_offsets": config.offsets_topic_segment_bytes,
+                "__transaction_state": config.transaction_state_log_segment_bytes,
+            },
+        )
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher = Flusher(on_failure=self._flush_failed)
         # Why the data directory went offline (see the module docstring); None while serving.

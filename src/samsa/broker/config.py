@@ -49,6 +49,8 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.cleaner.max.compaction.lag.ms": "log_cleaner_max_compaction_lag_ms",
     "log.cleaner.delete.retention.ms": "log_cleaner_delete_retention_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+    "transaction.state.log.segment.bytes": "transaction_state_log_segment_bytes",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
@@ -151,6 +153,8 @@ _RANGES: dict[str, Range] = {
     "log_cleaner_max_compaction_lag_ms": Range(1, LONG_MAX),
     "log_cleaner_delete_retention_ms": Range(0, LONG_MAX),
     "offsets_topic_num_partitions": Range(1),
+    "offsets_topic_segment_bytes": Range(1),
+    "transaction_state_log_segment_bytes": Range(1),
     # The three classic-group timeouts have no validator in Kafka; negatives mean nothing.
     "group_initial_rebalance_delay_ms": Range(0),
     "group_min_session_timeout_ms": Range(0),
@@ -220,6 +224,9 @@ class BrokerConfig:
     log_cleaner_max_compaction_lag_ms: int = LONG_MAX
     log_cleaner_delete_retention_ms: int = 86_400_000  # tombstones stay a day
     offsets_topic_num_partitions: int = 50
+    # Internal topics roll sooner than others so that their cleaner has inactive segments.
+    offsets_topic_segment_bytes: int = 104_857_600
+    transaction_state_log_segment_bytes: int = 104_857_600
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000

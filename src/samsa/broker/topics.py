@@ -81,9 +81,16 @@ TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str], object]]] = {
 }
 
 
-def topic_log_config(base: LogConfig, name: str, configs: dict[str, str]) -> LogConfig:
+def topic_log_config(
+    base: LogConfig,
+    name: str,
+    configs: dict[str, str],
+    internal_segment_bytes: dict[str, int] | None = None,
+) -> LogConfig:
     """The log config of topic ``name``: the broker's, the topic's own configs over it, and
-    compaction for the internal topics. INVALID_CONFIG names a bad value."""
+    compaction (and ``offsets.topic.segment.bytes`` or ``transaction.state.log.segment.bytes``,
+    given as ``internal_segment_bytes``) for the internal topics. INVALID_CONFIG names a bad
+    value."""
     values: dict[str, object] = {}
     for key, raw in configs.items():
         known = TOPIC_CONFIGS.get(key)
@@ -97,6 +104,8 @@ def topic_log_config(base: LogConfig, name: str, configs: dict[str, str]) -> Log
             ) from None
     if name in INTERNAL_TOPICS:
         values["cleanup_policy"] = "compact"
+        if internal_segment_bytes and name in internal_segment_bytes:
+            values["segment_bytes"] = internal_segment_bytes[name]
     config = replace(base, **values)  # type: ignore[arg-type]
     if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
         raise TopicError(
@@ -153,9 +162,15 @@ class Topic:
 
 
 class TopicManager:
-    def __init__(self, data_dir: Path, log_config: LogConfig) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_config: LogConfig,
+        internal_segment_bytes: dict[str, int] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.log_config = log_config
+        self.internal_segment_bytes = internal_segment_bytes or {}
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         # Why the data directory went offline (a failed fsync); None while it serves.
@@ -180,10 +195,10 @@ class TopicManager:
             topic_id = _read_topic_id(dirs[0]) or uuid.uuid4()
             configs = _read_topic_configs(dirs[0])
             try:
-                config = topic_log_config(self.log_config, name, configs)
+                config = self._log_config(name, configs)
             except TopicError as exc:
                 log.error("topic %s: %s; the broker's defaults apply", name, exc)
-                config = topic_log_config(self.log_config, name, {})
+                config = self._log_config(name, {})
             partitions = []
             for i in indexes:
                 if _read_topic_id(dirs[i]) is None:
@@ -191,6 +206,9 @@ class TopicManager:
                 partitions.append(Partition(name, i, Log.open(dirs[i], config, now_ms)))
             self._add(Topic(name, topic_id, partitions, configs))
         log.info("loaded %d topics from %s", len(self.topics), self.data_dir)
+
+    def _log_config(self, name: str, configs: dict[str, str]) -> LogConfig:
+        return topic_log_config(self.log_config, name, configs, self.internal_segment_bytes)
 
     def _add(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
@@ -209,7 +227,7 @@ class TopicManager:
     ) -> Topic:
         validate_topic_name(name)
         configs = {k: v for k, v in (configs or {}).items() if k in TOPIC_CONFIGS}
-        config = topic_log_config(self.log_config, name, configs)
+        config = self._log_config(name, configs)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if num_partitions < 1:

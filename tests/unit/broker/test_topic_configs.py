@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from samsa.broker.config import BrokerConfig, ConfigError
 from samsa.broker.topics import TopicError, TopicManager
 from samsa.log.log import LogConfig
 from samsa.protocol.errors import ErrorCode
@@ -57,3 +58,35 @@ def test_internal_topics_are_always_compacted(tmp_path: Path) -> None:
         topic = topics.create(name, 1, NOW, {"cleanup.policy": "delete"})
         assert topic.partitions[0].log.config.cleanup_policy == "compact"
     topics.close(NOW)
+
+
+def test_internal_topics_take_their_own_segment_size(tmp_path: Path) -> None:
+    sizes = {"__consumer_offsets": 2048, "__transaction_state": 4096}
+    topics = TopicManager(tmp_path, LogConfig(segment_bytes=1 << 30), sizes)
+    for name, size in sizes.items():
+        assert topics.create(name, 1, NOW).partitions[0].log.config.segment_bytes == size
+    assert topics.create("user", 1, NOW).partitions[0].log.config.segment_bytes == 1 << 30
+    topics.close(NOW)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("log.cleaner.min.cleanable.ratio", "1.5", "between 0 and 1"),
+        ("log.cleaner.io.max.bytes.per.second", "0", "must be positive"),
+        ("log.cleaner.dedupe.buffer.size", "1000", "at least 1048576"),
+        ("log.cleaner.delete.retention.ms", "-1", "at least 0"),
+        ("offsets.topic.segment.bytes", "0", "at least 1"),
+    ],
+)
+def test_cleaner_settings_are_checked(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig().with_properties({key: value}).validate()
+    assert key in str(caught.value) and message in str(caught.value)
+
+
+def test_cleaner_settings_are_read_by_kafkas_names() -> None:
+    c = BrokerConfig().with_properties(
+        {"log.cleaner.min.cleanable.ratio": "0.25", "log.cleaner.enable": "false"}
+    )
+    assert c.validate().log_cleaner_min_cleanable_ratio == 0.25 and not c.log_cleaner_enable
