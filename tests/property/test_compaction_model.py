@@ -51,7 +51,7 @@ def _live(values: dict[bytes, bytes | None]) -> dict[bytes, bytes]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=5, max_size=60))
 def test_a_compacted_log_reads_like_the_model(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as tmp:
