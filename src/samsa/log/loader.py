@@ -11,8 +11,12 @@ zeros. Index files are written lazily and are never trusted over the log.
 1. A ``clean-shutdown`` marker (written by ``Log.close`` after everything was flushed, holding
    the log end offset) is read and removed, durably, before anything else: a crash from now on
    must not look clean.
-2. Stray ``*.tmp`` files and indexes without a ``.log`` are removed; every ``<base>.log`` is
-   opened (indexes are loaded lazily, and rebuilt if missing or corrupt).
+2. A cleaning the crash interrupted is settled (Kafka's ``.cleaned``/``.swap`` recovery, see
+   :mod:`samsa.log.cleaner`): a ``<base>-<end>.log.cleaned`` file is removed (the old segments
+   are whole), a ``<base>-<end>.log.swap`` file was committed, so the segments of
+   ``[base, end)`` are deleted and it becomes ``<base>.log``. Stray ``*.tmp`` files and
+   indexes without a ``.log`` are removed; every ``<base>.log`` is opened (indexes are loaded
+   lazily, and rebuilt if missing or corrupt).
 3. Clean shutdown: the active segment (what recovery would scan: a clean close checkpoints
    the recovery point at the log end) has every batch's CRC-32C checked, read-only, and its
    tail is walked from its last index entry to find the log end offset; if a check fails or

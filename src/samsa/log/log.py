@@ -28,6 +28,9 @@ the batch holding it by the offset index plus a short header walk, the end by th
 
 Open runs :mod:`samsa.log.loader`: recovery of whatever was not known to be flushed, then
 producer state from the newest valid snapshot plus the log after it.
+
+Compaction (``cleanup.policy=compact``) is :mod:`samsa.log.cleaner`'s; the log only swaps the
+cleaned segments in (:meth:`Log.replace_segments`), and refuses keyless records.
 """
 
 from __future__ import annotations
