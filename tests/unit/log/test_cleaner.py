@@ -307,3 +307,29 @@ def test_a_crash_before_the_swap_commit_keeps_the_old_segments(tmp_path: Path) -
     assert not list(tmp_path.glob("*.cleaned"))
     assert read_committed(log) == expected
     assert [s.size for s in log.segments] == [s.size for s in old.segments]
+
+
+def test_max_compaction_lag_forces_a_cleaning_under_the_dirty_ratio(tmp_path: Path) -> None:
+    log = open_log(tmp_path, min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=HOUR)
+    for i in range(40):
+        put(log, [(b"k%d" % i, b"v" * 60)], ts=NOW)
+    cleaner = LogCleaner()
+    assert cleaner.clean(log, NOW)  # all dirty: ratio 1.0
+    for i in range(10):  # a little dirt: ratio well under 0.9
+        put(log, [(b"k%d" % i, b"w" * 60)], ts=NOW)
+    assert cleaner.plan(log, NOW + HOUR // 2) is None
+    # Once the oldest dirty record is older than max.compaction.lag.ms it must be cleaned.
+    plan = cleaner.plan(log, NOW + 2 * HOUR)
+    assert plan is not None and plan.dirty_ratio < 0.9
+
+
+def test_cleaning_io_is_throttled(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    for i in range(40):  # few, large batches: bytes dominate, not per-batch work
+        put(log, [(b"k%d" % (i % 10), b"v" * 20_000)])
+    size = sum(s.size for s in log.segments[:-1])
+    start = time.monotonic()
+    # log.cleaner.io.max.bytes.per.second at twice the log's size: reading it alone takes
+    # half a second.
+    assert LogCleaner(CleanerConfig(io_max_bytes_per_second=2 * size)).clean(log, NOW)
+    assert time.monotonic() - start >= 0.45
