@@ -94,6 +94,7 @@ def test_sigkill_during_cleaning_leaves_old_or_new_segments(broker_factory, tmp_
     }
     rng = random.Random(11)
     interrupted = 0
+    unfinished = tmp_path
     for round_ in range(6):
         # Each round kills a cleaning of the whole uncompacted log at another moment.
         data_dir = tmp_path / f"data{round_}"
@@ -106,11 +107,13 @@ def test_sigkill_during_cleaning_leaves_old_or_new_segments(broker_factory, tmp_
         broker.kill()
         if list(directory.glob("*.cleaned")) or list(directory.glob("*.swap")):
             interrupted += 1
+            unfinished = data_dir
         _check(directory, model, written)
     # The kills hit cleanings under way (their files were left behind), not only idle time.
     assert interrupted >= 3, interrupted
-    # The next start (of the last killed log) finishes the job.
-    broker = broker_factory(data_dir, overrides).start()
+    # The next start of a log whose cleaning was cut short finishes the job.
+    directory = unfinished / f"{TOPIC}-0"
+    broker = broker_factory(unfinished, overrides).start()
     assert broker.wait_for_log(f"{directory}: cleaned offsets", timeout=60) is not None
     assert broker.stop() == 0
     assert _check(directory, model, written) < size / 3
