@@ -33,6 +33,7 @@ from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
 from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import TransactionCoordinatorRuntime
+from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
 from samsa.log.log import AppendResult, Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import RecordBatchView
@@ -66,8 +67,25 @@ class Broker:
             max_message_bytes=config.message_max_bytes,
             retention_ms=config.log_retention_ms,
             retention_bytes=config.log_retention_bytes,
+            min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
+            min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
+            max_compaction_lag_ms=config.log_cleaner_max_compaction_lag_ms,
+            delete_retention_ms=config.log_cleaner_delete_retention_ms,
         )
-        self.topics = TopicManager(self.data_dir, self.log_config)
+        self.cleaner = LogCleaner(
+            CleanerConfig(
+                dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+                io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+            )
+        )
+        self.topics = TopicManager(
+            self.data_dir,
+            self.log_config,
+            {
+                "__consumer_offsets": config.offsets_topic_segment_bytes,
+                "__transaction_state": config.transaction_state_log_segment_bytes,
+            },
+        )
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher = Flusher(on_failure=self._flush_failed)
         # Why the data directory went offline (see the module docstring); None while serving.
@@ -107,6 +125,8 @@ class Broker:
             ),
             loop.create_task(_every(c.log_retention_check_interval_ms, self.apply_retention)),
         ]
+        if c.log_cleaner_enable:
+            self._tasks.append(loop.create_task(self._run_cleaner()))
         self.groups.start()
         self.transactions.start()
 
@@ -116,18 +136,59 @@ class Broker:
             p.log.remove_expired_producers(now)
 
     def apply_retention(self) -> None:
-        """Delete segments past log.retention.ms / log.retention.bytes. Internal topics are
-        exempt: Kafka compacts them rather than deleting by time, and their records are the
-        coordinators' state."""
+        """Delete segments past log.retention.ms / log.retention.bytes, in the topics whose
+        cleanup.policy has "delete" (the internal topics are compacted, never deleted)."""
         now = now_ms()
         for topic in list(self.topics.topics.values()):
             if not topic.internal:
                 for p in topic.partitions:
-                    p.log.apply_retention(now)
+                    if p.log.config.delete:
+                        p.log.apply_retention(now)
+
+    async def clean_logs(self) -> int:
+        """One round of compaction over the compacted logs: each is planned and swapped here
+        (the logs' thread), its segments rewritten in a worker. Returns how many were."""
+        cleaned = 0
+        for topic in list(self.topics.topics.values()):
+            for p in topic.partitions:
+                if not p.log.config.compact or self.offline is not None:
+                    continue
+                plan = self.cleaner.plan(p.log, now_ms())
+                if plan is None:
+                    continue
+                log.info(
+                    "cleaning %s: %d segment(s) from offset %d, dirty ratio %.2f",
+                    p.log.directory,
+                    len(plan.sources),
+                    plan.sources[0].base,
+                    plan.dirty_ratio,
+                )
+                try:
+                    await asyncio.to_thread(self.cleaner.build, plan)
+                except CleanerStoppedError:
+                    pass
+                except Exception:
+                    log.exception("cleaning %s failed", p.log.directory)
+                finally:
+                    # Swaps already committed on disk go in now (or at the next start).
+                    if self.cleaner.finish(plan) and plan.map_end >= 0:
+                        cleaned += 1
+        return cleaned
+
+    async def _run_cleaner(self) -> None:
+        # Kafka's cleaner thread: clean while there is work, back off when there is none.
+        while True:
+            try:
+                cleaned = await self.clean_logs()
+            except Exception:
+                log.exception("log cleaner round failed")
+                cleaned = 0
+            await asyncio.sleep(0 if cleaned else self.config.log_cleaner_backoff_ms / 1000)
 
     def close(self) -> None:
         """Stop the tasks and close every log. Raises ShutdownError, after closing all it
         can, if the data directory was offline or some log could not be closed cleanly."""
+        self.cleaner.shutdown()
         for task in self._tasks:
             task.cancel()
         self.transactions.close()
@@ -176,9 +237,11 @@ class Broker:
 
     # --- topics -----------------------------------------------------------------------
 
-    def create_topic(self, name: str, num_partitions: int | None = None) -> None:
+    def create_topic(
+        self, name: str, num_partitions: int | None = None, configs: dict[str, str] | None = None
+    ) -> None:
         n = num_partitions if num_partitions and num_partitions > 0 else self.config.num_partitions
-        self.topics.create(name, n, now_ms())
+        self.topics.create(name, n, now_ms(), configs)
 
     def partition_or_error(
         self, topic: str, index: int, *, auto_create: bool = False

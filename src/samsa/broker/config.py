@@ -40,7 +40,17 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.retention.ms": "log_retention_ms",
     "log.retention.bytes": "log_retention_bytes",
     "log.retention.check.interval.ms": "log_retention_check_interval_ms",
+    "log.cleaner.enable": "log_cleaner_enable",
+    "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
+    "log.cleaner.dedupe.buffer.size": "log_cleaner_dedupe_buffer_size",
+    "log.cleaner.io.max.bytes.per.second": "log_cleaner_io_max_bytes_per_second",
+    "log.cleaner.min.cleanable.ratio": "log_cleaner_min_cleanable_ratio",
+    "log.cleaner.min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
+    "log.cleaner.max.compaction.lag.ms": "log_cleaner_max_compaction_lag_ms",
+    "log.cleaner.delete.retention.ms": "log_cleaner_delete_retention_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+    "transaction.state.log.segment.bytes": "transaction_state_log_segment_bytes",
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
@@ -136,7 +146,15 @@ _RANGES: dict[str, Range] = {
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
     "log_retention_check_interval_ms": Range(1, LONG_MAX),
+    "log_cleaner_backoff_ms": Range(0, LONG_MAX),
+    # KafkaConfig: "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread".
+    "log_cleaner_dedupe_buffer_size": Range(1024 * 1024, LONG_MAX),
+    "log_cleaner_min_compaction_lag_ms": Range(0, LONG_MAX),
+    "log_cleaner_max_compaction_lag_ms": Range(1, LONG_MAX),
+    "log_cleaner_delete_retention_ms": Range(0, LONG_MAX),
     "offsets_topic_num_partitions": Range(1),
+    "offsets_topic_segment_bytes": Range(1),
+    "transaction_state_log_segment_bytes": Range(1),
     # The three classic-group timeouts have no validator in Kafka; negatives mean nothing.
     "group_initial_rebalance_delay_ms": Range(0),
     "group_min_session_timeout_ms": Range(0),
@@ -197,7 +215,18 @@ class BrokerConfig:
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300_000
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000  # sleep between checks when there is nothing to clean
+    log_cleaner_dedupe_buffer_size: int = 134_217_728  # bounds the offset map (24 B per key)
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Double.MAX_VALUE
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_min_compaction_lag_ms: int = 0
+    log_cleaner_max_compaction_lag_ms: int = LONG_MAX
+    log_cleaner_delete_retention_ms: int = 86_400_000  # tombstones stay a day
     offsets_topic_num_partitions: int = 50
+    # Internal topics roll sooner than others so that their cleaner has inactive segments.
+    offsets_topic_segment_bytes: int = 104_857_600
+    transaction_state_log_segment_bytes: int = 104_857_600
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -245,6 +274,16 @@ class BrokerConfig:
             problem = bound.problem(value)
             if problem is not None:
                 raise ConfigError(f"{setting_name(f.name)} {problem}")
+        if not 0.0 <= self.log_cleaner_min_cleanable_ratio <= 1.0:
+            raise ConfigError(  # Kafka: between(0, 1)
+                "log.cleaner.min.cleanable.ratio must be between 0 and 1, "
+                f"got {self.log_cleaner_min_cleanable_ratio}"
+            )
+        if not self.log_cleaner_io_max_bytes_per_second > 0:
+            raise ConfigError(
+                "log.cleaner.io.max.bytes.per.second must be positive, "
+                f"got {self.log_cleaner_io_max_bytes_per_second}"
+            )
         if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
             raise ConfigError(  # as KafkaConfig requires
                 f"queued.max.request.bytes must be -1 (no limit) or at least "
@@ -296,6 +335,8 @@ def _convert(key: str, raw: str, type_name: str) -> Any:
             if not _INTEGER.match(raw):
                 raise ValueError(raw)
             return int(raw)
+        if "float" in type_name:
+            return float(raw)
     except ValueError:
         raise ConfigError(f"{key}: {raw!r} is not a valid {type_name}") from None
     return raw

@@ -11,6 +11,11 @@ without the rest, and the staging directory says what to remove at the next star
 renames every partition away (``<dir>.<hex>-delete``) before removing anything, and leftovers
 of either are removed at start, with a log line. An OS error in either is a
 KAFKA_STORAGE_ERROR for that topic, with nothing left half done.
+
+Topic configs given at creation (so far the compaction ones, :data:`TOPIC_CONFIGS`) are
+written to ``topic.config`` in every partition directory before the directories are renamed
+into place, so they are as durable as the topic. The internal topics are always compacted,
+as in Kafka.
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from samsa.log.durable import fsync_dir
+from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.log import Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 
@@ -38,6 +43,77 @@ _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _CREATING = re.compile(r"^(?P<topic_id>[0-9a-f]{32})\.creating$")
 _DELETING = re.compile(r"^.+\.[0-9a-f]{32}-delete$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+TOPIC_CONFIG_FILE = "topic.config"
+LONG_MAX = 2**63 - 1
+
+
+def _policy(raw: str) -> str:
+    parts = [p.strip().lower() for p in raw.split(",") if p.strip()]
+    if not parts or any(p not in ("compact", "delete") for p in parts):
+        raise ValueError("must be a list of 'compact' and 'delete'")
+    return ",".join(sorted(set(parts)))
+
+
+def _ratio(raw: str) -> float:
+    value = float(raw)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
+def _long(low: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw.strip())
+        if not low <= value <= LONG_MAX:
+            raise ValueError(f"must be at least {low}")
+        return value
+
+    return parse
+
+
+# Topic config name -> (LogConfig field, parser raising ValueError), Kafka's names and ranges.
+TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "cleanup.policy": ("cleanup_policy", _policy),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
+    "delete.retention.ms": ("delete_retention_ms", _long(0)),
+}
+
+
+def topic_log_config(
+    base: LogConfig,
+    name: str,
+    configs: dict[str, str],
+    internal_segment_bytes: dict[str, int] | None = None,
+) -> LogConfig:
+    """The log config of topic ``name``: the broker's, the topic's own configs over it, and
+    compaction (and ``offsets.topic.segment.bytes`` or ``transaction.state.log.segment.bytes``,
+    given as ``internal_segment_bytes``) for the internal topics. INVALID_CONFIG names a bad
+    value."""
+    values: dict[str, object] = {}
+    for key, raw in configs.items():
+        known = TOPIC_CONFIGS.get(key)
+        if known is None:
+            continue  # other topic configs are not implemented yet: ignored, as before
+        try:
+            values[known[0]] = known[1](raw)
+        except ValueError as exc:
+            raise TopicError(
+                ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for config {key}: {exc}"
+            ) from None
+    if name in INTERNAL_TOPICS:
+        values["cleanup_policy"] = "compact"
+        if internal_segment_bytes and name in internal_segment_bytes:
+            values["segment_bytes"] = internal_segment_bytes[name]
+    config = replace(base, **values)  # type: ignore[arg-type]
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise TopicError(
+            ErrorCode.INVALID_CONFIG,
+            f"min.compaction.lag.ms ({config.min_compaction_lag_ms}) is larger than "
+            f"max.compaction.lag.ms ({config.max_compaction_lag_ms})",
+        )
+    return config
 
 
 class TopicError(Exception):
@@ -78,6 +154,7 @@ class Topic:
     name: str
     topic_id: uuid.UUID
     partitions: list[Partition]
+    configs: dict[str, str] = field(default_factory=dict)  # the topic's own (dynamic) configs
 
     @property
     def internal(self) -> bool:
@@ -85,9 +162,15 @@ class Topic:
 
 
 class TopicManager:
-    def __init__(self, data_dir: Path, log_config: LogConfig) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_config: LogConfig,
+        internal_segment_bytes: dict[str, int] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.log_config = log_config
+        self.internal_segment_bytes = internal_segment_bytes or {}
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
         # Why the data directory went offline (a failed fsync); None while it serves.
@@ -110,13 +193,22 @@ class TopicManager:
                 )
                 continue
             topic_id = _read_topic_id(dirs[0]) or uuid.uuid4()
+            configs = _read_topic_configs(dirs[0])
+            try:
+                config = self._log_config(name, configs)
+            except TopicError as exc:
+                log.error("topic %s: %s; the broker's defaults apply", name, exc)
+                config = self._log_config(name, {})
             partitions = []
             for i in indexes:
                 if _read_topic_id(dirs[i]) is None:
                     _write_topic_id(dirs[i], topic_id)
-                partitions.append(Partition(name, i, Log.open(dirs[i], self.log_config, now_ms)))
-            self._add(Topic(name, topic_id, partitions))
+                partitions.append(Partition(name, i, Log.open(dirs[i], config, now_ms)))
+            self._add(Topic(name, topic_id, partitions, configs))
         log.info("loaded %d topics from %s", len(self.topics), self.data_dir)
+
+    def _log_config(self, name: str, configs: dict[str, str]) -> LogConfig:
+        return topic_log_config(self.log_config, name, configs, self.internal_segment_bytes)
 
     def _add(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
@@ -130,8 +222,12 @@ class TopicManager:
             return None
         return t.partitions[partition]
 
-    def create(self, name: str, num_partitions: int, now_ms: int) -> Topic:
+    def create(
+        self, name: str, num_partitions: int, now_ms: int, configs: dict[str, str] | None = None
+    ) -> Topic:
         validate_topic_name(name)
+        configs = {k: v for k, v in (configs or {}).items() if k in TOPIC_CONFIGS}
+        config = self._log_config(name, configs)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         if num_partitions < 1:
@@ -152,12 +248,14 @@ class TopicManager:
             for directory in final:
                 (staging / directory.name).mkdir()
                 _write_topic_id(staging / directory.name, topic_id)
+                if configs:
+                    _write_topic_configs(staging / directory.name, configs)
             for directory in reversed(final):  # partition 0 last: see the module docstring
                 os.rename(staging / directory.name, directory)
             fsync_dir(self.data_dir)
             staging.rmdir()
             for directory in final:
-                opened.append(Log.open(directory, self.log_config, now_ms))
+                opened.append(Log.open(directory, config, now_ms))
         except OSError as exc:
             for plog in opened:
                 _close_files(plog)
@@ -167,7 +265,9 @@ class TopicManager:
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"cannot create topic {name!r}: {_describe(exc)}",
             ) from None
-        topic = Topic(name, topic_id, [Partition(name, i, plog) for i, plog in enumerate(opened)])
+        topic = Topic(
+            name, topic_id, [Partition(name, i, plog) for i, plog in enumerate(opened)], configs
+        )
         self._add(topic)
         log.info("created topic %s with %d partitions", name, num_partitions)
         return topic
@@ -284,6 +384,24 @@ def _read_topic_id(directory: Path) -> uuid.UUID | None:
 
 def _write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
     (directory / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
+
+
+def _read_topic_configs(directory: Path) -> dict[str, str]:
+    try:
+        text = (directory / TOPIC_CONFIG_FILE).read_text()
+    except FileNotFoundError:
+        return {}
+    configs = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            configs[key.strip()] = value.strip()
+    return configs
+
+
+def _write_topic_configs(directory: Path, configs: dict[str, str]) -> None:
+    # Written in the staging directory: the renames that publish the topic publish it too.
+    write_durably(directory / TOPIC_CONFIG_FILE, "".join(f"{k}={v}\n" for k, v in configs.items()))
 
 
 def _close_files(plog: Log) -> None:

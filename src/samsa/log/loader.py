@@ -11,8 +11,12 @@ zeros. Index files are written lazily and are never trusted over the log.
 1. A ``clean-shutdown`` marker (written by ``Log.close`` after everything was flushed, holding
    the log end offset) is read and removed, durably, before anything else: a crash from now on
    must not look clean.
-2. Stray ``*.tmp`` files and indexes without a ``.log`` are removed; every ``<base>.log`` is
-   opened (indexes are loaded lazily, and rebuilt if missing or corrupt).
+2. A cleaning the crash interrupted is settled (Kafka's ``.cleaned``/``.swap`` recovery, see
+   :mod:`samsa.log.cleaner`): a ``<base>-<end>.log.cleaned`` file is removed (the old segments
+   are whole), a ``<base>-<end>.log.swap`` file was committed, so the segments of
+   ``[base, end)`` are deleted and it becomes ``<base>.log``. Stray ``*.tmp`` files and
+   indexes without a ``.log`` are removed; every ``<base>.log`` is opened (indexes are loaded
+   lazily, and rebuilt if missing or corrupt).
 3. Clean shutdown: the active segment (what recovery would scan: a clean close checkpoints
    the recovery point at the log end) has every batch's CRC-32C checked, read-only, and its
    tail is walked from its last index entry to find the log end offset; if a check fails or
@@ -68,6 +72,9 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _CHECKPOINT_VERSION = 0
 _SEGMENT_FILE_RE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
+# A cleaning's output for the segments of [base, end) (see samsa.log.cleaner): ".cleaned" while
+# written, ".swap" once complete (the commit point).
+_CLEANER_FILE_RE = re.compile(r"^(\d{20})-(\d{20})\.log\.(cleaned|swap)$")
 
 
 @dataclass(slots=True)
@@ -260,8 +267,50 @@ def _coordinator_epoch_of(view: RecordBatchView) -> int:
 # -- segments -----------------------------------------------------------------------------------
 
 
+def cleaned_file(directory: Path, base: int, end: int) -> Path:
+    return directory / f"{base:020d}-{end:020d}.log.cleaned"
+
+
+def swap_file(directory: Path, base: int, end: int) -> Path:
+    return directory / f"{base:020d}-{end:020d}.log.swap"
+
+
+def complete_swap(directory: Path, swap: Path, base: int, end: int) -> None:
+    """Replace the segments of ``[base, end)`` by the swap file: their files go (the ``.log``
+    last, so an index never outlives its log), then the swap becomes ``<base>.log``. Safe to
+    redo after a crash at any point of it (Kafka's ``.swap`` recovery)."""
+    doomed = []
+    for name in os.listdir(directory):
+        m = _SEGMENT_FILE_RE.match(name)
+        if m is not None and base <= int(m.group(1)) < end:
+            doomed.append((m.group(2) == "log", name))
+    for _, name in sorted(doomed):
+        (directory / name).unlink(missing_ok=True)
+    os.replace(swap, directory / f"{base:020d}.log")
+    fsync_dir(directory)
+
+
+def _finish_cleanings(directory: Path) -> None:
+    """A ``.cleaned`` file is a cleaning cut short (the old segments are whole): removed. A
+    ``.swap`` file is a committed one: its swap is completed."""
+    swaps = []
+    for name in os.listdir(directory):
+        m = _CLEANER_FILE_RE.match(name)
+        if m is None:
+            continue
+        if m.group(3) == "cleaned":
+            log.info("removing unfinished cleaner output %s/%s", directory, name)
+            (directory / name).unlink(missing_ok=True)
+        else:
+            swaps.append((int(m.group(1)), int(m.group(2)), name))
+    for base, end, name in sorted(swaps):
+        log.info("completing the swap of cleaned segment %s/%s", directory, name)
+        complete_swap(directory, directory / name, base, end)
+
+
 def _list_segments(directory: Path) -> list[int]:
     """Base offsets of the ``.log`` files; removes temporary files and orphaned indexes."""
+    _finish_cleanings(directory)
     logs: set[int] = set()
     indexes: list[tuple[int, str]] = []
     for name in os.listdir(directory):

@@ -28,6 +28,9 @@ the batch holding it by the offset index plus a short header walk, the end by th
 
 Open runs :mod:`samsa.log.loader`: recovery of whatever was not known to be flushed, then
 producer state from the newest valid snapshot plus the log after it.
+
+Compaction (``cleanup.policy=compact``) is :mod:`samsa.log.cleaner`'s; the log only swaps the
+cleaned segments in (:meth:`Log.replace_segments`), and refuses keyless records.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from samsa.log.index import INT32_MAX
 from samsa.log.loader import (
     LoadReport,
     batch_append_of,
+    complete_swap,
     load_log,
     write_clean_shutdown,
     write_recovery_point,
@@ -59,6 +63,7 @@ from samsa.protocol.records import (
     ControlType,
     RecordBatchView,
     build_control_batch,
+    decode_records,
 )
 
 log = logging.getLogger(__name__)
@@ -73,6 +78,19 @@ class LogConfig:
     max_message_bytes: int = 1_048_588  # message.max.bytes: larger batches get MESSAGE_TOO_LARGE
     retention_ms: int = 604_800_000  # log.retention.ms (168 hours); -1: keep forever
     retention_bytes: int = -1  # log.retention.bytes; -1: no size limit
+    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms: how long tombstones stay
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +198,14 @@ class Log:
                 log_start_offset=self.log_start_offset,
                 message=f"batch of {size} bytes exceeds {self.config.max_message_bytes}",
             )
+        if self.config.compact and origin == AppendOrigin.CLIENT and not batch.is_control:
+            keyless = self._keyless_record(batch)
+            if keyless is not None:
+                return AppendResult(
+                    ErrorCode.INVALID_RECORD,
+                    log_start_offset=self.log_start_offset,
+                    message=keyless,
+                )
         info = None
         if batch.producer_id >= 0 and not batch.is_control:
             outcome = self.producer_state.prepare_update(batch_append_of(batch), now_ms, origin)
@@ -205,6 +231,21 @@ class Log:
         if info is not None:
             self.producer_state.update(info, base, last)
         return AppendResult(ErrorCode.NONE, base, last, -1, self.log_start_offset)
+
+    @staticmethod
+    def _keyless_record(batch: RecordBatchView) -> str | None:
+        """Why a batch cannot go to a compacted log (Kafka's LogValidator), or None."""
+        try:
+            records = decode_records(batch)
+        except ValueError as exc:
+            return f"undecodable records: {exc}"
+        for record in records:
+            if record.key is None:
+                return (
+                    f"compacted topic cannot accept message without key (offset delta "
+                    f"{record.offset - batch.base_offset})"
+                )
+        return None
 
     def _write(self, batch: RecordBatchView, size: int) -> tuple[int, int] | AppendResult:
         """Assign offsets and write the batch to the active segment (rolling if needed)."""
@@ -503,6 +544,31 @@ class Log:
             return len(doomed)
         finally:
             self._flush_lock.release()
+
+    def replace_segments(
+        self, old: list[LogSegment], swap: Path, base: int, end: int, kept_markers: set[int]
+    ) -> bool:
+        """Swap a cleaned segment (``swap``, committed by the cleaner) in for the segments
+        ``old`` holding ``[base, end)``, where only the transaction markers at
+        ``kept_markers`` are left; False, touching nothing, if they are no longer the log's
+        (closed, deleted by retention)."""
+        with self._flush_lock:
+            if self._closed:
+                return False
+            with self._lock:
+                at = next((i for i, s in enumerate(self._segments) if s is old[0]), -1)
+                if at < 0 or self._segments[at : at + len(old)] != old or old[-1] is self._active:
+                    return False
+                for seg in old:
+                    seg.close()
+                complete_swap(self.directory, swap, base, end)
+                seg = LogSegment.open(self.directory, base, self.config.index_interval_bytes)
+                seg.rebuild_indexes()
+                self._segments[at : at + len(old)] = [seg]
+                self._bases[at : at + len(old)] = [base]
+                self._dirty = [s for s in self._dirty if s not in old]
+                self.txn_index.drop_range(base, end, self._bases, kept_markers)
+            return True
 
     def remove_expired_producers(self, now_ms: int) -> None:
         expired = self.producer_state.remove_expired_producers(now_ms)

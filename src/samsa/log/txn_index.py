@@ -90,6 +90,20 @@ class TransactionIndex:
             tmp.write_bytes(b"".join(_pack(e) for e in kept))
             os.replace(tmp, path)
 
+    def drop_range(
+        self, start: int, end: int, segment_bases: list[int], kept_markers: set[int]
+    ) -> None:
+        """Forget the entries whose markers in ``[start, end)`` the cleaner removed, and
+        rewrite the files (the new segment's file, which the swap removed, included)."""
+        kept = [
+            e
+            for e in self._entries
+            if not start <= e.last_offset < end or e.last_offset in kept_markers
+        ]
+        self._entries = kept
+        self._lasts = [e.last_offset for e in kept]
+        self._rewrite(segment_bases)
+
     def append(self, segment_base: int, entry: AbortedTxn) -> None:
         """Record an aborted transaction whose marker is in the segment ``segment_base``."""
         fd = os.open(

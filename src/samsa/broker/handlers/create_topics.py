@@ -6,7 +6,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
-from samsa.broker.topics import TopicError, validate_topic_name
+from samsa.broker.topics import TopicError, topic_log_config, validate_topic_name
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -67,8 +67,10 @@ def _create(
             )
         if t.name in broker.topics.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+        configs = {c.name: c.value for c in t.configs or () if c.value is not None}
+        topic_log_config(broker.log_config, t.name, configs)  # INVALID_CONFIG, also if validating
         if not validate_only:
-            broker.create_topic(t.name, n)
+            broker.create_topic(t.name, n, configs)
     except TopicError as exc:
         return exc.code, str(exc)
     return ErrorCode.NONE, None
