@@ -85,19 +85,14 @@ def _protocol_map(raw: str | None) -> dict[str, str]:
 
 
 def parse_listeners(config: BrokerConfig) -> list[Listener]:
-    if config.listeners is None:
-        return [
-            Listener(
-                "PLAINTEXT",
-                "PLAINTEXT",
-                config.host,
-                config.port,
-                config.advertised_host,
-                config.advertised_port,
-            )
-        ]
     protocols = _protocol_map(config.listener_security_protocol_map)
-    entries = _entries("listeners", config.listeners)
+    # Without `listeners`, one PLAINTEXT listener on --host/--port (advertised.listeners may
+    # still name its advertised address, as in Kafka).
+    entries = (
+        _entries("listeners", config.listeners)
+        if config.listeners is not None
+        else [("PLAINTEXT", config.host, config.port)]
+    )
     advertised: dict[str, tuple[str, int]] = {}
     if config.advertised_listeners:
         for name, host, port in _entries("advertised.listeners", config.advertised_listeners):
