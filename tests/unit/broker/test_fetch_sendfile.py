@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import uvloop
 
+from _certs import make_pki
 from samsa.broker.config import BrokerConfig
 from samsa.broker.handlers import fetch as fetch_handler
 from samsa.broker.server import MAX_QUEUED_RESPONSE_BYTES, BrokerServer, KafkaConnection
@@ -35,13 +37,19 @@ def _batch(records: int, value_size: int, tag: int) -> bytes:
 
 
 def _run(
-    tmp_path: Path, loop: str, body: Callable[[BrokerServer], Awaitable[None]], **settings: Any
+    tmp_path: Path,
+    loop: str,
+    body: Callable[[BrokerServer], Awaitable[None]],
+    properties: dict[str, str] | None = None,
+    **settings: Any,
 ) -> None:
     capacity = SEGMENT_FILES.capacity
 
     async def main() -> None:
         config = BrokerConfig(data_dir=tmp_path / "data", port=0, host="127.0.0.1",
                               log_segment_bytes=SEGMENT_BYTES, **settings)  # fmt: skip
+        if properties:
+            config = config.with_properties(properties).with_overrides(port=0).validate()
         server = BrokerServer(config)
         await server.start()
         try:
@@ -248,3 +256,33 @@ def test_a_client_that_stops_reading_is_closed_when_idle(tmp_path: Path) -> None
         writer.close()
 
     _run(tmp_path, "uvloop", body, connections_max_idle_ms=300)
+
+
+def test_tls_connections_copy_and_answer_the_same_bytes(tmp_path: Path) -> None:
+    # TLS must see every byte: no sendfile there, and the copied answer is the same.
+    pki = make_pki(tmp_path / "pki")
+    properties = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.broker),
+        "ssl.truststore.location": str(pki.ca),
+    }
+
+    async def body(server: BrokerServer) -> None:
+        plain, tls = (e.sockets[0].getsockname()[1] for e in server.endpoints)
+        frame = _fetch_frame({0: 0, 1: 0})
+        answers = []
+        for port, ctx in ((plain, None), (tls, ssl.create_default_context(cafile=str(pki.ca)))):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=ctx, limit=1 << 24
+            )
+            await _until(lambda: len(server.limits.connections) == 1, "the connection")
+            (conn,) = server.limits.connections
+            assert conn.zero_copy is (ctx is None)
+            writer.write(frame)
+            answers.append(await _read_frame(reader))
+            writer.close()
+            await _until(lambda: not server.limits.connections, "the connection gone")
+        assert answers[0] == answers[1] and len(answers[0]) > 3 * SEGMENT_BYTES
+        assert _pins(server) == [(0, 0)] * len(_pins(server))
+
+    _run(tmp_path, "uvloop", body, properties)
