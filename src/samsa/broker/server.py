@@ -12,6 +12,13 @@ call. Handlers run synchronously as frames are taken from the connection's backl
 appends of pipelined produce requests happen in request order, and their fsyncs can share a
 round.
 
+Fetch responses on plain sockets carry record bytes as pinned segment-file slices
+(:class:`FileSlice`): once the transport has written everything before them, the connection
+writes such a response itself, the header with ``os.write`` and the slices with
+``os.sendfile`` on a duplicate of the socket's descriptor, as Kafka's ``FileRecords.writeTo``
+does (uvloop's ``loop.sendfile`` would copy through Python). Responses behind it wait; its
+unsent bytes count against the per-connection limit below. TLS connections copy.
+
 Bad input never reaches the data: a frame over ``socket.request.max.bytes``, a negative
 size, an unknown API key, a version we do not serve (other than ApiVersions, which gets
 error 35 with a v0 body as Kafka does) or a body that does not parse closes that

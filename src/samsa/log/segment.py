@@ -14,6 +14,9 @@ inactive partitions hold no descriptor, and 10,000 partitions run under a 1,024-
 Index files are never held open (read whole, appended by path). Descriptors are opened and
 evicted on the thread that appends to and reads the logs (the broker's event loop); a flush on
 another thread pins the descriptor it syncs, so eviction cannot close it under the ``fdatasync``.
+A :class:`FileSlice` (bytes a Fetch response sends with ``os.sendfile``) pins its segment's
+descriptor too; closing a pinned segment (deletion) defers ``os.close`` to the last unpin, so
+a descriptor number is never reused under a send.
 """
 
 from __future__ import annotations

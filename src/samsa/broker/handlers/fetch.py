@@ -1,6 +1,8 @@
 """Fetch: whole batches straight from the log, with long polling.
 
-Record bytes go from ``os.pread`` into the response pieces without another copy. When less
+On connections that can (plain sockets), runs of batches of ``ZERO_COPY_MIN`` bytes or more
+stay in the segment files as pinned slices that the server sends with ``os.sendfile``; other
+record bytes go from ``os.pread`` into the response pieces without another copy. When less
 than ``min_bytes`` is available the request waits (up to ``max_wait``) for an append to any
 of its partitions, then reads again. Fetch sessions (KIP-227) are not kept: we answer with
 session id 0, which tells clients to keep sending full fetch requests.
