@@ -140,10 +140,13 @@ class SegmentFileCache:
 
     def pin_open(self, seg: LogSegment) -> int:
         """Open ``seg``'s file if needed and pin it, for a :class:`FileSlice` (logs' thread)."""
-        fd = seg._file()
-        with self._lock:
-            seg._pins += 1
-        return fd
+        while True:
+            fd = seg._file()
+            with self._lock:
+                # Closed in between by another thread (the cleaner swapping segments)? Again.
+                if seg._fd == fd:
+                    seg._pins += 1
+                    return fd
 
     def close(self, seg: LogSegment) -> None:
         with self._lock:
