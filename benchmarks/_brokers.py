@@ -180,9 +180,11 @@ class SamsaBroker(BrokerProcess):
         profile: str | None = None,
         profile_out: Path | None = None,
         start_timeout: float = 60.0,
+        src: Path | None = None,
     ) -> None:
         super().__init__()
         self.data_dir = data_dir
+        self.src = src  # another source tree to run the broker from (before/after runs)
         self.overrides = overrides or {}
         self.profile = profile
         self.profile_out = profile_out
@@ -212,7 +214,8 @@ class SamsaBroker(BrokerProcess):
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._spawn(self.command())
+        env = None if self.src is None else {"PYTHONPATH": str(Path(self.src).resolve() / "src")}
+        self._spawn(self.command(), env)
         deadline = time.monotonic() + self.start_timeout
         while not self._ready.wait(0.05):
             if not self.alive() or time.monotonic() > deadline:

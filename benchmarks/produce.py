@@ -479,8 +479,15 @@ def raw_fetch(port: int, topic: str, ends: dict[int, int], max_seconds: float) -
     return Result(records, seconds, errors, note, cpu)
 
 
-def confluent_fetch(port: int, topic: str, ends: dict[int, int], max_seconds: float) -> Result:
-    """Read offsets [0, ends[p]) of every partition; records past ``ends`` are not counted."""
+def confluent_fetch(
+    port: int,
+    topic: str,
+    ends: dict[int, int],
+    max_seconds: float,
+    extra: dict[str, Any] | None = None,
+) -> Result:
+    """Read offsets [0, ends[p]) of every partition; records past ``ends`` are not counted.
+    ``extra``: more consumer settings (benchmarks/fetch.py sets fetch.queue.backoff.ms)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -493,6 +500,7 @@ def confluent_fetch(port: int, topic: str, ends: dict[int, int], max_seconds: fl
             "max.partition.fetch.bytes": 32 * 1024 * 1024,
             "fetch.wait.max.ms": 100,
             "queued.max.messages.kbytes": 1_048_576,
+            **(extra or {}),
         }
     )
     expected = sum(ends.values())

@@ -12,6 +12,13 @@ call. Handlers run synchronously as frames are taken from the connection's backl
 appends of pipelined produce requests happen in request order, and their fsyncs can share a
 round.
 
+Fetch responses on plain sockets carry record bytes as pinned segment-file slices
+(:class:`FileSlice`): once the transport has written everything before them, the connection
+writes such a response itself, the header with ``os.write`` and the slices with
+``os.sendfile`` on a duplicate of the socket's descriptor, as Kafka's ``FileRecords.writeTo``
+does (uvloop's ``loop.sendfile`` would copy through Python). Responses behind it wait; its
+unsent bytes count against the per-connection limit below. TLS connections copy.
+
 Bad input never reaches the data: a frame over ``socket.request.max.bytes``, a negative
 size, an unknown API key, a version we do not serve (other than ApiVersions, which gets
 error 35 with a v0 body as Kafka does) or a body that does not parse closes that
@@ -52,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import resource
 import signal
 import socket
@@ -74,7 +82,7 @@ from samsa.broker.listeners import (
     server_context,
 )
 from samsa.broker.sasl import PlainUsers, SaslSession, credentials_for
-from samsa.log.segment import SEGMENT_FILES
+from samsa.log.segment import SEGMENT_FILES, FileSlice
 from samsa.protocol.framing import (
     FrameDecoder,
     FrameError,
@@ -224,14 +232,20 @@ class Endpoint:
 class _Pending:
     correlation_id: int
     flexible_header: bool
-    body: bytes | list[bytes] | None = None
+    body: bytes | list[Any] | None = None  # list: pieces, bytes or FileSlice
     done: bool = False
     task: asyncio.Future[Any] | None = None
     frame_bytes: int = 0  # request bytes held in the pool until the response is ready
     unsent: int = 0  # response bytes counted as waiting behind an unfinished response
 
 
-def _body_size(body: bytes | list[bytes] | None) -> int:
+def _release_pieces(pieces: Any) -> None:
+    for piece in pieces:
+        if isinstance(piece, FileSlice):
+            piece.release()
+
+
+def _body_size(body: bytes | list[Any] | None) -> int:
     if body is None:
         return 0
     if isinstance(body, list):
@@ -240,6 +254,10 @@ def _body_size(body: bytes | list[bytes] | None) -> int:
 
 
 class KafkaConnection(asyncio.Protocol):
+    # Send Fetch record bytes from segment files with os.sendfile where the transport is a
+    # plain socket (not TLS); False: always copy (tests compare the two).
+    sendfile_enabled = hasattr(os, "sendfile")
+
     def __init__(
         self,
         broker: Broker,
@@ -273,6 +291,26 @@ class KafkaConnection(asyncio.Protocol):
         self._frame_since: float | None = None  # when the partial frame started, if reading
         self._last_active = 0.0
         self.draining = False  # the server is stopping: answer what was read, read no more
+        # Zero-copy writing: a response with FileSlice pieces is written by _send_some, with
+        # our own syscalls on a duplicate of the socket's descriptor, once the transport's
+        # buffer is empty; later responses wait behind it (and count against the limits).
+        self._out_fd = -1
+        self._sending: deque[Any] | None = None  # pieces of the response being pumped
+        self._sending_off = 0  # bytes of _sending[0] already written
+        self._sending_bytes = 0  # bytes of the pumped response not yet written
+        self._writer_added = False
+
+    @property
+    def zero_copy(self) -> bool:
+        """Can responses be sent from files? Asked per use: TLS may be set up later."""
+        transport = self.transport
+        return (
+            self.sendfile_enabled
+            and not self.tls
+            and transport is not None
+            and transport.get_extra_info("sslcontext") is None
+            and transport.get_extra_info("socket") is not None
+        )
 
     # -- connection lifecycle ---------------------------------------------------------------
 
@@ -299,13 +337,11 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         # Nobody will read these responses: stop long polls and the like now.
-        for entry in self.queue:
-            if entry.task is not None and not entry.task.done():
-                entry.task.cancel()
-        self.queue.clear()
+        self._drop_queue()
         self.backlog.clear()
         self.memory.forget(self)
         self._release_all()
+        self._stop_sending()
         self.limits.connections.discard(self)
         if self.ip is not None:
             self.limits.release(self.ip)
@@ -336,6 +372,7 @@ class KafkaConnection(asyncio.Protocol):
                     self.transport.abort()
             self.memory.forget(self)
             self._release_all()
+            self._stop_sending()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -420,7 +457,7 @@ class KafkaConnection(asyncio.Protocol):
         """Back-pressure: too many responses in progress or too many bytes unsent."""
         if self._writing_paused or len(self.queue) >= MAX_PENDING_RESPONSES:
             return True
-        return self._unsent_bytes >= MAX_QUEUED_RESPONSE_BYTES
+        return self._unsent_bytes + self._sending_bytes >= MAX_QUEUED_RESPONSE_BYTES
 
     def _process(self) -> None:
         """Handle frames from the backlog: at most one turn's worth, and only while the
@@ -479,6 +516,7 @@ class KafkaConnection(asyncio.Protocol):
         return self.closed or (
             not self.queue
             and not self.backlog
+            and self._sending is None
             and (self.transport is None or self.transport.get_write_buffer_size() == 0)
         )
 
@@ -533,6 +571,7 @@ class KafkaConnection(asyncio.Protocol):
             principal=self.principal,
             advertised=endpoint.advertised if endpoint is not None else None,
             session=session,
+            zero_copy=api_key == ApiKey.FETCH and self.zero_copy,
         )
         result = api.handler(self.broker, ctx, request)
         if session is not None and api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
@@ -575,6 +614,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def _on_done(self, entry: _Pending, future: asyncio.Future[Any]) -> None:
         if self.closed:
+            if not future.cancelled() and future.exception() is None:
+                body = future.result()
+                if isinstance(body, list):
+                    _release_pieces(body)
             return
         if future.cancelled():
             self.close("request cancelled")
@@ -597,7 +640,7 @@ class KafkaConnection(asyncio.Protocol):
         self._continue()
 
     def _write_ready(self) -> None:
-        if self.closed or self.transport is None:
+        if self.closed or self.transport is None or self._sending is not None:
             return
         out: list[bytes] = []
         queue = self.queue
@@ -607,13 +650,112 @@ class KafkaConnection(asyncio.Protocol):
             body = entry.body
             if isinstance(body, list):
                 size = sum(len(b) for b in body)
-                out.append(response_prefix(entry.correlation_id, size, entry.flexible_header))
-                out.extend(body)
+                prefix = response_prefix(entry.correlation_id, size, entry.flexible_header)
+                if not any(isinstance(b, FileSlice) for b in body):
+                    out.append(prefix)
+                    out.extend(body)
+                    continue
+                if not self.zero_copy:
+                    out.append(prefix)
+                    out.extend(b.read() if isinstance(b, FileSlice) else b for b in body)
+                    _release_pieces(body)
+                    continue
+                if out:
+                    self.transport.writelines(out)
+                    out = []
+                self._sending = deque(body)
+                self._sending.appendleft(prefix)
+                self._sending_off = 0
+                self._sending_bytes = len(prefix) + size
+                if not self._send_some():
+                    return  # the rest when the socket is writable (_on_writable)
             elif body is not None:
                 out.append(frame_response(entry.correlation_id, body, entry.flexible_header))
         if out:
             self.transport.writelines(out)
             self._last_active = time.monotonic()
+
+    def _on_writable(self) -> None:
+        if self._send_some():
+            self._write_ready()
+            self._continue()
+
+    def _send_some(self) -> bool:
+        """Write the response in ``_sending``: bytes with ``os.write``, file slices with
+        ``os.sendfile`` (kernel to socket, no copy through Python), as far as the socket
+        takes them, then wait for it to be writable; True once all is written. Writes only
+        once the transport has written all it buffered, so the bytes leave in order."""
+        pieces = self._sending
+        transport = self.transport
+        if pieces is None or self.closed or transport is None:
+            return False
+        if transport.get_write_buffer_size():
+            self._wait_writable()  # the transport drains first
+            return False
+        if self._out_fd < 0:
+            self._out_fd = os.dup(transport.get_extra_info("socket").fileno())
+        fd = self._out_fd
+        off = self._sending_off
+        try:
+            while pieces:
+                piece = pieces[0]
+                if isinstance(piece, FileSlice):
+                    n = os.sendfile(fd, piece.fd, piece.position + off, piece.size - off)
+                    if n == 0:
+                        raise OSError(errno.EIO, f"segment file ended inside {piece!r}")
+                else:
+                    n = os.write(fd, memoryview(piece)[off:])
+                off += n
+                self._sending_bytes -= n
+                if off == len(piece):
+                    pieces.popleft()
+                    if isinstance(piece, FileSlice):
+                        piece.release()
+                    off = 0
+        except (BlockingIOError, InterruptedError):
+            self._sending_off = off
+            self._last_active = time.monotonic()
+            self._wait_writable()
+            return False
+        except OSError as exc:
+            self._sending_off = off
+            self._abort(f"sending a response failed: {exc}", logging.INFO)
+            return False
+        self._sending = None
+        self._sending_off = self._sending_bytes = 0
+        if self._writer_added:
+            self._writer_added = False
+            asyncio.get_running_loop().remove_writer(fd)
+        self._last_active = time.monotonic()
+        return True
+
+    def _wait_writable(self) -> None:
+        if not self._writer_added:
+            if self._out_fd < 0 and self.transport is not None:
+                self._out_fd = os.dup(self.transport.get_extra_info("socket").fileno())
+            asyncio.get_running_loop().add_writer(self._out_fd, self._on_writable)
+            self._writer_added = True
+
+    def _stop_sending(self) -> None:
+        """The connection is gone: unpin what was not sent, close our descriptor."""
+        if self._sending is not None:
+            _release_pieces(self._sending)
+            self._sending = None
+            self._sending_bytes = 0
+        fd, self._out_fd = self._out_fd, -1
+        if fd >= 0:
+            if self._writer_added:
+                self._writer_added = False
+                asyncio.get_running_loop().remove_writer(fd)
+            os.close(fd)
+
+    def _drop_queue(self) -> None:
+        for entry in self.queue:
+            if entry.task is not None and not entry.task.done():
+                entry.task.cancel()
+            if isinstance(entry.body, list):
+                _release_pieces(entry.body)
+        self.queue.clear()
 
     # -- timeouts -----------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ import logging
 import shutil
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +54,7 @@ from samsa.log.loader import (
     write_recovery_point,
 )
 from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManager, Rejected
-from samsa.log.segment import LogSegment
+from samsa.log.segment import FileSlice, LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
 from samsa.protocol.errors import ErrorCode
@@ -106,11 +106,18 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    chunks: list[bytes]  # whole batches, in order, ready to put in a Fetch response
+    chunks: list[bytes | FileSlice]  # whole batches, in order, for a Fetch response
     size: int  # total bytes
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int  # == high watermark until transactions exist
+
+
+def release_chunks(chunks: Iterable[object]) -> None:
+    """Unpin the :class:`FileSlice` items of a read's chunks (bytes need nothing)."""
+    for chunk in chunks:
+        if isinstance(chunk, FileSlice):
+            chunk.release()
 
 
 class OffsetOutOfRangeError(Exception):
@@ -351,10 +358,13 @@ class Log:
         *,
         min_one_batch: bool = True,
         max_offset: int | None = None,
+        zero_copy_min: int = 0,
     ) -> ReadResult:
         """Whole batches from the one containing ``offset``: at most ``max_bytes`` (but one
         whole batch anyway if ``min_one_batch``, KIP-74), none holding offsets at or past
-        ``max_offset`` or the high watermark."""
+        ``max_offset`` or the high watermark. With ``zero_copy_min``, a run of batches of at
+        least that many bytes comes as a pinned :class:`FileSlice` (for ``os.sendfile``)
+        instead of bytes; the caller must release every slice."""
         log_start = self.log_start_offset
         end = self.log_end_offset
         if offset < log_start or offset > end:
@@ -362,47 +372,55 @@ class Log:
                 f"offset {offset} is outside [{log_start}, {end}] of {self.directory}"
             )
         limit = end if max_offset is None else min(max_offset, end)
-        chunks: list[bytes] = []
+        chunks: list[bytes | FileSlice] = []
         total = 0
-        if offset < limit:
-            segments = self._segments
-            bases = self._bases
-            count = len(segments)
-            i = max(bisect_right(bases, offset) - 1, 0)
-            target = offset
-            budget = max_bytes
-            while i < count:
-                seg = segments[i]
-                if seg.base_offset >= limit:
-                    break
-                found = seg.translate(target)
-                i += 1
-                if found is None:
-                    if i < count:
-                        target = bases[i]
-                    continue
-                start, first = found
-                # Batches holding `limit` or later offsets are left out.
-                if (i < count and bases[i] <= limit) or (seg is self._active and limit >= end):
-                    stop = seg.size
-                else:
-                    at_limit = seg.translate(limit)
-                    stop = at_limit[0] if at_limit is not None else seg.size
-                if start >= stop:
-                    break
-                want = start + max(budget, 0)
-                stop_at = stop if want >= stop else seg.boundary_at_or_below(start, want)
-                if stop_at == start:
-                    if not (min_one_batch and not chunks):
+        try:
+            if offset < limit:
+                segments = self._segments
+                bases = self._bases
+                count = len(segments)
+                i = max(bisect_right(bases, offset) - 1, 0)
+                target = offset
+                budget = max_bytes
+                while i < count:
+                    seg = segments[i]
+                    if seg.base_offset >= limit:
                         break
-                    stop_at = start + first.size
-                data = seg.read(start, stop_at - start)
-                chunks.append(data)
-                total += len(data)
-                budget -= len(data)
-                if stop_at < seg.size or budget <= 0 or i >= count:
-                    break
-                target = bases[i]
+                    found = seg.translate(target)
+                    i += 1
+                    if found is None:
+                        if i < count:
+                            target = bases[i]
+                        continue
+                    start, first = found
+                    # Batches holding `limit` or later offsets are left out.
+                    last = seg is self._active and limit >= end
+                    if (i < count and bases[i] <= limit) or last:
+                        stop = seg.size
+                    else:
+                        at_limit = seg.translate(limit)
+                        stop = at_limit[0] if at_limit is not None else seg.size
+                    if start >= stop:
+                        break
+                    want = start + max(budget, 0)
+                    stop_at = stop if want >= stop else seg.boundary_at_or_below(start, want)
+                    if stop_at == start:
+                        if not (min_one_batch and not chunks):
+                            break
+                        stop_at = start + first.size
+                    n = stop_at - start
+                    if zero_copy_min and n >= zero_copy_min:
+                        chunks.append(seg.read_slice(start, n))
+                    else:
+                        chunks.append(seg.read(start, n))
+                    total += n
+                    budget -= n
+                    if stop_at < seg.size or budget <= 0 or i >= count:
+                        break
+                    target = bases[i]
+        except BaseException:
+            release_chunks(chunks)  # a later segment failed: unpin the slices taken
+            raise
         return ReadResult(chunks, total, end, log_start, self.last_stable_offset)
 
     def verified_batches(self, on_damage: Callable[[str], None]) -> Iterator[RecordBatchView]:

@@ -14,6 +14,9 @@ inactive partitions hold no descriptor, and 10,000 partitions run under a 1,024-
 Index files are never held open (read whole, appended by path). Descriptors are opened and
 evicted on the thread that appends to and reads the logs (the broker's event loop); a flush on
 another thread pins the descriptor it syncs, so eviction cannot close it under the ``fdatasync``.
+A :class:`FileSlice` (bytes a Fetch response sends with ``os.sendfile``) pins its segment's
+descriptor too; closing a pinned segment (deletion) defers ``os.close`` to the last unpin, so
+a descriptor number is never reused under a send.
 """
 
 from __future__ import annotations
@@ -130,13 +133,33 @@ class SegmentFileCache:
     def unpin(self, seg: LogSegment) -> None:
         with self._lock:
             seg._pins -= 1
+            if not seg._pins and seg._orphan_fds:
+                fds, seg._orphan_fds = seg._orphan_fds, []
+                for fd in fds:
+                    os.close(fd)
+
+    def pin_open(self, seg: LogSegment) -> int:
+        """Open ``seg``'s file if needed and pin it, for a :class:`FileSlice` (logs' thread)."""
+        while True:
+            fd = seg._file()
+            with self._lock:
+                # Closed in between by another thread (the cleaner swapping segments)? Again.
+                if seg._fd == fd:
+                    seg._pins += 1
+                    return fd
 
     def close(self, seg: LogSegment) -> None:
         with self._lock:
             self._open.pop(seg, None)
             fd, seg._fd = seg._fd, -1
             if fd >= 0:
-                os.close(fd)
+                if seg._pins:
+                    # A FileSlice still sends from it (the segment was deleted or closed
+                    # meanwhile): the last unpin closes it, so its number is never reused
+                    # under a sendfile.
+                    seg._orphan_fds.append(fd)
+                else:
+                    os.close(fd)
 
     def _make_room(self, n: int) -> None:
         excess = len(self._open) + n - self.capacity
@@ -164,6 +187,41 @@ class SegmentFileCache:
 SEGMENT_FILES = SegmentFileCache()
 
 
+class FileSlice:
+    """``size`` bytes at ``position`` of a segment's file, for a Fetch response to send with
+    ``os.sendfile`` instead of reading them into Python (Kafka's ``FileRecords.writeTo``).
+    The segment's descriptor stays pinned (not evicted, not closed, even if the segment is
+    deleted) until :meth:`release`, which the writer must call once, sent or not."""
+
+    __slots__ = ("fd", "position", "segment", "size")
+
+    def __init__(self, segment: LogSegment, position: int, size: int) -> None:
+        self.segment: LogSegment | None = segment
+        self.fd = SEGMENT_FILES.pin_open(segment)
+        self.position = position
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        """The bytes, copied (for a connection that cannot sendfile, e.g. TLS)."""
+        data = os.pread(self.fd, self.size, self.position)
+        if len(data) != self.size:
+            raise CorruptSegmentError(
+                f"short read of {self.size} bytes at {self.position} (got {len(data)})"
+            )
+        return data
+
+    def release(self) -> None:
+        seg, self.segment = self.segment, None
+        if seg is not None:
+            SEGMENT_FILES.unpin(seg)
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.segment!r}, {self.position}, {self.size})"
+
+
 class CorruptSegmentError(Exception):
     """Bytes that are not a batch where a batch must start (only after outside damage)."""
 
@@ -182,6 +240,7 @@ class LogSegment:
         "_indexes_loaded",
         "_max_timestamp",
         "_offset_of_max_timestamp",
+        "_orphan_fds",
         "_pins",
         "_ref",
         "base_offset",
@@ -206,6 +265,7 @@ class LogSegment:
         self._fd = -1  # open only while SEGMENT_FILES holds it
         self._ref = False
         self._pins = 0
+        self._orphan_fds: list[int] = []  # closed while pinned: closed at the last unpin
         self.size = size
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(
@@ -359,6 +419,14 @@ class LogSegment:
         self.index_unsynced = False
 
     # -- reading --------------------------------------------------------------------------------
+
+    def read_slice(self, position: int, size: int) -> FileSlice:
+        """Like :meth:`read`, but the bytes stay in the file until sent (a pinned slice)."""
+        if position + size > self.size:
+            raise CorruptSegmentError(
+                f"{self.path}: slice of {size} bytes at {position} past the end ({self.size})"
+            )
+        return FileSlice(self, position, size)
 
     def read(self, position: int, size: int) -> bytes:
         data = os.pread(self._file(), size, position)

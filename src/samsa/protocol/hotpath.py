@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 
 from samsa.protocol.framing import uvarint
@@ -93,9 +93,9 @@ class FetchPartitionResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     aborted: Sequence[tuple[int, int]] | None = None  # (producer id, first offset)
-    records: Sequence[bytes] = field(
-        default_factory=list
-    )  # whole batches, concatenated on the wire
+    # Whole batches, concatenated on the wire: bytes, or pieces the writer knows how to send
+    # (the broker's FileSlice, sent from the segment file); passed through untouched.
+    records: Sequence[Sized] = field(default_factory=list)
     records_size: int = 0
 
 
@@ -106,13 +106,13 @@ def encode_fetch_response(
     throttle_time_ms: int = 0,
     error_code: int = 0,
     session_id: int = 0,
-) -> list[bytes]:
-    """FetchResponse v4-v16 body as pieces; record bytes are passed through uncopied.
+) -> list[Sized]:
+    """FetchResponse v4-v16 body as pieces; record pieces are passed through uncopied.
 
     Topics are named by string up to v12 and by topic id (a UUID) from v13 (KIP-516).
     """
     flexible = version >= 12
-    pieces: list[bytes] = []
+    pieces: list[Sized] = []
     head = bytearray()
     if version >= 7:
         head += _FETCH_TOP_V7.pack(throttle_time_ms, error_code, session_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from samsa.broker.sasl import SaslSession
 
 # A response body (or pieces of one), an awaitable of it, or None for "no response".
-Body = bytes | list[bytes]
+Body = bytes | list[Sized]  # pieces: bytes, or FileSlice when ctx.zero_copy
 HandlerResult = Body | Awaitable[Body] | None
 Handler = Callable[["Broker", "RequestContext", Any], HandlerResult]
 
@@ -29,6 +29,9 @@ class RequestContext:
     # The listener's address for this client (Metadata, FindCoordinator, DescribeCluster).
     advertised: tuple[str, int] | None = None
     session: SaslSession | None = None  # on SASL listeners only
+    # The connection can send record bytes straight from segment files (os.sendfile): Fetch
+    # may answer with pinned FileSlice pieces, which the server releases once written.
+    zero_copy: bool = False
 
     @property
     def api_key(self) -> int:

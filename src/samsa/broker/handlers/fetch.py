@@ -1,6 +1,8 @@
 """Fetch: whole batches straight from the log, with long polling.
 
-Record bytes go from ``os.pread`` into the response pieces without another copy. When less
+On connections that can (plain sockets), runs of batches of ``ZERO_COPY_MIN`` bytes or more
+stay in the segment files as pinned slices that the server sends with ``os.sendfile``; other
+record bytes go from ``os.pread`` into the response pieces without another copy. When less
 than ``min_bytes`` is available the request waits (up to ``max_wait``) for an append to any
 of its partitions, then reads again. Fetch sessions (KIP-227) are not kept: we answer with
 session id 0, which tells clients to keep sending full fetch requests.
@@ -12,10 +14,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Sized
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import HandlerResult, RequestContext
-from samsa.log.log import OffsetOutOfRangeError
+from samsa.log.log import OffsetOutOfRangeError, release_chunks
 from samsa.log.segment import CorruptSegmentError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import FetchPartitionResult, encode_fetch_response
@@ -29,17 +32,30 @@ READ_COMMITTED = 1
 log = logging.getLogger("samsa.fetch")
 
 
+# Runs of batches at least this big are sent from the file (os.sendfile) on connections that
+# can; smaller ones are copied: one pread costs less than pinning plus a sendfile call.
+ZERO_COPY_MIN = 16 * 1024
+
+
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
-    results, size, partitions, errors = _read_all(broker, request)
+    zero_copy_min = ZERO_COPY_MIN if ctx.zero_copy else 0
+    results, size, partitions, errors = _read_all(broker, request, zero_copy_min)
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
         return encode_fetch_response(ctx.version, results)
+    _release(results)  # not the answer: it waits for more
     return _long_poll(broker, ctx, request, partitions, wait_ms)
+
+
+def _release(results: list[tuple[str | uuid.UUID, list[FetchPartitionResult]]]) -> None:
+    for _topic, parts in results:
+        for part in parts:
+            release_chunks(part.records)
 
 
 async def _long_poll(
     broker: Broker, ctx: RequestContext, request: Any, partitions: list[Partition], wait_ms: int
-) -> list[bytes]:
+) -> list[Sized]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
     while True:
@@ -51,13 +67,16 @@ async def _long_poll(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(fut, remaining)
         # One read per wake-up; at the deadline it is the answer, whatever it holds.
-        results, size, partitions, errors = _read_all(broker, request)
+        results, size, partitions, errors = _read_all(
+            broker, request, ZERO_COPY_MIN if ctx.zero_copy else 0
+        )
         if size >= request.min_bytes or errors or not partitions or loop.time() >= deadline:
             return encode_fetch_response(ctx.version, results)
+        _release(results)
 
 
 def _read_all(
-    broker: Broker, request: Any
+    broker: Broker, request: Any, zero_copy_min: int = 0
 ) -> tuple[list[tuple[str | uuid.UUID, list[FetchPartitionResult]]], int, list[Partition], bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = getattr(request, "max_bytes", 0x7FFFFFFF)
@@ -94,6 +113,7 @@ def _read_all(
                     max_bytes,
                     min_one_batch=total == 0,
                     max_offset=plog.last_stable_offset if read_committed else None,
+                    zero_copy_min=zero_copy_min,
                 )
             except OffsetOutOfRangeError:
                 out.append(

@@ -1,0 +1,193 @@
+"""The broker's fetch path: a confluent-kafka consumer reading 1.2M records, samsa vs Tansu.
+
+Fresh samsa and Tansu brokers (started by this script), one topic of 3 partitions written
+with the raw idempotent load generator of ``produce.py`` in 1000-record batches (100-byte
+values), then read back from offset 0:
+
+- "consumer, fetch.queue.backoff.ms=0": librdkafka fetches again as soon as a response is
+  in, so the broker is the bound;
+- "consumer, librdkafka defaults": ``fetch.queue.backoff.ms`` at its default (1 s), which
+  stalls both brokers after the first prefetch;
+- "raw Fetch v12": sequential Fetch requests for all 3 partitions (64 MiB per response).
+
+Each row is the median of ``--repeats`` reads (alternating samsa, Tansu, Tansu, samsa...),
+records/s over wall-clock time from the first message; "cpu: broker" is the broker
+process's CPU per wall second.
+
+    python benchmarks/fetch.py                    # 1.2M records, 3 reads per row (~1.5 min)
+    python benchmarks/fetch.py --quick            # 120k records, a smoke run
+    python benchmarks/fetch.py --only samsa --profile   # samsa under py-spy, top frames
+    python benchmarks/fetch.py --baseline ../main      # + samsa from another tree, same run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _brokers import PySpy, SamsaBroker, TansuBroker
+from produce import (
+    PARTITIONS,
+    Result,
+    Target,
+    _collapsed_report,
+    _print_run,
+    _timed,
+    confluent_fetch,
+    ensure_topic,
+    high_watermarks,
+    median,
+    raw_fetch,
+    raw_produce,
+)
+
+TOPIC = "bench-fetch"
+PER_BATCH = 1000
+MAX_SECONDS = 60.0  # per read
+LIBRDKAFKA_FETCH_DEFAULTS = {
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 1_048_576,
+    "fetch.wait.max.ms": 500,
+    "queued.max.messages.kbytes": 65_536,
+}
+
+
+def consumer_fetch(
+    port: int, ends: dict[int, int], backoff_ms: int | None, partition_bytes: int | None = None
+) -> Result:
+    """confluent_fetch with ``fetch.queue.backoff.ms`` set (None: librdkafka's default)."""
+    # librdkafka's own fetch sizes and wait, not produce.py's larger ones.
+    extra: dict[str, object] = dict(LIBRDKAFKA_FETCH_DEFAULTS)
+    if backoff_ms is not None:
+        extra["fetch.queue.backoff.ms"] = backoff_ms
+    if partition_bytes is not None:
+        extra["max.partition.fetch.bytes"] = partition_bytes
+    return confluent_fetch(port, TOPIC, ends, MAX_SECONDS, extra)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="120k records, 1 read per row")
+    parser.add_argument("--only", choices=("samsa", "tansu"), help="run one broker only")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--records", type=int, default=1_200_000)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy on samsa during the backoff=0 reads; print top frames",
+    )
+    parser.add_argument("--work-dir", type=Path, help="parent of broker data (default $TMPDIR)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="also run a samsa broker from this source tree (before/after)",
+    )
+    parser.add_argument("--rows", help="only the rows whose label contains this text")
+    args = parser.parse_args(argv)
+    records = 120_000 if args.quick else args.records
+    repeats = 1 if args.quick else max(1, args.repeats)
+    work = Path(tempfile.mkdtemp(prefix="samsa-bench-fetch-", dir=args.work_dir))
+    try:
+        with contextlib.ExitStack() as stack:
+            targets: list[Target] = []
+            if args.only != "tansu":
+                targets.append(Target("samsa", stack.enter_context(SamsaBroker(work / "s"))))
+                if args.baseline is not None:
+                    targets.append(
+                        Target(
+                            "samsa-base",
+                            stack.enter_context(SamsaBroker(work / "b", src=args.baseline)),
+                        )
+                    )
+            if args.only != "samsa":
+                targets.append(Target("tansu", stack.enter_context(TansuBroker())))
+            for tg in targets:
+                ensure_topic(tg.port, TOPIC)
+                r = raw_produce(tg.port, TOPIC, PER_BATCH, records, 60.0)
+                tg.read_to[TOPIC] = high_watermarks(tg.port, TOPIC)
+                print(
+                    f"  {tg.name}: wrote {r.records} records in {PER_BATCH}-record batches "
+                    f"({r.rate:,.0f} rec/s), ends {tg.read_to[TOPIC]}",
+                    flush=True,
+                )
+            rows: list[tuple[str, Callable[[Target], Result]]] = [
+                (
+                    "consumer, fetch.queue.backoff.ms=0",
+                    lambda tg: consumer_fetch(tg.port, tg.read_to[TOPIC], 0),
+                ),
+                (
+                    # Tansu answers up to ~5 MB per partition whatever the request says;
+                    # samsa keeps to max.partition.fetch.bytes (1 MiB by default), as Kafka.
+                    "consumer, backoff=0, 8 MiB/partition",
+                    lambda tg: consumer_fetch(tg.port, tg.read_to[TOPIC], 0, 8 << 20),
+                ),
+                (
+                    "consumer, librdkafka defaults",
+                    lambda tg: consumer_fetch(tg.port, tg.read_to[TOPIC], None),
+                ),
+                (
+                    "raw Fetch v12",
+                    lambda tg: raw_fetch(tg.port, TOPIC, tg.read_to[TOPIC], MAX_SECONDS),
+                ),
+            ]
+            if args.rows:
+                rows = [row for row in rows if args.rows in row[0]]
+            table: list[tuple[str, dict[str, Result]]] = []
+            runs_of: dict[str, dict[str, list[Result]]] = {}
+            for label, fn in rows:
+                runs: dict[str, list[Result]] = {tg.name: [] for tg in targets}
+                for i in range(repeats):
+                    order = targets if i % 2 == 0 else targets[::-1]
+                    for tg in order:
+                        spy = contextlib.nullcontext()
+                        if args.profile and tg.name == "samsa" and i == 0 and label.endswith("=0"):
+                            out = work / "fetch.pyspy"
+                            spy = PySpy(tg.broker.pid or 0, out)  # type: ignore[assignment]
+                        with spy:
+                            r = _timed(tg, functools.partial(fn, tg))
+                        _print_run(tg.name, label, r)
+                        runs[tg.name].append(r)
+                        if args.profile and isinstance(spy, PySpy):
+                            _collapsed_report(work / "fetch.pyspy")
+                table.append((label, {name: median(rs) for name, rs in runs.items()}))
+                runs_of[label] = runs
+        names = [tg.name for tg in targets]
+        print(
+            f"\n{records:,} records in {PER_BATCH}-record batches over {PARTITIONS} "
+            f"partitions; records/s, median of {repeats}"
+        )
+        head = f"{'workload':<38}" + "".join(f"{n:>14}" for n in names)
+        ratios = [n for n in names if n != "tansu"] if "tansu" in names else []
+        head += "".join(f"{n + '/tansu':>18}" for n in ratios)
+        print(head)
+        for label, res in table:
+            line = f"{label:<38}" + "".join(f"{res[n].rate:>14,.0f}" for n in names)
+            if res.get("tansu") and res["tansu"].rate:
+                line += "".join(f"{res[n].rate / res['tansu'].rate:>17.2f}x" for n in ratios)
+            print(line)
+        # What the broker spent, whatever the client and the noisy machine did to the rates.
+        print("\nbroker CPU ms per million records read (median of the runs)")
+        print(f"{'workload':<38}" + "".join(f"{n:>14}" for n in names))
+        for label, _res in table:
+            cpu = {
+                n: statistics.median(r.broker_cpu * 1e9 / max(r.records, 1) for r in rs)
+                for n, rs in runs_of[label].items()
+            }
+            print(f"{label:<38}" + "".join(f"{cpu[n]:>14.1f}" for n in names))
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
