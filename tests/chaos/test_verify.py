@@ -133,7 +133,7 @@ def test_verify_transactions_subscribe_every_fault(restartable, tmp_path: Path) 
     check_ = result.check
     assert not check_.counts.get(UNSEEN) and not check_.counts.get(LOST_WRITE)
     stats = check_.stats
-    assert stats["ok"] > 100 and stats["txns"] == stats["ops"] - _final_polls(result.history)
+    assert stats["ok"] > 50 and stats["txns"] == stats["ops"] - _final_polls(result.history)
     assert stats["fail"] > 0  # aborted on purpose, their values never read (else G1a)
     assert stats["values_read"] >= stats["acked"] > 50
     kinds = [f.kind for f in result.history.faults]
