@@ -419,3 +419,25 @@ def test_damaged_data_met_by_a_fetch_is_corrupt_message_for_that_partition(
         assert high_watermark(conn, "c") == (ErrorCode.CORRUPT_MESSAGE, -1)
         monkeypatch.undo()
         assert high_watermark(conn, "c") == (0, 1)  # same connection, still served
+
+
+def test_a_failed_segment_deletion_takes_the_data_directory_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def undeletable(self: Log, now_ms: int) -> int:
+        raise OSError(errno.EIO, "Input/output error (injected by the test)")
+
+    monkeypatch.setattr(Log, "apply_retention", undeletable)
+    config = BrokerConfig(data_dir=tmp_path, port=0, log_retention_check_interval_ms=50)
+    with ThreadedBroker(config) as tb:
+        reasons: list[str] = []
+        tb.server.broker.offline_listeners.append(reasons.append)
+        with BlockingConnection("127.0.0.1", tb.server.port, timeout=10) as conn:
+            assert create_topic(conn, "r") == 0
+            deadline = time.monotonic() + 10
+            while not reasons and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(reasons) == 1 and "deleting old segments" in reasons[0], reasons
+            assert produce_one(conn, "r", 0, idempotent_batch(-1, -1, -1)) == (STORAGE, -1)
+        with pytest.raises(ShutdownError, match="went offline"):
+            tb.stop()

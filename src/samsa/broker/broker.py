@@ -140,10 +140,18 @@ class Broker:
         cleanup.policy has "delete" (the internal topics are compacted, never deleted)."""
         now = now_ms()
         for topic in list(self.topics.topics.values()):
-            if not topic.internal:
-                for p in topic.partitions:
-                    if p.log.config.delete:
-                        p.log.apply_retention(now)
+            if topic.internal or self.offline is not None:
+                continue
+            for p in topic.partitions:
+                if not p.log.config.delete:
+                    continue
+                try:
+                    p.log.apply_retention(now)
+                except OSError as exc:
+                    # As Kafka's log manager does with an IOException while deleting
+                    # segments: the directory is no longer trusted (one line, no traceback).
+                    self.mark_offline(f"deleting old segments of {p.log.directory}: {exc}")
+                    return
 
     async def clean_logs(self) -> int:
         """One round of compaction over the compacted logs: each is planned and swapped here
