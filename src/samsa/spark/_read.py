@@ -20,25 +20,13 @@ import numpy as np
 import pyarrow as pa
 
 from samsa.client import Admin, Consumer, ConsumerRecord, KafkaError, TopicPartition
+from samsa.protocol.columnar import ARROW_SCHEMA, ARROW_SCHEMA_HEADERS, HEADERS_TYPE
 from samsa.protocol.errors import ErrorCode
 from samsa.spark._options import EARLIEST, LATEST, SourceOptions, SparkOptionError
 
 log = logging.getLogger("samsa.spark")
 
 ROWS_PER_BATCH = 10_000
-
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-_FIELDS = [
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("timestampType", pa.int32()),
-]
-ARROW_SCHEMA = pa.schema(_FIELDS)
-ARROW_SCHEMA_HEADERS = pa.schema([*_FIELDS, pa.field("headers", HEADERS_TYPE)])
 
 SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
