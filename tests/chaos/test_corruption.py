@@ -23,10 +23,11 @@ from confluent_kafka import Consumer, TopicPartition
 from conftest import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.messages import ApiKey
 from samsa.protocol.records import HEADER_SIZE, NewRecord, RecordBatchView, build_batch
 from samsa.testing import (
     FETCH_VERSION,
+    add_partitions_to_txn,
     create_topic,
     fetch_request,
     init_producer_id,
@@ -97,28 +98,7 @@ def test_a_damaged_committed_offset_is_not_returned_as_another_number(
 
 
 def _add_partition(conn: BlockingConnection, txn_id: str, pid: int, epoch: int) -> int:
-    v = 3
-    req = make_request(
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        v,
-        "AddPartitionsToTxnRequest",
-        v3_and_below_transactional_id=txn_id,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=(
-            make_request(
-                ApiKey.ADD_PARTITIONS_TO_TXN,
-                v,
-                "AddPartitionsToTxnTopic",
-                name=TOPIC,
-                partitions=(0,),
-            ),
-        ),
-    )
-    resp = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, v, req)
-    (topic,) = resp.results_by_topic_v3_and_below
-    (partition,) = topic.results_by_partition
-    return int(partition.partition_error_code)
+    return add_partitions_to_txn(conn, txn_id, pid, epoch, TOPIC, (0,))[0]
 
 
 def _init(conn: BlockingConnection, txn_id: str) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
-from samsa.testing import create_topic, fetch_request
+from samsa.testing import add_partitions_to_txn, create_topic, fetch_request
 
 TOPIC = "txn-crash"
 PARTITIONS = 3
@@ -67,28 +67,8 @@ def _init(conn: BlockingConnection, txn_id: str, timeout_ms: int = 60_000) -> tu
 
 
 def _add_partitions(conn: BlockingConnection, txn_id: str, pid: int, epoch: int) -> None:
-    v = 3
-    req = make_request(
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        v,
-        "AddPartitionsToTxnRequest",
-        v3_and_below_transactional_id=txn_id,
-        v3_and_below_producer_id=pid,
-        v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=(
-            make_request(
-                ApiKey.ADD_PARTITIONS_TO_TXN,
-                v,
-                "AddPartitionsToTxnTopic",
-                name=TOPIC,
-                partitions=tuple(range(PARTITIONS)),
-            ),
-        ),
-    )
-    resp = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, v, req)
-    for t in resp.results_by_topic_v3_and_below:
-        for p in t.results_by_partition:
-            assert p.partition_error_code == ErrorCode.NONE
+    codes = add_partitions_to_txn(conn, txn_id, pid, epoch, TOPIC, tuple(range(PARTITIONS)))
+    assert codes == dict.fromkeys(range(PARTITIONS), ErrorCode.NONE)
 
 
 def _produce(

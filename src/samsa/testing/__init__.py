@@ -23,6 +23,7 @@ __all__ = [
     "FaultProxy",
     "Faults",
     "ProxyStats",
+    "add_partitions_to_txn",
     "create_topic",
     "fetch_request",
     "idempotent_batch",
@@ -174,6 +175,41 @@ def init_producer_id(
     )
     resp = conn.request(ApiKey.INIT_PRODUCER_ID, v, req)
     return int(resp.error_code), int(resp.producer_id), int(resp.producer_epoch)
+
+
+def add_partitions_to_txn(
+    conn: BlockingConnection,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    topic: str,
+    partitions: tuple[int, ...],
+) -> dict[int, int]:
+    """AddPartitionsToTxn v3 (a client's call); {partition: error code}."""
+    v = 3
+    req = make_request(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        v,
+        "AddPartitionsToTxnRequest",
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=producer_id,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(
+            make_request(
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                v,
+                "AddPartitionsToTxnTopic",
+                name=topic,
+                partitions=partitions,
+            ),
+        ),
+    )
+    resp = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, v, req)
+    return {
+        int(p.partition_index): int(p.partition_error_code)
+        for t in resp.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
 
 
 def produce_one(
