@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
-import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from _broker import BrokerProcess
 from samsa.testing.tansu import tansu_broker_args
+
+__all__ = ["BrokerProcess"]
 
 # `make test` (and so CI) runs the property tests on a fixed sequence of examples, so a run
 # fails only for a change, never for a new random draw. HYPOTHESIS_PROFILE=explore draws
@@ -24,98 +23,6 @@ from samsa.testing.tansu import tansu_broker_args
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
-
-READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
-
-
-class BrokerProcess:
-    """A ``samsa broker`` subprocess; ``port`` stays fixed across restarts."""
-
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.overrides = overrides or {}
-        self.port = 0
-        self.proc: subprocess.Popen[str] | None = None
-        self.log: list[str] = []
-        self.preexec_fn: Callable[[], None] | None = None  # run in the child (e.g. setrlimit)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
-        cmd = [
-            sys.executable,
-            "-m",
-            "samsa",
-            "broker",
-            "--data-dir",
-            str(self.data_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
-        for key, value in self.overrides.items():
-            cmd += ["--override", f"{key}={value}"]
-        self.proc = subprocess.Popen(
-            cmd,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=self.preexec_fn,
-        )
-        ready = threading.Event()
-        proc = self.proc
-
-        def pump() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                self.log.append(line.rstrip("\n"))
-                m = READY.search(line)
-                if m:
-                    self.port = int(m.group(1))
-                    ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.05):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("broker did not start:\n" + "\n".join(self.log[-30:]))
-        return self
-
-    def kill(self) -> None:
-        """SIGKILL: no clean shutdown, nothing flushed beyond what reached the OS."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self, timeout: float = 20) -> int | None:
-        """SIGTERM and wait for the clean shutdown (SIGKILL after ``timeout`` seconds)."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode if self.proc else None
-
-    def log_contains(self, text: str) -> bool:
-        return any(text in line for line in self.log)
-
-    def wait_for_log(self, text: str, *, after: int = 0, timeout: float = 5.0) -> str | None:
-        """The first line at or after index ``after`` containing ``text``, waiting for it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for line in self.log[after:]:
-                if text in line:
-                    return line
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.02)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import (
     AbortableTransactionError,
     Admin,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.testing import FaultProxy, Faults
 

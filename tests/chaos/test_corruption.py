@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey

@@ -22,7 +22,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, Producer, TopicPartition
 
 T = 20.0

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import Producer as CkProducer
 from confluent_kafka import TopicPartition as CkTP
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import (
     AbortableTransactionError,
     Admin,

@@ -35,7 +35,7 @@ import pytest
 from _group_worker import SESSION_TIMEOUT_MS
 from confluent_kafka import Producer
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.testing import create_topic

@@ -21,8 +21,8 @@ from confluent_kafka import KafkaError as CkError
 from confluent_kafka import Producer as CkProducer
 from confluent_kafka.admin import AdminClient
 
+from _broker import BrokerProcess
 from _certs import Pki, make_pki
-from conftest import BrokerProcess
 from samsa.client import Admin, Consumer, KafkaError, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode

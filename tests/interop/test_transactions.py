@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request

@@ -9,7 +9,7 @@ import sys
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 
 
 def _cli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, KafkaError, Producer, TopicPartition
 from samsa.protocol.errors import ErrorCode
 
