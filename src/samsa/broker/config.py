@@ -178,6 +178,40 @@ def setting_name(attr: str) -> str:
     return "/".join(names) if names else _DISPLAY_NAMES.get(attr, attr)
 
 
+# Settings whose values DescribeConfigs never shows (Kafka's PASSWORD type).
+SENSITIVE = frozenset({"ssl.key.password", "ssl.keystore.key"})
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def broker_setting(config: BrokerConfig, name: str) -> tuple[str | None, bool] | None:
+    """(value as Kafka shows it, whether it is the default) of the setting under Kafka's
+    ``name``; None if samsa has no such setting. A value equal to the default counts as
+    the default (samsa does not track which settings were given)."""
+    attr = _KAFKA_NAMES.get(name)
+    if attr is None:
+        return None
+    value = getattr(config, attr)
+    default = next(f.default for f in fields(BrokerConfig) if f.name == attr)
+    return _text(value), value == default
+
+
+def broker_settings(config: BrokerConfig) -> list[tuple[str, str | None, bool]]:
+    """(Kafka name, value, is default) of every broker setting, for DescribeConfigs."""
+    out = []
+    for name in sorted(_KAFKA_NAMES):
+        found = broker_setting(config, name)
+        assert found is not None
+        out.append((name, found[0], found[1]))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     data_dir: Path = Path("./samsa-data")

@@ -12,10 +12,12 @@ renames every partition away (``<dir>.<hex>-delete``) before removing anything, 
 of either are removed at start, with a log line. An OS error in either is a
 KAFKA_STORAGE_ERROR for that topic, with nothing left half done.
 
-Topic configs given at creation (so far the compaction ones, :data:`TOPIC_CONFIGS`) are
-written to ``topic.config`` in every partition directory before the directories are renamed
-into place, so they are as durable as the topic. The internal topics are always compacted,
-as in Kafka.
+A topic's own configs (the keys of :mod:`samsa.broker.topic_config`) are written to
+``topic.config`` in every partition directory before the directories are renamed into place,
+so they are as durable as the topic; altering them rewrites each file atomically, partition 0
+(the one the loader reads) last, and applies them to the live logs. Partitions added later
+(CreatePartitions) are built aside as ``<topic id>-<n>.adding`` and renamed into place in
+index order. The internal topics are always compacted, as in Kafka.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from samsa.broker.topic_config import InvalidConfigError, parse_topic_configs
 from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.log import Log, LogConfig
 from samsa.protocol.errors import ErrorCode
@@ -42,43 +45,9 @@ _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _CREATING = re.compile(r"^(?P<topic_id>[0-9a-f]{32})\.creating$")
 _DELETING = re.compile(r"^.+\.[0-9a-f]{32}-delete$")
+_ADDING = re.compile(r"^[0-9a-f]{32}-\d+\.adding$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 TOPIC_CONFIG_FILE = "topic.config"
-LONG_MAX = 2**63 - 1
-
-
-def _policy(raw: str) -> str:
-    parts = [p.strip().lower() for p in raw.split(",") if p.strip()]
-    if not parts or any(p not in ("compact", "delete") for p in parts):
-        raise ValueError("must be a list of 'compact' and 'delete'")
-    return ",".join(sorted(set(parts)))
-
-
-def _ratio(raw: str) -> float:
-    value = float(raw)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError("must be between 0 and 1")
-    return value
-
-
-def _long(low: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        value = int(raw.strip())
-        if not low <= value <= LONG_MAX:
-            raise ValueError(f"must be at least {low}")
-        return value
-
-    return parse
-
-
-# Topic config name -> (LogConfig field, parser raising ValueError), Kafka's names and ranges.
-TOPIC_CONFIGS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "cleanup.policy": ("cleanup_policy", _policy),
-    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0)),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
-    "delete.retention.ms": ("delete_retention_ms", _long(0)),
-}
 
 
 def topic_log_config(
@@ -91,17 +60,10 @@ def topic_log_config(
     compaction (and ``offsets.topic.segment.bytes`` or ``transaction.state.log.segment.bytes``,
     given as ``internal_segment_bytes``) for the internal topics. INVALID_CONFIG names a bad
     value."""
-    values: dict[str, object] = {}
-    for key, raw in configs.items():
-        known = TOPIC_CONFIGS.get(key)
-        if known is None:
-            continue  # other topic configs are not implemented yet: ignored, as before
-        try:
-            values[known[0]] = known[1](raw)
-        except ValueError as exc:
-            raise TopicError(
-                ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for config {key}: {exc}"
-            ) from None
+    try:
+        values = parse_topic_configs(configs)
+    except InvalidConfigError as exc:
+        raise TopicError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if name in INTERNAL_TOPICS:
         values["cleanup_policy"] = "compact"
         if internal_segment_bytes and name in internal_segment_bytes:
@@ -226,7 +188,7 @@ class TopicManager:
         self, name: str, num_partitions: int, now_ms: int, configs: dict[str, str] | None = None
     ) -> Topic:
         validate_topic_name(name)
-        configs = {k: v for k, v in (configs or {}).items() if k in TOPIC_CONFIGS}
+        configs = dict(configs or {})
         config = self._log_config(name, configs)
         if name in self.topics:
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -306,6 +268,9 @@ class TopicManager:
                     ", ".join(names) or "none",
                     ", ".join(d.name for d in moved) or "none",
                 )
+            elif _ADDING.match(entry.name) and entry.is_dir():
+                shutil.rmtree(entry)
+                log.warning("removed %s, left by an interrupted partition creation", entry)
             elif _DELETING.match(entry.name) and entry.is_dir():
                 shutil.rmtree(entry)
                 log.warning("removed %s, left by an interrupted topic deletion", entry)
@@ -340,6 +305,95 @@ class TopicManager:
         with contextlib.suppress(OSError):
             fsync_dir(self.data_dir)
         log.info("deleted topic %s", name)
+
+    def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool) -> None:
+        """Replace topic ``name``'s own configs with ``configs`` (the whole set): validated
+        (INVALID_CONFIG), written durably to every partition directory, partition 0 last
+        (the loader reads partition 0's), and applied to the live logs at once."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        config = self._log_config(name, configs)
+        if validate_only:
+            return
+        self._check_online()
+        try:
+            for p in reversed(topic.partitions):
+                _write_topic_configs(p.log.directory, configs)
+        except OSError as exc:
+            log.error("cannot write the configs of topic %s: %s", name, exc)
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot write the configs of topic {name!r}: {_describe(exc)}",
+            ) from None
+        topic.configs = dict(configs)
+        for p in topic.partitions:
+            p.log.config = config  # read at each append, retention check and cleaner pass
+        log.info("topic %s configs now %s", name, configs or "the broker's defaults")
+
+    def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool) -> None:
+        """CreatePartitions: grow topic ``name`` to ``count`` partitions (never shrink:
+        INVALID_PARTITIONS). Each new partition is built aside and renamed into place in
+        index order, so a crash leaves the partitions contiguous."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        current = len(topic.partitions)
+        if count <= current:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {current} partitions; the count can only be increased, "
+                f"not set to {count}",
+            )
+        if topic.internal:
+            raise TopicError(
+                ErrorCode.INVALID_REQUEST, f"the partitions of {name!r} cannot be changed"
+            )
+        if validate_only:
+            return
+        self._check_online()
+        config = self._log_config(name, topic.configs)
+        for i in range(current, count):
+            directory = self.data_dir / f"{name}-{i}"
+            staging = self.data_dir / f"{topic.topic_id.hex}-{i}.adding"
+            try:
+                if directory.exists():
+                    raise FileExistsError(errno.EEXIST, "already exists", str(directory))
+                staging.mkdir()
+                _write_topic_id(staging, topic.topic_id)
+                if topic.configs:
+                    _write_topic_configs(staging, topic.configs)
+                os.rename(staging, directory)
+                fsync_dir(self.data_dir)
+                plog = Log.open(directory, config, now_ms)
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                log.error("cannot add partition %d to topic %s: %s", i, name, exc)
+                raise TopicError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"cannot add partition {i} to topic {name!r}: {_describe(exc)}",
+                ) from None
+            topic.partitions.append(Partition(name, i, plog))
+        log.info("topic %s now has %d partitions (was %d)", name, count, current)
+
+    def delete_records(self, name: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+        """DeleteRecords (KIP-107) on one partition: (error, low watermark). ``offset`` -1
+        means the high watermark; beyond it, or below -1, is OFFSET_OUT_OF_RANGE; a topic
+        without ``delete`` in its cleanup.policy refuses with POLICY_VIOLATION, as Kafka's."""
+        partition = self.get_partition(name, index)
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
+        plog = partition.log
+        if not plog.config.delete:
+            return ErrorCode.POLICY_VIOLATION, -1
+        target = plog.high_watermark if offset == -1 else offset
+        if not 0 <= target <= plog.high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+        try:
+            return ErrorCode.NONE, plog.delete_records_before(target)
+        except OSError as exc:
+            log.error("DeleteRecords on %s: %s", plog.directory, exc)
+            return ErrorCode.KAFKA_STORAGE_ERROR, -1
 
     def _check_online(self) -> None:
         if self.offline is not None:

@@ -37,16 +37,20 @@ from __future__ import annotations
 
 import logging
 import shutil
+import struct
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from samsa.log.durable import fsync_dir
+import crc32c
+
+from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.index import INT32_MAX
 from samsa.log.loader import (
     LoadReport,
+    _read_offset_file,
     batch_append_of,
     complete_swap,
     load_log,
@@ -59,7 +63,9 @@ from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
+    CRC_START,
     LOG_OVERHEAD,
+    TIMESTAMP_TYPE_FLAG,
     ControlType,
     RecordBatchView,
     build_control_batch,
@@ -67,6 +73,30 @@ from samsa.protocol.records import (
 )
 
 log = logging.getLogger(__name__)
+
+# Kafka keeps the log start offset in a checkpoint file so DeleteRecords survives a restart;
+# here one per partition directory, in the recovery point's format.
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+_ATTRIBUTES_AT = CRC_START  # the CRC-32C covers the batch from its attributes on
+_MAX_TIMESTAMP_AT = CRC_START + 2 + 4 + 8  # attributes, lastOffsetDelta, baseTimestamp
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def with_log_append_time(batch: RecordBatchView, now_ms: int) -> RecordBatchView:
+    """The batch as Kafka stores it under ``message.timestamp.type=LogAppendTime``: the
+    timestamp-type bit set, the max timestamp the append time (which every record then
+    shows), and the CRC recomputed; the records themselves are untouched."""
+    data = bytearray(memoryview(batch.buf)[batch.pos : batch.pos + batch.size])
+    _I16.pack_into(data, _ATTRIBUTES_AT, batch.attributes | TIMESTAMP_TYPE_FLAG)
+    _I64.pack_into(data, _MAX_TIMESTAMP_AT, now_ms)
+    _U32.pack_into(data, CRC_START - 4, crc32c.crc32c(memoryview(data)[CRC_START:]))
+    return RecordBatchView(bytes(data))
+
+
+def read_log_start_offset(directory: Path) -> int | None:
+    return _read_offset_file(directory / LOG_START_OFFSET_FILE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +113,13 @@ class LogConfig:
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms
     delete_retention_ms: int = 86_400_000  # delete.retention.ms: how long tombstones stay
+    segment_ms: int = 604_800_000  # segment.ms (log.roll.hours=168): roll an older segment
+    # message.timestamp.type: "LogAppendTime" stamps each batch with the broker's clock.
+    message_timestamp_type: str = "CreateTime"
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
 
     @property
     def compact(self) -> bool:
@@ -139,14 +176,22 @@ class Log:
         self.config = config
         self.producer_state: ProducerStateManager = loaded.producer_state
         self.txn_index: TransactionIndex = loaded.txn_index
-        self.log_start_offset = loaded.log_start_offset
         self.log_end_offset = loaded.log_end_offset
+        # DeleteRecords may have moved the start past the first segment's base (KIP-107).
+        checkpointed = read_log_start_offset(directory) or 0
+        self.log_start_offset = max(
+            loaded.log_start_offset, min(checkpointed, loaded.log_end_offset)
+        )
         self.recovery_point = loaded.recovery_point
         self.unflushed_messages = 0
         self.load_report: LoadReport = loaded.report
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
         self._active = self._segments[-1]
+        # segment.ms: when the active segment was opened, and its first batch's max
+        # timestamp (None: not looked up yet), Kafka's rollingBasedTimestamp.
+        self._active_since = now_ms
+        self._active_first_ts: int | None = None
         self._dirty = [s for s in self._segments if s.dirty]
         self._dir_dirty = loaded.created_segment
         # Base of the segment holding the checkpointed recovery point (see flush).
@@ -198,6 +243,10 @@ class Log:
         is judged against its producer's state; a ``COORDINATOR`` batch is not."""
         if self._closed:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
+        append_time = -1
+        if self.config.log_append_time and not batch.is_control:
+            batch = with_log_append_time(batch, now_ms)
+            append_time = now_ms
         size = batch.batch_length + LOG_OVERHEAD
         if size > self.config.max_message_bytes:
             return AppendResult(
@@ -231,13 +280,13 @@ class Log:
                     outcome.error, log_start_offset=self.log_start_offset, message=outcome.message
                 )
             info = outcome
-        written = self._write(batch, size)
+        written = self._write(batch, size, now_ms)
         if isinstance(written, AppendResult):
             return written
         base, last = written
         if info is not None:
             self.producer_state.update(info, base, last)
-        return AppendResult(ErrorCode.NONE, base, last, -1, self.log_start_offset)
+        return AppendResult(ErrorCode.NONE, base, last, append_time, self.log_start_offset)
 
     @staticmethod
     def _keyless_record(batch: RecordBatchView) -> str | None:
@@ -254,7 +303,9 @@ class Log:
                 )
         return None
 
-    def _write(self, batch: RecordBatchView, size: int) -> tuple[int, int] | AppendResult:
+    def _write(
+        self, batch: RecordBatchView, size: int, now_ms: int
+    ) -> tuple[int, int] | AppendResult:
         """Assign offsets and write the batch to the active segment (rolling if needed)."""
         with self._lock:
             if self._closed:  # closed while the batch was being validated
@@ -266,8 +317,9 @@ class Log:
                 if seg.size and (
                     seg.size + size > self.config.segment_bytes
                     or last - seg.base_offset > INT32_MAX
+                    or self._waited_for_roll(seg, batch, now_ms) > self.config.segment_ms
                 ):
-                    seg = self._roll(base)
+                    seg = self._roll(base, now_ms)
                 seg.append(batch, base, last)
             except OSError as exc:
                 log.error("append to %s failed: %s", self.directory, exc)
@@ -311,7 +363,7 @@ class Log:
             now_ms=now_ms,
         )
         batch = RecordBatchView(data)
-        written = self._write(batch, len(data))
+        written = self._write(batch, len(data), now_ms)
         if isinstance(written, AppendResult):
             return written
         base, _ = written
@@ -329,7 +381,18 @@ class Log:
             )
         return AppendResult(ErrorCode.NONE, base, base, -1, self.log_start_offset)
 
-    def _roll(self, base_offset: int) -> LogSegment:
+    def _waited_for_roll(self, seg: LogSegment, batch: RecordBatchView, now_ms: int) -> int:
+        """Kafka's ``timeWaitedForRoll``: how far the incoming batch's timestamp is past the
+        active segment's first batch (or, with no timestamp there, how long the segment has
+        been open); above ``segment.ms`` the append rolls."""
+        if self._active_first_ts is None:
+            first = next(seg.iter_batches_from(seg.base_offset), None)
+            self._active_first_ts = first.max_timestamp if first is not None else -1
+        if self._active_first_ts >= 0:
+            return batch.max_timestamp - self._active_first_ts
+        return now_ms - self._active_since
+
+    def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
         """Start a new active segment at ``base_offset`` (called under the lock)."""
         old = self._active
         seg = LogSegment.create(self.directory, base_offset, self.config.index_interval_bytes)
@@ -340,6 +403,8 @@ class Log:
         self._segments.append(seg)
         self._bases.append(base_offset)
         self._active = seg
+        self._active_since = now_ms
+        self._active_first_ts = None
         self._dir_dirty = True
         try:
             write_snapshot(self.directory, base_offset, self.producer_state.entries())
@@ -546,7 +611,8 @@ class Log:
                 del self._segments[: len(doomed)]
                 del self._bases[: len(doomed)]
                 self._dirty = [seg for seg in self._dirty if seg not in doomed]
-                self.log_start_offset = self._segments[0].base_offset
+                # Never below where DeleteRecords moved it.
+                self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
             for seg in doomed:
                 seg.delete()
             fsync_dir(self.directory)
@@ -562,6 +628,41 @@ class Log:
             return len(doomed)
         finally:
             self._flush_lock.release()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords (KIP-107): move the log start offset up to ``offset`` (at most the
+        high watermark: the caller checks), durably, then delete the segments wholly below
+        it, never the active one. Producer state is left to the usual expiration, as in
+        Kafka. Returns the log start offset; OSError if the checkpoint cannot be written."""
+        with self._flush_lock:
+            if self._closed:
+                raise OSError(f"log {self.directory} is closed")
+            if offset <= self.log_start_offset:
+                return self.log_start_offset
+            # The checkpoint first: after a crash the start offset is never below it again.
+            write_durably(self.directory / LOG_START_OFFSET_FILE, f"0\n{offset}\n")
+            with self._lock:
+                self.log_start_offset = offset
+                n = 0
+                while n + 1 < len(self._segments) and self._bases[n + 1] <= offset:
+                    n += 1
+                doomed = self._segments[:n]
+                del self._segments[:n]
+                del self._bases[:n]
+                self._dirty = [seg for seg in self._dirty if seg not in doomed]
+            for seg in doomed:
+                seg.delete()
+            if doomed:
+                fsync_dir(self.directory)
+                delete_snapshots_below(self.directory, self._bases[0])
+            log.info(
+                "%s: records before %d deleted (%d segment(s)); log start offset now %d",
+                self.directory,
+                offset,
+                len(doomed),
+                offset,
+            )
+            return offset
 
     def replace_segments(
         self, old: list[LogSegment], swap: Path, base: int, end: int, kept_markers: set[int]

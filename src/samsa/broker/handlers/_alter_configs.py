@@ -1,0 +1,76 @@
+"""What AlterConfigs and IncrementalAlterConfigs share: per-resource checks and answers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.topic_config import InvalidConfigError
+from samsa.broker.topics import TopicError
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+TOPIC = 2
+BROKER = 4
+
+
+def alter(
+    broker: Broker,
+    key: int,
+    version: int,
+    request: Any,
+    response_class: str,
+    new_configs: Callable[[dict[str, str], Any], dict[str, str]],
+) -> bytes:
+    """Answer each resource of ``request``: a topic's configs become
+    ``new_configs(current, resource)``, validated and, unless ``validate_only``, persisted
+    and applied. Errors are per resource, as in Kafka."""
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    responses = []
+    for res in request.resources:
+        code, message = ErrorCode.NONE, None
+        names = [c.name for c in res.configs]
+        try:
+            if counts[(res.resource_type, res.resource_name)] > 1:
+                code, message = ErrorCode.INVALID_REQUEST, "resource named twice in one request"
+            elif len(set(names)) != len(names):
+                code, message = ErrorCode.INVALID_REQUEST, "config named twice for one resource"
+            elif res.resource_type == BROKER:
+                code = ErrorCode.INVALID_CONFIG
+                message = "broker configs are static in samsa: set them in its properties file"
+            elif res.resource_type != TOPIC:
+                code = ErrorCode.INVALID_REQUEST
+                message = f"resource type {res.resource_type} not supported"
+            else:
+                topic = broker.topics.topics.get(res.resource_name)
+                if topic is None:
+                    raise TopicError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"unknown topic {res.resource_name!r}",
+                    )
+                configs = new_configs(dict(topic.configs), res)
+                broker.topics.alter_configs(res.resource_name, configs, request.validate_only)
+        except InvalidConfigError as exc:
+            code, message = ErrorCode.INVALID_CONFIG, str(exc)
+        except TopicError as exc:
+            code, message = exc.code, str(exc)
+        responses.append(
+            make(
+                key,
+                version,
+                "AlterConfigsResourceResponse",
+                error_code=code,
+                error_message=message,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+            )
+        )
+    return encode_response(
+        key,
+        version,
+        make(key, version, response_class, throttle_time=0, responses=tuple(responses)),
+    )

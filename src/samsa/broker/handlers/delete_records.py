@@ -1,0 +1,36 @@
+"""DeleteRecords (KIP-107): move each partition's log start offset up; answer the new one."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.DELETE_RECORDS
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            code, low = broker.topics.delete_records(t.name, p.partition_index, p.offset)
+            parts.append(
+                make(
+                    K,
+                    v,
+                    "DeleteRecordsPartitionResult",
+                    partition_index=p.partition_index,
+                    low_watermark=low,
+                    error_code=code,
+                )
+            )
+        topics.append(make(K, v, "DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
+    return encode_response(
+        K, v, make(K, v, "DeleteRecordsResponse", throttle_time=0, topics=tuple(topics))
+    )

@@ -1,0 +1,333 @@
+"""The topic-level configs samsa supports: one table, used by CreateTopics, DescribeConfigs,
+AlterConfigs and IncrementalAlterConfigs.
+
+Each key has Kafka's name, type, default and validator, the :class:`LogConfig` field it sets,
+and its broker synonyms (the ``log.*`` settings a topic without its own value inherits), in
+Kafka's order: the most specific broker name first, the one holding Kafka's default last.
+A topic's own values are its dynamic configs (source DYNAMIC_TOPIC_CONFIG); otherwise the
+first broker synonym set in the broker's config (STATIC_BROKER_CONFIG) wins, else Kafka's
+default (DEFAULT_CONFIG). Unknown keys and invalid values are refused with INVALID_CONFIG, as
+Kafka does.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from samsa.broker.config import broker_setting
+
+if TYPE_CHECKING:
+    from samsa.broker.config import BrokerConfig
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs' ``config_source`` (v1+)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs' ``config_type`` (v3+)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+def _integer(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError("not an integer") from None
+        if not low <= value <= high:
+            raise ValueError(
+                f"must be at least {low}" if value < low else f"must be at most {high}"
+            )
+        return value
+
+    return parse
+
+
+def _ratio(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
+def _policy(raw: str) -> str:
+    parts = [p.strip().lower() for p in raw.split(",") if p.strip()]
+    if not parts or any(p not in ("compact", "delete") for p in parts):
+        raise ValueError("must be a list of 'compact' and 'delete'")
+    return ",".join(sorted(set(parts)))
+
+
+def _one_of(*allowed: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw.strip() not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return raw.strip()
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigKey:
+    name: str
+    config_type: ConfigType
+    field: str  # the LogConfig attribute it sets
+    parse: Callable[[str], object]  # raises ValueError with the reason
+    default: str  # Kafka's default, in the topic's unit
+    # Broker settings it inherits from, most specific first; the last holds Kafka's default
+    # (shown as such) with ``default_synonym_value`` in its own unit.
+    synonyms: tuple[str, ...]
+    default_synonym_value: str
+    doc: str
+
+
+_KEYS = (
+    TopicConfigKey(
+        "cleanup.policy",
+        ConfigType.LIST,
+        "cleanup_policy",
+        _policy,
+        "delete",
+        ("log.cleanup.policy",),
+        "delete",
+        "'delete' removes old segments by retention; 'compact' keeps the last value of each key.",
+    ),
+    TopicConfigKey(
+        "retention.ms",
+        ConfigType.LONG,
+        "retention_ms",
+        _integer(-1, LONG_MAX),
+        "604800000",
+        ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+        "168",
+        "How long a segment is kept after its newest record; -1: no time limit.",
+    ),
+    TopicConfigKey(
+        "retention.bytes",
+        ConfigType.LONG,
+        "retention_bytes",
+        _integer(-(2**63), LONG_MAX),
+        "-1",
+        ("log.retention.bytes",),
+        "-1",
+        "Old segments are deleted while the partition is larger than this; -1: no limit.",
+    ),
+    TopicConfigKey(
+        "segment.bytes",
+        ConfigType.INT,
+        "segment_bytes",
+        _integer(1024 * 1024, INT_MAX),  # Kafka 4 (KIP-1030): at least 1 MiB
+        "1073741824",
+        ("log.segment.bytes",),
+        "1073741824",
+        "The size at which the active segment is rolled.",
+    ),
+    TopicConfigKey(
+        "segment.ms",
+        ConfigType.LONG,
+        "segment_ms",
+        _integer(1, LONG_MAX),
+        "604800000",
+        ("log.roll.ms", "log.roll.hours"),
+        "168",
+        "An append rolls the active segment once its first batch is older than this.",
+    ),
+    TopicConfigKey(
+        "max.message.bytes",
+        ConfigType.INT,
+        "max_message_bytes",
+        _integer(0, INT_MAX),
+        "1048588",
+        ("message.max.bytes",),
+        "1048588",
+        "The largest record batch a Produce may append (MESSAGE_TOO_LARGE above it).",
+    ),
+    TopicConfigKey(
+        "message.timestamp.type",
+        ConfigType.STRING,
+        "message_timestamp_type",
+        _one_of("CreateTime", "LogAppendTime"),
+        "CreateTime",
+        ("log.message.timestamp.type",),
+        "CreateTime",
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's clock.",
+    ),
+    TopicConfigKey(
+        "min.compaction.lag.ms",
+        ConfigType.LONG,
+        "min_compaction_lag_ms",
+        _integer(0, LONG_MAX),
+        "0",
+        ("log.cleaner.min.compaction.lag.ms",),
+        "0",
+        "A record stays uncompacted at least this long.",
+    ),
+    TopicConfigKey(
+        "max.compaction.lag.ms",
+        ConfigType.LONG,
+        "max_compaction_lag_ms",
+        _integer(1, LONG_MAX),
+        str(LONG_MAX),
+        ("log.cleaner.max.compaction.lag.ms",),
+        str(LONG_MAX),
+        "A record is eligible for compaction at the latest this long after it was written.",
+    ),
+    TopicConfigKey(
+        "delete.retention.ms",
+        ConfigType.LONG,
+        "delete_retention_ms",
+        _integer(0, LONG_MAX),
+        "86400000",
+        ("log.cleaner.delete.retention.ms",),
+        "86400000",
+        "How long tombstones stay in a compacted topic.",
+    ),
+    TopicConfigKey(
+        "min.cleanable.dirty.ratio",
+        ConfigType.DOUBLE,
+        "min_cleanable_dirty_ratio",
+        _ratio,
+        "0.5",
+        ("log.cleaner.min.cleanable.ratio",),
+        "0.5",
+        "The share of uncompacted log above which the cleaner compacts it.",
+    ),
+)
+
+TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {k.name: k for k in _KEYS}
+
+
+class InvalidConfigError(ValueError):
+    """A topic config that must be refused with INVALID_CONFIG; the message says why."""
+
+
+def parse_topic_configs(configs: Mapping[str, str]) -> dict[str, object]:
+    """The LogConfig field values of a topic's own configs; InvalidConfigError names the first
+    unknown key or invalid value."""
+    values: dict[str, object] = {}
+    for name, raw in configs.items():
+        key = TOPIC_CONFIG_KEYS.get(name)
+        if key is None:
+            raise InvalidConfigError(f"unknown topic config {name!r}")
+        if raw is None:
+            raise InvalidConfigError(f"config {name} has no value")
+        try:
+            values[key.field] = key.parse(raw)
+        except ValueError as exc:
+            raise InvalidConfigError(
+                f"invalid value {raw!r} for configuration {name}: {exc}"
+            ) from None
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    name: str
+    value: str | None
+    source: ConfigSource
+    config_type: ConfigType
+    synonyms: tuple[Synonym, ...]
+    doc: str
+    read_only: bool = False
+    sensitive: bool = False
+
+
+def describe_topic_configs(
+    broker: BrokerConfig, configs: Mapping[str, str]
+) -> list[DescribedConfig]:
+    """Every supported key of a topic with its own ``configs``: value, source, synonyms."""
+    out = []
+    for key in _KEYS:
+        synonyms: list[Synonym] = []
+        if key.name in configs:
+            synonyms.append(Synonym(key.name, configs[key.name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        for name in key.synonyms:
+            found = broker_setting(broker, name)
+            if found is not None and not found[1]:
+                synonyms.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
+        synonyms.append(
+            Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
+        )
+        head = synonyms[0]
+        value = head.value if head.source != ConfigSource.DEFAULT_CONFIG else key.default
+        out.append(
+            DescribedConfig(key.name, value, head.source, key.config_type, tuple(synonyms), key.doc)
+        )
+    return out
+
+
+class AlterOp(enum.IntEnum):
+    """IncrementalAlterConfigs' ``config_operation``."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+def apply_incremental(
+    current: Mapping[str, str], ops: list[tuple[str, int, str | None]]
+) -> dict[str, str]:
+    """A topic's own configs after IncrementalAlterConfigs' ``(name, op, value)`` list, as
+    Kafka computes it: SET replaces, DELETE drops (back to the inherited value), APPEND and
+    SUBTRACT (list keys only) edit the topic's list, or the default list if it has none.
+    InvalidConfigError for an unknown op, key or a list op on a non-list key; the result
+    still has to be validated (:func:`parse_topic_configs`)."""
+    out = dict(current)
+    for name, op, value in ops:
+        if op == AlterOp.SET:
+            if value is None:
+                raise InvalidConfigError(f"config {name} has no value to set")
+            out[name] = value
+        elif op == AlterOp.DELETE:
+            out.pop(name, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            key = TOPIC_CONFIG_KEYS.get(name)
+            if key is None:
+                raise InvalidConfigError(f"unknown topic config {name!r}")
+            if key.config_type != ConfigType.LIST:
+                verb = "append" if op == AlterOp.APPEND else "subtract"
+                raise InvalidConfigError(f"config value {verb} is not allowed for config {name}")
+            old = [p for p in out.get(name, key.default).split(",") if p]
+            new = [p.strip() for p in (value or "").split(",") if p.strip()]
+            if op == AlterOp.APPEND:
+                merged = list(dict.fromkeys(old + new))
+            else:
+                merged = [p for p in old if p not in new]
+            out[name] = ",".join(merged)
+        else:
+            raise InvalidConfigError(f"unknown config operation {op} for config {name}")
+    return out
