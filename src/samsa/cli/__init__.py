@@ -9,12 +9,14 @@ import sys
 from samsa.broker.config import ConfigError
 from samsa.cli import (
     broker,
+    configs,
     consume,
     demo,
     groups,
     produce,
     producers,
     proxy,
+    records,
     topics,
     transactions,
     users,
@@ -27,6 +29,8 @@ COMMANDS = [
     produce,
     consume,
     topics,
+    configs,
+    records,
     producers,
     proxy,
     verify,

@@ -1,4 +1,4 @@
-"""``samsa topics create|list|describe|delete`` (kafka-topics)."""
+"""``samsa topics create|list|describe|alter|delete`` (kafka-topics)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import argparse
 from typing import Any
 
 from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.cli.configs import connect
 from samsa.client import Admin, KafkaError, NewTopic
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
 
 
 @one_line_errors
@@ -55,6 +58,34 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 @one_line_errors
+def _alter(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        req = make_request(
+            ApiKey.CREATE_PARTITIONS,
+            3,
+            "CreatePartitionsRequest",
+            topics=(
+                make_request(
+                    ApiKey.CREATE_PARTITIONS,
+                    3,
+                    "CreatePartitionsTopic",
+                    name=args.topic,
+                    count=args.partitions,
+                    assignments=None,
+                ),
+            ),
+            timeout=args.command_timeout_ms,
+            validate_only=False,
+        )
+        result = conn.request(ApiKey.CREATE_PARTITIONS, 3, req).results[0]
+    code = ErrorCode(int(result.error_code))
+    if code != ErrorCode.NONE:
+        raise ValueError(f"{code.name}: {result.error_message or ''}".rstrip(": "))
+    print(f"Topic {args.topic} now has {args.partitions} partitions.")
+    return 0
+
+
+@one_line_errors
 def _delete(args: argparse.Namespace) -> int:
     with Admin(client_config(args)) as admin:
         errors = admin.delete_topics(args.topic)
@@ -85,9 +116,13 @@ def register(sub: Any) -> None:
     d = actions.add_parser("describe", help="partitions and leaders")
     d.add_argument("topic", nargs="*")
     d.set_defaults(func=_describe)
+    al = actions.add_parser("alter", help="add partitions (the count only grows)")
+    al.add_argument("--topic", required=True)
+    al.add_argument("--partitions", type=int, required=True, help="the new partition count")
+    al.set_defaults(func=_alter)
     rm = actions.add_parser("delete", help="delete topics")
     rm.add_argument("topic", nargs="+")
     rm.add_argument("--if-exists", action="store_true")
     rm.set_defaults(func=_delete)
-    for a in (c, ls, d, rm):
+    for a in (c, ls, d, al, rm):
         add_bootstrap(a)

@@ -1,0 +1,181 @@
+"""``samsa configs``: describe and alter topic configs, with kafka-configs' flags.
+
+``--describe`` prints the topic's own (dynamic) configs, or with ``--all`` every config with
+its source and synonyms; ``--alter`` sends one IncrementalAlterConfigs with ``--add-config``
+as SET and ``--delete-config`` as DELETE (as kafka-configs does since Kafka 2.3).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from samsa.broker.config import parse_host_port
+from samsa.broker.topic_config import AlterOp, ConfigSource
+from samsa.cli._clientutil import add_bootstrap, command_security, one_line_errors
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
+
+RESOURCE_TYPES = {"topics": 2, "brokers": 4}
+_SINGULAR = {"topics": "topic", "brokers": "broker"}
+
+
+def connect(args: argparse.Namespace) -> BlockingConnection:
+    host, port = parse_host_port(args.bootstrap_server)
+    return BlockingConnection(
+        host,
+        port,
+        client_id="samsa-cli",
+        timeout=args.command_timeout_ms / 1000,
+        security=command_security(args),
+    )
+
+
+def parse_add_config(text: str) -> list[tuple[str, str]]:
+    """kafka-configs' ``k1=v1,k2=[a,b]``: commas split pairs except inside brackets, which
+    hold a list value."""
+    pairs, depth, current = [], 0, ""
+    for ch in text + ",":
+        if ch == "," and depth == 0:
+            if current.strip():
+                key, sep, value = current.partition("=")
+                if not sep or not key.strip():
+                    raise ValueError(f"--add-config expects KEY=VALUE pairs, got {current!r}")
+                value = value.strip()
+                if value.startswith("[") and value.endswith("]"):
+                    value = value[1:-1]
+                pairs.append((key.strip(), value))
+            current = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        current += ch
+    return pairs
+
+
+def _shown(value: str | None) -> str:
+    return "null" if value is None else value  # as Kafka's tools print a hidden value
+
+
+def _source_name(source: int) -> str:
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return "UNKNOWN"
+
+
+@one_line_errors
+def _configs(args: argparse.Namespace) -> int:
+    if args.describe == args.alter:
+        raise ValueError("exactly one of --describe and --alter is needed")
+    rtype = RESOURCE_TYPES[args.entity_type]
+    name = args.entity_name
+    if name is None:
+        if rtype == RESOURCE_TYPES["topics"] or args.alter:
+            raise ValueError("--entity-name is needed")
+        name = ""  # the cluster-wide broker defaults
+    with connect(args) as conn:
+        return (
+            _describe(conn, args, rtype, name) if args.describe else _alter(conn, args, rtype, name)
+        )
+
+
+def _describe(conn: BlockingConnection, args: argparse.Namespace, rtype: int, name: str) -> int:
+    v = 4
+    req = make_request(
+        ApiKey.DESCRIBE_CONFIGS,
+        v,
+        "DescribeConfigsRequest",
+        resources=(
+            make_request(
+                ApiKey.DESCRIBE_CONFIGS,
+                v,
+                "DescribeConfigsResource",
+                resource_type=rtype,
+                resource_name=name,
+                configuration_keys=None,
+            ),
+        ),
+        include_synonyms=True,
+        include_documentation=False,
+    )
+    result = conn.request(ApiKey.DESCRIBE_CONFIGS, v, req).results[0]
+    _check(result.error_code, result.error_message)
+    dynamic = {ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_BROKER_CONFIG}
+    what = _SINGULAR[args.entity_type]
+    print(f"{'All' if args.all else 'Dynamic'} configs for {what} {name} are:")
+    for c in sorted(result.configs, key=lambda c: c.name):
+        if not args.all and c.config_source not in dynamic:
+            continue
+        synonyms = ", ".join(
+            f"{_source_name(s.source)}:{s.name}={_shown(s.value)}" for s in c.synonyms
+        )
+        print(
+            f"  {c.name}={_shown(c.value)} sensitive={str(c.is_sensitive).lower()} synonyms={{{synonyms}}}"
+        )
+    return 0
+
+
+def _alter(conn: BlockingConnection, args: argparse.Namespace, rtype: int, name: str) -> int:
+    ops: list[tuple[str, int, str | None]] = []
+    for item in args.add_config or []:
+        ops += [(k, AlterOp.SET, value) for k, value in parse_add_config(item)]
+    for item in args.delete_config or []:
+        ops += [(k.strip(), AlterOp.DELETE, None) for k in item.split(",") if k.strip()]
+    if not ops:
+        raise ValueError("--alter needs --add-config or --delete-config")
+    v = 1
+    req = make_request(
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        v,
+        "IncrementalAlterConfigsRequest",
+        resources=(
+            make_request(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                v,
+                "AlterConfigsResource",
+                resource_type=rtype,
+                resource_name=name,
+                configs=tuple(
+                    make_request(
+                        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                        v,
+                        "AlterableConfig",
+                        name=k,
+                        config_operation=op,
+                        value=value,
+                    )
+                    for k, op, value in ops
+                ),
+            ),
+        ),
+        validate_only=False,
+    )
+    result = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, req).responses[0]
+    _check(result.error_code, result.error_message)
+    print(f"Completed updating config for {_SINGULAR[args.entity_type]} {name}.")
+    return 0
+
+
+def _check(code: Any, message: str | None) -> None:
+    code = ErrorCode(int(code))
+    if code != ErrorCode.NONE:
+        raise ValueError(f"{code.name}: {message or ''}".rstrip(": "))
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("configs", help="describe and alter topic configs (kafka-configs)")
+    p.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), required=True)
+    p.add_argument("--entity-name", help="the topic name or broker id")
+    p.add_argument("--describe", action="store_true", help="show the configs")
+    p.add_argument("--alter", action="store_true", help="change the configs")
+    p.add_argument("--all", action="store_true", help="describe: every config, not only dynamic")
+    p.add_argument(
+        "--add-config",
+        action="append",
+        metavar="K=V,K2=V2",
+        help="configs to set; a list value goes in brackets: cleanup.policy=[compact,delete]",
+    )
+    p.add_argument("--delete-config", action="append", metavar="K,K2", help="configs to remove")
+    add_bootstrap(p)
+    p.set_defaults(func=_configs)
