@@ -110,9 +110,8 @@ def _describe(conn: BlockingConnection, args: argparse.Namespace, rtype: int, na
         synonyms = ", ".join(
             f"{_source_name(s.source)}:{s.name}={_shown(s.value)}" for s in c.synonyms
         )
-        print(
-            f"  {c.name}={_shown(c.value)} sensitive={str(c.is_sensitive).lower()} synonyms={{{synonyms}}}"
-        )
+        sensitive = str(c.is_sensitive).lower()
+        print(f"  {c.name}={_shown(c.value)} sensitive={sensitive} synonyms={{{synonyms}}}")
     return 0
 
 
