@@ -1,0 +1,152 @@
+"""The topic config table: validation, sources and synonyms, incremental edits; and the
+TopicManager persisting altered configs and added partitions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from samsa.broker.config import BrokerConfig
+from samsa.broker.topic_config import (
+    AlterOp,
+    ConfigSource,
+    InvalidConfigError,
+    apply_incremental,
+    describe_topic_configs,
+    parse_topic_configs,
+)
+from samsa.broker.topics import TopicError, TopicManager
+from samsa.log.log import LogConfig
+from samsa.protocol.errors import ErrorCode
+
+NOW = 1_800_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("configs", "words"),
+    [
+        ({"retention.ms": "-2"}, "at least -1"),
+        ({"retention.ms": "soon"}, "not an integer"),
+        ({"segment.bytes": "100"}, "at least 1048576"),
+        ({"segment.bytes": str(2**31)}, "at most 2147483647"),
+        ({"segment.ms": "0"}, "at least 1"),
+        ({"message.timestamp.type": "Now"}, "CreateTime, LogAppendTime"),
+        ({"max.message.bytes": "-1"}, "at least 0"),
+        ({"min.insync.replicas": "1"}, "unknown topic config"),
+    ],
+)
+def test_bad_values_and_unknown_keys_are_refused(configs: dict[str, str], words: str) -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        parse_topic_configs(configs)
+    assert words in str(info.value)
+
+
+def test_values_set_log_config_fields() -> None:
+    values = parse_topic_configs(
+        {"retention.ms": "-1", "segment.ms": "5", "message.timestamp.type": "LogAppendTime"}
+    )
+    assert values == {
+        "retention_ms": -1,
+        "segment_ms": 5,
+        "message_timestamp_type": "LogAppendTime",
+    }
+
+
+def test_sources_and_synonyms_in_kafkas_order() -> None:
+    broker = BrokerConfig().with_properties({"log.retention.ms": "5000"})
+    described = {
+        d.name: d for d in describe_topic_configs(broker, {"segment.bytes": "2097152"})
+    }
+    seg = described["segment.bytes"]
+    assert (seg.value, seg.source) == ("2097152", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert [(s.name, s.value, s.source) for s in seg.synonyms] == [
+        ("segment.bytes", "2097152", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG),
+    ]
+    ret = described["retention.ms"]
+    assert (ret.value, ret.source) == ("5000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert [(s.name, s.source) for s in ret.synonyms] == [
+        ("log.retention.ms", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", ConfigSource.DEFAULT_CONFIG),
+    ]
+    ts = described["message.timestamp.type"]
+    assert (ts.value, ts.source) == ("CreateTime", ConfigSource.DEFAULT_CONFIG)
+
+
+def test_incremental_operations() -> None:
+    current = {"retention.ms": "10", "segment.ms": "20"}
+    out = apply_incremental(
+        current,
+        [
+            ("retention.ms", AlterOp.DELETE, None),
+            ("segment.ms", AlterOp.SET, "30"),
+            ("cleanup.policy", AlterOp.APPEND, "compact"),  # onto the default, "delete"
+        ],
+    )
+    assert out == {"segment.ms": "30", "cleanup.policy": "delete,compact"}
+    out = apply_incremental(out, [("cleanup.policy", AlterOp.SUBTRACT, "delete")])
+    assert out["cleanup.policy"] == "compact"
+    with pytest.raises(InvalidConfigError, match="append is not allowed"):
+        apply_incremental(out, [("retention.ms", AlterOp.APPEND, "5")])
+    with pytest.raises(InvalidConfigError, match="unknown config operation"):
+        apply_incremental(out, [("retention.ms", 7, "5")])
+
+
+def test_altered_configs_apply_at_once_and_survive_a_restart(tmp_path: Path) -> None:
+    topics = TopicManager(tmp_path, LogConfig())
+    topics.create("t", 2, NOW, {"retention.ms": "1000"})
+    topics.alter_configs("t", {"segment.ms": "60000"}, validate_only=False)  # replaces all
+    for p in topics.topics["t"].partitions:
+        assert p.log.config.segment_ms == 60000 and p.log.config.retention_ms == 604_800_000
+    topics.alter_configs("t", {"segment.ms": "5"}, validate_only=True)
+    assert topics.topics["t"].partitions[0].log.config.segment_ms == 60000
+    with pytest.raises(TopicError) as info:
+        topics.alter_configs("t", {"segment.ms": "0"}, validate_only=False)
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    topics.close(NOW)
+    again = TopicManager(tmp_path, LogConfig())
+    again.load(NOW)
+    assert again.topics["t"].configs == {"segment.ms": "60000"}
+    assert all(p.log.config.segment_ms == 60000 for p in again.topics["t"].partitions)
+    again.close(NOW)
+
+
+def test_partitions_only_grow_and_inherit_the_configs(tmp_path: Path) -> None:
+    topics = TopicManager(tmp_path, LogConfig())
+    topic = topics.create("t", 1, NOW, {"segment.ms": "60000"})
+    topics.add_partitions("t", 3, NOW, validate_only=True)
+    assert len(topic.partitions) == 1
+    topics.add_partitions("t", 3, NOW, validate_only=False)
+    assert [p.index for p in topic.partitions] == [0, 1, 2]
+    assert topic.partitions[2].log.config.segment_ms == 60000
+    for count in (3, 2):
+        with pytest.raises(TopicError) as info:
+            topics.add_partitions("t", count, NOW, validate_only=False)
+        assert info.value.code == ErrorCode.INVALID_PARTITIONS
+    (tmp_path / f"{topic.topic_id.hex}-3.adding").mkdir()  # as a crash would leave it
+    topics.close(NOW)
+    again = TopicManager(tmp_path, LogConfig())
+    again.load(NOW)
+    t = again.topics["t"]
+    assert len(t.partitions) == 3 and t.topic_id == topic.topic_id
+    assert t.partitions[2].log.config.segment_ms == 60000
+    assert not (tmp_path / f"{topic.topic_id.hex}-3.adding").exists()
+    again.close(NOW)
+
+
+def test_delete_records_rules(tmp_path: Path) -> None:
+    from samsa.protocol.records import NewRecord, RecordBatchView, build_batch
+
+    topics = TopicManager(tmp_path, LogConfig())
+    topics.create("t", 1, NOW)
+    topics.create("c", 1, NOW, {"cleanup.policy": "compact"})
+    data = RecordBatchView(build_batch([NewRecord(b"v", key=b"k")] * 4))
+    topics.get_partition("t", 0).log.append(data, NOW)  # type: ignore[union-attr]
+    assert topics.delete_records("t", 0, 5) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+    assert topics.delete_records("t", 0, -2) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
+    assert topics.delete_records("t", 1, 0) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
+    assert topics.delete_records("c", 0, 0) == (ErrorCode.POLICY_VIOLATION, -1)
+    assert topics.delete_records("t", 0, 2) == (ErrorCode.NONE, 2)
+    assert topics.delete_records("t", 0, -1) == (ErrorCode.NONE, 4)  # the high watermark
+    topics.close(NOW)
