@@ -39,6 +39,10 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/coordinator/test_lost_state.py",
         "tests/unit/coordinator/test_txn_runtime.py",
     ),
+    "Topic configs and the log start offset": (
+        "tests/unit/broker/test_topic_config_table.py",
+        "tests/unit/log/test_log_topic_configs.py",
+    ),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

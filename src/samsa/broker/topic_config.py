@@ -268,7 +268,8 @@ class DescribedConfig:
 def describe_topic_configs(
     broker: BrokerConfig, configs: Mapping[str, str]
 ) -> list[DescribedConfig]:
-    """Every supported key of a topic with its own ``configs``: value, source, synonyms."""
+    """Every supported key of a topic with its own ``configs``: value, source, synonyms
+    (rule 27)."""
     out = []
     for key in _KEYS:
         synonyms: list[Synonym] = []

@@ -307,7 +307,7 @@ class TopicManager:
         log.info("deleted topic %s", name)
 
     def alter_configs(self, name: str, configs: dict[str, str], validate_only: bool) -> None:
-        """Replace topic ``name``'s own configs with ``configs`` (the whole set): validated
+        """Replace topic ``name``'s own configs with ``configs`` (the whole set, rule 28): validated
         (INVALID_CONFIG), written durably to every partition directory, partition 0 last
         (the loader reads partition 0's), and applied to the live logs at once."""
         topic = self.topics.get(name)
@@ -332,7 +332,7 @@ class TopicManager:
         log.info("topic %s configs now %s", name, configs or "the broker's defaults")
 
     def add_partitions(self, name: str, count: int, now_ms: int, validate_only: bool) -> None:
-        """CreatePartitions: grow topic ``name`` to ``count`` partitions (never shrink:
+        """CreatePartitions (rule 32): grow topic ``name`` to ``count`` partitions (never shrink:
         INVALID_PARTITIONS). Each new partition is built aside and renamed into place in
         index order, so a crash leaves the partitions contiguous."""
         topic = self.topics.get(name)

@@ -85,7 +85,7 @@ _U32 = struct.Struct(">I")
 
 
 def with_log_append_time(batch: RecordBatchView, now_ms: int) -> RecordBatchView:
-    """The batch as Kafka stores it under ``message.timestamp.type=LogAppendTime``: the
+    """The batch as Kafka stores it under ``message.timestamp.type=LogAppendTime`` (rule 30): the
     timestamp-type bit set, the max timestamp the append time (which every record then
     shows), and the CRC recomputed; the records themselves are untouched."""
     data = bytearray(memoryview(batch.buf)[batch.pos : batch.pos + batch.size])
@@ -382,9 +382,9 @@ class Log:
         return AppendResult(ErrorCode.NONE, base, base, -1, self.log_start_offset)
 
     def _waited_for_roll(self, seg: LogSegment, batch: RecordBatchView, now_ms: int) -> int:
-        """Kafka's ``timeWaitedForRoll``: how far the incoming batch's timestamp is past the
-        active segment's first batch (or, with no timestamp there, how long the segment has
-        been open); above ``segment.ms`` the append rolls."""
+        """Kafka's ``timeWaitedForRoll`` (rule 29): how far the incoming batch's timestamp is
+        past the active segment's first batch (or, with no timestamp there, how long the
+        segment has been open); above ``segment.ms`` the append rolls."""
         if self._active_first_ts is None:
             first = next(seg.iter_batches_from(seg.base_offset), None)
             self._active_first_ts = first.max_timestamp if first is not None else -1
@@ -630,7 +630,7 @@ class Log:
             self._flush_lock.release()
 
     def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords (KIP-107): move the log start offset up to ``offset`` (at most the
+        """DeleteRecords (KIP-107, rule 31): move the log start offset up to ``offset`` (at most the
         high watermark: the caller checks), durably, then delete the segments wholly below
         it, never the active one. Producer state is left to the usual expiration, as in
         Kafka. Returns the log start offset; OSError if the checkpoint cannot be written."""

@@ -1,5 +1,6 @@
-"""The topic config table: validation, sources and synonyms, incremental edits; and the
-TopicManager persisting altered configs and added partitions."""
+"""The topic config table (docs/semantics.md, rules 27, 28 and 32): validation, sources and
+synonyms, incremental edits; the TopicManager persisting altered configs and added partitions;
+DeleteRecords' offset rules (rule 31)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,7 @@ def test_values_set_log_config_fields() -> None:
 
 def test_sources_and_synonyms_in_kafkas_order() -> None:
     broker = BrokerConfig().with_properties({"log.retention.ms": "5000"})
-    described = {
-        d.name: d for d in describe_topic_configs(broker, {"segment.bytes": "2097152"})
-    }
+    described = {d.name: d for d in describe_topic_configs(broker, {"segment.bytes": "2097152"})}
     seg = described["segment.bytes"]
     assert (seg.value, seg.source) == ("2097152", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     assert [(s.name, s.value, s.source) for s in seg.synonyms] == [

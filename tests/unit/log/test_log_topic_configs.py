@@ -1,5 +1,6 @@
-"""The log side of topic configs: segment.ms rolls, LogAppendTime stamps batches, a new
-config applies at the next append, and DeleteRecords moves the log start offset durably."""
+"""The log side of topic configs (docs/semantics.md, rules 28-31): segment.ms rolls,
+LogAppendTime stamps batches, a new config applies at the next append, and DeleteRecords moves
+the log start offset durably."""
 
 from __future__ import annotations
 
