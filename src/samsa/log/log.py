@@ -586,9 +586,10 @@ class Log:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def apply_retention(self, now_ms: int) -> int:
-        """Kafka's time and size retention: delete the oldest segments, never the active one,
-        whose newest record is older than ``retention_ms``, or while the rest of the log is
-        still at least ``retention_bytes``. Returns how many segments went."""
+        """Kafka's time, size and log-start-offset retention: delete the oldest segments,
+        never the active one, whose newest record is older than ``retention_ms``, or while the
+        rest of the log is still at least ``retention_bytes``, or that lie wholly below the log
+        start offset. Returns how many segments went."""
         if not self._flush_lock.acquire(blocking=False):
             return 0  # a flush is using the segments: the next check does it
         try:
@@ -598,11 +599,13 @@ class Log:
             with self._lock:
                 total = sum(seg.size for seg in self._segments)
                 doomed: list[LogSegment] = []
-                for seg in self._segments[:-1]:
+                for i, seg in enumerate(self._segments[:-1]):
                     newest = seg.max_timestamp
                     too_old = cfg.retention_ms >= 0 and 0 <= newest < now_ms - cfg.retention_ms
                     too_big = cfg.retention_bytes >= 0 and total - seg.size >= cfg.retention_bytes
-                    if not (too_old or too_big):
+                    # Wholly below the log start offset (left by a crash during DeleteRecords).
+                    below_start = self._bases[i + 1] <= self.log_start_offset
+                    if not (too_old or too_big or below_start):
                         break
                     doomed.append(seg)
                     total -= seg.size
