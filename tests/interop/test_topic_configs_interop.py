@@ -258,3 +258,34 @@ def test_samsa_commands_round_trip(broker, tmp_path: Path) -> None:  # type: ign
         broker.bootstrap, "records", "delete", "--topic", "c", "--partition", "1", "--offset", "9"
     )
     assert out.returncode == 1 and "OFFSET_OUT_OF_RANGE" in out.stdout
+
+
+def test_a_group_consumer_picks_up_added_partitions(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(overrides={"group.initial.rebalance.delay.ms": "0"}).start()
+    admin = _admin(broker.bootstrap)
+    _create(admin, "grow", 1, {})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "grow-group",
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 500,
+        }
+    )
+    try:
+        consumer.subscribe(["grow"])
+        deadline = time.monotonic() + TIMEOUT
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert [tp.partition for tp in consumer.assignment()] == [0]
+        admin.create_partitions([NewPartitions("grow", 2)])["grow"].result(TIMEOUT)
+        _produce(broker.bootstrap, "grow", 1, partition=1)
+        seen = None
+        while seen is None and time.monotonic() < deadline + TIMEOUT:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen = (msg.partition(), msg.offset())
+        assert seen == (1, 0)
+        assert sorted(tp.partition for tp in consumer.assignment()) == [0, 1]
+    finally:
+        consumer.close()
