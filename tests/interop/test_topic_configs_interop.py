@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     KafkaError,
@@ -137,15 +138,23 @@ def test_confluent_admin_configs_partitions_and_records(broker_factory) -> None:
     assert segments[0] == "00000000000000000004.log"
 
 
-def test_log_append_time_is_what_a_consumer_sees(broker) -> None:  # type: ignore[no-untyped-def]
+def test_log_append_time_is_what_a_consumer_sees(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    # The broker's default is LogAppendTime; one topic keeps it, one overrides it.
+    broker = broker_factory(overrides={"log.message.timestamp.type": "LogAppendTime"}).start()
     admin = _admin(broker.bootstrap)
-    _create(admin, "lat", 1, {"message.timestamp.type": "LogAppendTime"})
+    _create(admin, "lat", 1, {})
+    _create(admin, "ct", 1, {"message.timestamp.type": "CreateTime"})
+    assert _describe(admin, "lat")["message.timestamp.type"].source == (
+        ConfigSource.STATIC_BROKER_CONFIG.value
+    )
     before = int(time.time() * 1000)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
-    producer.produce("lat", b"v", timestamp=1_000_000)  # a producer timestamp in 1970
+    for topic in ("lat", "ct"):
+        producer.produce(topic, b"v", timestamp=1_000_000)  # a producer timestamp in 1970
     assert producer.flush(TIMEOUT) == 0
     kind, ts = _first(broker.bootstrap, "lat").timestamp()
     assert kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= int(time.time() * 1000)
+    assert _first(broker.bootstrap, "ct").timestamp() == (TIMESTAMP_CREATE_TIME, 1_000_000)
 
 
 def test_kafka_python_admin(broker) -> None:  # type: ignore[no-untyped-def]

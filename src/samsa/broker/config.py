@@ -39,6 +39,9 @@ _KAFKA_NAMES: dict[str, str] = {
     "default.replication.factor": "default_replication_factor",
     "log.retention.ms": "log_retention_ms",
     "log.retention.bytes": "log_retention_bytes",
+    "log.roll.ms": "log_roll_ms",
+    "log.cleanup.policy": "log_cleanup_policy",
+    "log.message.timestamp.type": "log_message_timestamp_type",
     "log.retention.check.interval.ms": "log_retention_check_interval_ms",
     "log.cleaner.enable": "log_cleaner_enable",
     "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
@@ -145,6 +148,7 @@ _RANGES: dict[str, Range] = {
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
+    "log_roll_ms": Range(1, LONG_MAX),
     "log_retention_check_interval_ms": Range(1, LONG_MAX),
     "log_cleaner_backoff_ms": Range(0, LONG_MAX),
     # KafkaConfig: "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread".
@@ -248,6 +252,10 @@ class BrokerConfig:
     log_max_open_files: int = 16_384
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
+    # Broker defaults of the topic configs segment.ms, cleanup.policy, message.timestamp.type.
+    log_roll_ms: int = 604_800_000  # 168 hours, Kafka's log.roll.hours default
+    log_cleanup_policy: str = "delete"
+    log_message_timestamp_type: str = "CreateTime"
     log_retention_check_interval_ms: int = 300_000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000  # sleep between checks when there is nothing to clean
@@ -313,6 +321,17 @@ class BrokerConfig:
                 "log.cleaner.min.cleanable.ratio must be between 0 and 1, "
                 f"got {self.log_cleaner_min_cleanable_ratio}"
             )
+        policy = [p.strip() for p in self.log_cleanup_policy.split(",") if p.strip()]
+        if not policy or any(p not in ("compact", "delete") for p in policy):
+            raise ConfigError(
+                f"log.cleanup.policy must be a list of compact and delete, "
+                f"got {self.log_cleanup_policy!r}"
+            )
+        if self.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+            raise ConfigError(
+                "log.message.timestamp.type must be CreateTime or LogAppendTime, "
+                f"got {self.log_message_timestamp_type!r}"
+            )
         if not self.log_cleaner_io_max_bytes_per_second > 0:
             raise ConfigError(
                 "log.cleaner.io.max.bytes.per.second must be positive, "
@@ -340,6 +359,9 @@ class BrokerConfig:
             if key in ("log.retention.hours", "log.retention.minutes"):
                 unit = 3_600_000 if key.endswith("hours") else 60_000
                 values["log_retention_ms"] = _convert(key, raw, "int") * unit
+                continue
+            if key == "log.roll.hours":
+                values["log_roll_ms"] = _convert(key, raw, "int") * 3_600_000
                 continue
             if key == "listeners":
                 # The first listener's address is host/port: --host/--port override it.

@@ -149,3 +149,18 @@ def test_delete_records_rules(tmp_path: Path) -> None:
     assert topics.delete_records("t", 0, 2) == (ErrorCode.NONE, 2)
     assert topics.delete_records("t", 0, -1) == (ErrorCode.NONE, 4)  # the high watermark
     topics.close(NOW)
+
+
+def test_broker_defaults_of_topic_configs_are_read_and_checked() -> None:
+    from samsa.broker.config import ConfigError
+
+    c = BrokerConfig().with_properties({"log.roll.hours": "2", "log.cleanup.policy": "compact"})
+    assert (c.validate().log_roll_ms, c.log_cleanup_policy) == (7_200_000, "compact")
+    described = {d.name: d for d in describe_topic_configs(c, {})}
+    assert (described["segment.ms"].value, described["segment.ms"].source) == (
+        "7200000",
+        ConfigSource.STATIC_BROKER_CONFIG,
+    )
+    for key, value in (("log.cleanup.policy", "shred"), ("log.message.timestamp.type", "Now")):
+        with pytest.raises(ConfigError, match=key):
+            BrokerConfig().with_properties({key: value}).validate()
