@@ -240,3 +240,43 @@ def test_the_new_apis_are_advertised(conn: BlockingConnection) -> None:
     )
     keys = {a.api_key: a.max_version for a in conn.request(k, 3, req).api_keys}
     assert {keys[21], keys[33], keys[37], keys[44]} >= {1} and keys[37] == 3
+
+
+def create_with(
+    conn: BlockingConnection, name: str, configs: dict[str, str], validate_only: bool
+) -> Any:
+    k, v = ApiKey.CREATE_TOPICS, 7
+    topic = make_request(
+        k,
+        v,
+        "CreatableTopic",
+        name=name,
+        num_partitions=2,
+        replication_factor=1,
+        assignments=(),
+        configs=tuple(
+            make_request(k, v, "CreatableTopicConfig", name=n, value=val)
+            for n, val in configs.items()
+        ),
+    )
+    req = make_request(
+        k, v, "CreateTopicsRequest", topics=(topic,), timeout=5000, validate_only=validate_only
+    )
+    return conn.request(k, v, req).topics[0]
+
+
+def test_create_topics_answers_the_configs_and_refuses_unknown_keys(
+    conn: BlockingConnection,
+) -> None:
+    for validate_only in (True, False):
+        result = create_with(conn, "created-cfg", {"segment.ms": "5000"}, validate_only)
+        assert int(result.error_code) == 0 and result.num_partitions == 2
+        configs = {c.name: (c.value, c.config_source) for c in result.configs}
+        assert configs["segment.ms"] == ("5000", 1)
+        assert configs["retention.ms"] == ("604800000", 5)
+    assert dynamic(conn, "created-cfg") == {"segment.ms": "5000"}
+    bad = create_with(conn, "created-bad", {"min.insync.replicas": "2"}, False)
+    assert int(bad.error_code) == ErrorCode.INVALID_CONFIG and bad.configs is None
+    assert int(describe(conn, TOPIC, "created-bad").error_code) == (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )

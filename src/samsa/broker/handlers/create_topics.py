@@ -6,6 +6,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.topic_config import describe_topic_configs
 from samsa.broker.topics import TopicError, topic_log_config, validate_topic_name
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -25,7 +26,9 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         code, message = _create(broker, t, request.validate_only, t.name in seen)
         seen.add(t.name)
         topic = broker.topics.topics.get(t.name)
-        n = len(topic.partitions) if topic and code == ErrorCode.NONE else -1
+        ok = code == ErrorCode.NONE
+        n = (len(topic.partitions) if topic else _partitions(broker, t)) if ok else -1
+        given = {c.name: c.value for c in t.configs or () if c.value is not None}
         results.append(
             make(
                 K,
@@ -38,11 +41,32 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 topic_config_error_code=0,
                 num_partitions=n,
                 replication_factor=1 if n > 0 else -1,
-                configs=() if code == ErrorCode.NONE else None,
+                configs=_configs(broker, v, given) if ok else None,
             )
         )
     return encode_response(
         K, v, make(K, v, "CreateTopicsResponse", throttle_time=0, topics=tuple(results))
+    )
+
+
+def _partitions(broker: Broker, t: Any) -> int:
+    return int(t.num_partitions if t.num_partitions != -1 else broker.config.num_partitions)
+
+
+def _configs(broker: Broker, v: int, given: dict[str, str]) -> tuple[Any, ...]:
+    """The new topic's configs with their sources (v5+), as DescribeConfigs shows them."""
+    return tuple(
+        make(
+            K,
+            v,
+            "CreatableTopicConfigs",
+            name=d.name,
+            value=d.value,
+            read_only=d.read_only,
+            config_source=int(d.source),
+            is_sensitive=d.sensitive,
+        )
+        for d in describe_topic_configs(broker.config, given)
     )
 
 
@@ -58,7 +82,7 @@ def _create(
         )
     if t.assignments:
         return ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
-    n = t.num_partitions if t.num_partitions != -1 else broker.config.num_partitions
+    n = _partitions(broker, t)
     try:
         validate_topic_name(t.name)
         if n < 1:
