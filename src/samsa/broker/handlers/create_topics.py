@@ -55,6 +55,8 @@ def _partitions(broker: Broker, t: Any) -> int:
 
 def _configs(broker: Broker, v: int, given: dict[str, str]) -> tuple[Any, ...]:
     """The new topic's configs with their sources (v5+), as DescribeConfigs shows them."""
+    if v < 5:
+        return ()  # the field does not exist before v5
     return tuple(
         make(
             K,
