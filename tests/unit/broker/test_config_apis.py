@@ -35,7 +35,13 @@ def topic(conn: BlockingConnection) -> str:
 
 
 def describe(
-    conn: BlockingConnection, rtype: int, name: str, *, synonyms: bool = False, docs: bool = False
+    conn: BlockingConnection,
+    rtype: int,
+    name: str,
+    *,
+    synonyms: bool = False,
+    docs: bool = False,
+    keys: tuple[str, ...] | None = None,
 ) -> Any:
     k, v = ApiKey.DESCRIBE_CONFIGS, 4
     res = make_request(
@@ -44,7 +50,7 @@ def describe(
         "DescribeConfigsResource",
         resource_type=rtype,
         resource_name=name,
-        configuration_keys=None,
+        configuration_keys=keys,
     )
     req = make_request(
         k,
@@ -113,6 +119,8 @@ def test_describe_answers_sources_synonyms_and_documentation(
         ("log.retention.hours", 5),
     ]
     assert ret.documentation
+    only = describe(conn, TOPIC, topic, keys=("retention.ms", "segment.ms"))
+    assert sorted(c.name for c in only.configs) == ["retention.ms", "segment.ms"]
     plain = {c.name: c for c in describe(conn, TOPIC, topic).configs}
     assert plain["retention.ms"].synonyms == () and plain["retention.ms"].documentation is None
     assert plain["segment.bytes"].config_source == 5
