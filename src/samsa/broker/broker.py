@@ -88,6 +88,7 @@ class Broker:
                 "__consumer_offsets": config.offsets_topic_segment_bytes,
                 "__transaction_state": config.transaction_state_log_segment_bytes,
             },
+            max_partitions=config.max_partitions,
         )
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher = Flusher(on_failure=self._flush_failed)

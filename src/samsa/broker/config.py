@@ -32,6 +32,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "max.connections": "max_connections",
     "max.connections.per.ip": "max_connections_per_ip",
     "log.max.open.files": "log_max_open_files",
+    "max.partitions": "max_partitions",
     "broker.id": "broker_id",
     "node.id": "broker_id",
     "log.dirs": "data_dir",
@@ -144,6 +145,7 @@ _RANGES: dict[str, Range] = {
     # Kafka allows 0 only with max.connections.per.ip.overrides, which samsa does not have.
     "max_connections_per_ip": Range(1),
     "log_max_open_files": Range(1),  # samsa's own
+    "max_partitions": Range(1),  # samsa's own
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
@@ -250,6 +252,10 @@ class BrokerConfig:
     # samsa's own: segment files kept open at once (least recently used closed first), at most
     # half the process's descriptor limit. >= 1.
     log_max_open_files: int = 16_384
+    # samsa's own: partitions the broker holds at most, all topics together (internal ones
+    # included); CreateTopics and CreatePartitions past it get INVALID_PARTITIONS. Each
+    # partition costs a directory, open files and memory: a client must not ask for 2^31.
+    max_partitions: int = 100_000
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
     # Broker defaults of the topic configs segment.ms, cleanup.policy, message.timestamp.type.

@@ -129,8 +129,10 @@ class TopicManager:
         data_dir: Path,
         log_config: LogConfig,
         internal_segment_bytes: dict[str, int] | None = None,
+        max_partitions: int | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.max_partitions = max_partitions  # max.partitions; None: no limit
         self.log_config = log_config
         self.internal_segment_bytes = internal_segment_bytes or {}
         self.topics: dict[str, Topic] = {}
@@ -197,6 +199,7 @@ class TopicManager:
                 ErrorCode.INVALID_PARTITIONS,
                 f"number of partitions must be >= 1, got {num_partitions}",
             )
+        self._check_partition_limit(num_partitions)
         self._check_online()
         topic_id = uuid.uuid4()
         staging = self.data_dir / f"{topic_id.hex}.creating"
@@ -349,6 +352,7 @@ class TopicManager:
             raise TopicError(
                 ErrorCode.INVALID_REQUEST, f"the partitions of {name!r} cannot be changed"
             )
+        self._check_partition_limit(count - current)
         if validate_only:
             return
         self._check_online()
@@ -394,6 +398,15 @@ class TopicManager:
         except OSError as exc:
             log.error("DeleteRecords on %s: %s", plog.directory, exc)
             return ErrorCode.KAFKA_STORAGE_ERROR, -1
+
+    def _check_partition_limit(self, more: int) -> None:
+        held = sum(len(t.partitions) for t in self.topics.values())
+        if self.max_partitions is not None and held + more > self.max_partitions:
+            raise TopicError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"{more} more partitions would exceed max.partitions={self.max_partitions} "
+                f"(the broker holds {held})",
+            )
 
     def _check_online(self) -> None:
         if self.offline is not None:

@@ -164,3 +164,20 @@ def test_broker_defaults_of_topic_configs_are_read_and_checked() -> None:
     for key, value in (("log.cleanup.policy", "shred"), ("log.message.timestamp.type", "Now")):
         with pytest.raises(ConfigError, match=key):
             BrokerConfig().with_properties({key: value}).validate()
+
+
+def test_partitions_are_bounded_by_max_partitions(tmp_path: Path) -> None:
+    topics = TopicManager(tmp_path, LogConfig(), max_partitions=4)
+    topics.create("a", 3, NOW)
+    for attempt in (
+        lambda: topics.create("b", 2, NOW),
+        lambda: topics.add_partitions("a", 5, NOW, False),
+    ):
+        with pytest.raises(TopicError) as info:
+            attempt()
+        assert info.value.code == ErrorCode.INVALID_PARTITIONS and "max.partitions" in str(
+            info.value
+        )
+    assert "b" not in topics.topics and len(topics.topics["a"].partitions) == 3
+    topics.add_partitions("a", 4, NOW, validate_only=False)
+    topics.close(NOW)
