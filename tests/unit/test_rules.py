@@ -43,6 +43,7 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/broker/test_topic_config_table.py",
         "tests/unit/log/test_log_topic_configs.py",
     ),
+    "Authorization": ("tests/unit/broker/test_authorizer.py",),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from samsa.broker.authorizer import AclError, Authorizer, authorizer_enabled, parse_super_users
 from samsa.broker.config import BrokerConfig
 from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.flusher import Flusher
@@ -91,6 +92,17 @@ class Broker:
             max_partitions=config.max_partitions,
         )
         self.producer_ids = ProducerIdAllocator(self.data_dir)
+        # None: no authorizer configured, every request is allowed (handlers/_base.py).
+        self.authorizer: Authorizer | None = None
+        if authorizer_enabled(config.authorizer_class_name):
+            try:
+                self.authorizer = Authorizer(
+                    self.data_dir,
+                    parse_super_users(config.super_users),
+                    config.allow_everyone_if_no_acl_found,
+                )
+            except AclError as exc:
+                raise StartupError(str(exc)) from None
         self.flusher = Flusher(on_failure=self._flush_failed)
         # Why the data directory went offline (see the module docstring); None while serving.
         self.offline: str | None = None

@@ -85,6 +85,10 @@ _KAFKA_NAMES: dict[str, str] = {
     "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
     "sasl.plain.users.file": "sasl_plain_users_file",
     "connections.max.reauth.ms": "connections_max_reauth_ms",
+    # Authorization (see broker/authorizer.py).
+    "authorizer.class.name": "authorizer_class_name",
+    "super.users": "super_users",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
 }
 
 
@@ -306,6 +310,11 @@ class BrokerConfig:
     # KIP-368: a SASL session lasts this long; the client re-authenticates on the connection
     # before then, or the broker closes it at its next request. 0: sessions never expire.
     connections_max_reauth_ms: int = 0
+    # Empty: no authorization (anyone may do anything). Kafka's StandardAuthorizer (or the
+    # older AclAuthorizer) class name turns ACLs on (broker/authorizer.py).
+    authorizer_class_name: str = ""
+    super_users: str = ""  # principals separated by ';', e.g. User:admin;User:ops
+    allow_everyone_if_no_acl_found: bool = False
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -349,9 +358,15 @@ class BrokerConfig:
                 f"socket.request.max.bytes ({self.socket_request_max_bytes}), "
                 f"got {self.queued_max_request_bytes}"
             )
+        from samsa.broker.authorizer import AclError, authorizer_enabled, parse_super_users
         from samsa.broker.listeners import check_security_config
 
         check_security_config(self)
+        try:
+            authorizer_enabled(self.authorizer_class_name)
+            parse_super_users(self.super_users)
+        except AclError as exc:
+            raise ConfigError(str(exc)) from None
         return self
 
     def with_overrides(self, **overrides: Any) -> BrokerConfig:

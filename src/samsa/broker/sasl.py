@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from samsa.broker.durable import write_atomically
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.sasl import (
     SCRAM_MAX_ITERATIONS,
@@ -146,21 +147,7 @@ class ScramCredentials:
                 for user, mechs in self._users.items()
             },
         }
-        directory = self.path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{CREDENTIALS_FILE}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, json.dumps(doc, indent=1, sort_keys=True).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
         self._seen = _stat_key(self.path)
 
 

@@ -8,6 +8,7 @@ import sys
 
 from samsa.broker.config import ConfigError
 from samsa.cli import (
+    acls,
     broker,
     configs,
     consume,
@@ -37,6 +38,7 @@ COMMANDS = [
     transactions,
     groups,
     users,
+    acls,
     demo,
 ]
 

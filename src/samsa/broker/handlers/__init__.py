@@ -13,11 +13,14 @@ from samsa.broker.handlers import (
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -89,6 +92,10 @@ APIS: dict[int, Api] = {
         Api(ApiKey.TXN_OFFSET_COMMIT, 0, 4, txn_offset_commit.handle),
         Api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions.handle),
         Api(ApiKey.LIST_TRANSACTIONS, 0, 2, list_transactions.handle),
+        # ACLs (rule 33): the versions kio defines, which Kafka 4 also serves.
+        Api(ApiKey.DESCRIBE_ACLS, 1, 3, describe_acls.handle),
+        Api(ApiKey.CREATE_ACLS, 1, 3, create_acls.handle),
+        Api(ApiKey.DELETE_ACLS, 1, 3, delete_acls.handle),
     )
 }
 api_versions.SUPPORTED.update(APIS)

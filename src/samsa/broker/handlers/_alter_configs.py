@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import Op, Res, authorized
 from samsa.broker.topic_config import InvalidConfigError
 from samsa.broker.topics import TopicError
 from samsa.protocol.errors import ErrorCode
@@ -13,6 +15,7 @@ from samsa.protocol.messages import encode_response, make
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
+    from samsa.broker.handlers._base import RequestContext
 
 TOPIC = 2
 BROKER = 4
@@ -25,6 +28,7 @@ def alter(
     request: Any,
     response_class: str,
     new_configs: Callable[[dict[str, str], Any], dict[str, str]],
+    ctx: RequestContext | None = None,
 ) -> bytes:
     """Answer each resource of ``request``: a topic's configs become
     ``new_configs(current, resource)``, validated and, unless ``validate_only``, persisted
@@ -39,6 +43,8 @@ def alter(
                 code, message = ErrorCode.INVALID_REQUEST, "resource named twice in one request"
             elif len(set(names)) != len(names):
                 code, message = ErrorCode.INVALID_REQUEST, "config named twice for one resource"
+            elif ctx is not None and (refused := _unauthorized(broker, ctx, res)) is not None:
+                code, message = refused, "not authorized to AlterConfigs"
             elif res.resource_type == BROKER:
                 code = ErrorCode.INVALID_CONFIG
                 message = "broker configs are static in samsa: set them in its properties file"
@@ -74,3 +80,13 @@ def alter(
         version,
         make(key, version, response_class, throttle_time=0, responses=tuple(responses)),
     )
+
+
+def _unauthorized(broker: Broker, ctx: RequestContext, res: Any) -> ErrorCode | None:
+    """Rule 33: AlterConfigs on the topic, or on the cluster for a broker (or its loggers)."""
+    if res.resource_type == TOPIC:
+        if not authorized(broker, ctx, Op.ALTER_CONFIGS, Res.TOPIC, res.resource_name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif not authorized(broker, ctx, Op.ALTER_CONFIGS, Res.CLUSTER, CLUSTER_NAME):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None

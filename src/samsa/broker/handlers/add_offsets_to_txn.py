@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -18,6 +18,11 @@ K = ApiKey.ADD_OFFSETS_TO_TXN
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     tp = broker.groups.offsets_partition(request.group_id)
+    # Rule 33: Write on the TransactionalId, then Read on the group.
+    if not authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        tp = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):
+        tp = ErrorCode.GROUP_AUTHORIZATION_FAILED
     code = (
         tp
         if isinstance(tp, ErrorCode)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -26,7 +26,20 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     missing = {tp for tp in wanted if broker.topics.get_partition(*tp) is None}
     errors: dict[tuple[str, int], ErrorCode]
-    if missing:
+    # Rule 33: Write on the TransactionalId, and on every topic (else none is added).
+    writable = authorized_names(broker, ctx, Op.WRITE, Res.TOPIC, {t for t, _ in wanted})
+    denied = {tp for tp in wanted if tp[0] not in writable}
+    txn_id = request.v3_and_below_transactional_id
+    if not authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id):
+        errors = dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif denied:
+        errors = {
+            tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if tp in denied
+            else ErrorCode.OPERATION_NOT_ATTEMPTED
+            for tp in wanted
+        }
+    elif missing:
         errors = {
             tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if tp in missing

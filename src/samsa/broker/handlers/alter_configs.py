@@ -26,4 +26,4 @@ def _replace(current: dict[str, str], resource: Any) -> dict[str, str]:
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
-    return alter(broker, K, ctx.version, request, "AlterConfigsResponse", _replace)
+    return alter(broker, K, ctx.version, request, "AlterConfigsResponse", _replace, ctx)

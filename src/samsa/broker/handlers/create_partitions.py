@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.broker.topics import TopicError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -26,6 +26,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         try:
             if counts[t.name] > 1:
                 raise TopicError(ErrorCode.INVALID_REQUEST, "topic named twice in one request")
+            if not authorized(broker, ctx, Op.ALTER, Res.TOPIC, t.name):  # rule 33
+                raise TopicError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to Alter")
             _check_assignments(broker, t)
             broker.topics.add_partitions(
                 t.name, t.count, int(time.time() * 1000), request.validate_only

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.broker.topic_config import describe_topic_configs
 from samsa.broker.topics import TopicError, topic_log_config, validate_topic_name
 from samsa.protocol.errors import ErrorCode
@@ -23,7 +24,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     results = []
     seen: set[str] = set()
     for t in request.topics:
-        code, message = _create(broker, t, request.validate_only, t.name in seen)
+        if not (  # rule 33: Create on the cluster, or else on the topic
+            authorized(broker, ctx, Op.CREATE, Res.CLUSTER, CLUSTER_NAME)
+            or authorized(broker, ctx, Op.CREATE, Res.TOPIC, t.name)
+        ):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to Create"
+        else:
+            code, message = _create(broker, t, request.validate_only, t.name in seen)
         seen.add(t.name)
         topic = broker.topics.topics.get(t.name)
         ok = code == ErrorCode.NONE

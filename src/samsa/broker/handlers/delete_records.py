@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -18,8 +19,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     topics = []
     for t in request.topics:
         parts = []
+        deletable = authorized(broker, ctx, Op.DELETE, Res.TOPIC, t.name)  # rule 33
         for p in t.partitions:
-            code, low = broker.topics.delete_records(t.name, p.partition_index, p.offset)
+            code, low = (
+                broker.topics.delete_records(t.name, p.partition_index, p.offset)
+                if deletable
+                else (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)
+            )
             parts.append(
                 make(
                     K,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.broker.topics import TopicError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -29,6 +29,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         code, message = ErrorCode.NONE, None
         if name is None:
             code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"unknown topic id {topic_id}"
+        elif not authorized(broker, ctx, Op.DELETE, Res.TOPIC, name):  # rule 33
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to Delete it"
+            if topic_id is not None and not authorized(broker, ctx, Op.DESCRIBE, Res.TOPIC, name):
+                name = None  # as Kafka: an id's name is not told to who may not Describe it
         else:
             try:
                 broker.topics.delete(name)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_operations,
+)
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -18,6 +26,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     host, port = ctx.advertised or broker.config.advertised
     node = broker.node_id
+    # Kafka checks nothing here; the KIP-430 field, when asked for, needs Describe.
+    cluster_ops = -(2**31)  # not asked for
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_ops = (
+            authorized_operations(broker, ctx, Res.CLUSTER, CLUSTER_NAME)
+            if authorized(broker, ctx, Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME)
+            else 0
+        )
     return encode_response(
         K,
         v,
@@ -36,6 +52,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                     K, v, "DescribeClusterBroker", broker_id=node, host=host, port=port, rack=None
                 ),
             ),
-            cluster_authorized_operations=-2147483648,
+            cluster_authorized_operations=cluster_ops,
         ),
     )

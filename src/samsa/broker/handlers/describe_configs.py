@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.config import SENSITIVE, broker_settings
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.broker.topic_config import (
     ConfigSource,
     ConfigType,
@@ -33,6 +34,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     for res in request.resources:
         code, message, configs = ErrorCode.NONE, None, ()
         try:
+            _check_authorized(broker, ctx, res.resource_type, res.resource_name)
             described = _describe(broker, res.resource_type, res.resource_name)
         except _Refused as exc:
             code, message = exc.code, str(exc)
@@ -64,6 +66,16 @@ class _Refused(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _check_authorized(broker: Broker, ctx: RequestContext, resource_type: int, name: str) -> None:
+    """Rule 33: DescribeConfigs on the topic, or on the cluster for a broker."""
+    if resource_type == TOPIC and not authorized(broker, ctx, Op.DESCRIBE_CONFIGS, Res.TOPIC, name):
+        raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized")
+    if resource_type == BROKER and not authorized(
+        broker, ctx, Op.DESCRIBE_CONFIGS, Res.CLUSTER, CLUSTER_NAME
+    ):
+        raise _Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized")
 
 
 def _describe(broker: Broker, resource_type: int, name: str) -> list[DescribedConfig]:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_operations,
+)
+from samsa.coordinator.group_coordinator import GroupDescription
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -19,7 +27,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     groups = []
     for gid in request.groups:
-        d = broker.groups.describe_group(gid)
+        if authorized(broker, ctx, Op.DESCRIBE, Res.GROUP, gid):  # rule 33
+            d = broker.groups.describe_group(gid)
+        else:
+            d = GroupDescription(gid, ErrorCode.GROUP_AUTHORIZATION_FAILED, "", "", "")
         error, message = d.error, None
         if v >= 6 and d.state == "Dead":
             # v6 (KIP-1043) says so instead of describing a Dead group.
@@ -50,7 +61,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 protocol_type=d.protocol_type,
                 protocol_data=d.protocol,
                 members=members,
-                authorized_operations=NO_OPERATIONS,
+                authorized_operations=authorized_operations(broker, ctx, Res.GROUP, gid)
+                if getattr(request, "include_authorized_operations", False)
+                and error != ErrorCode.GROUP_AUTHORIZATION_FAILED
+                else NO_OPERATIONS,
             )
         )
     return encode_response(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -19,8 +19,9 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     topics = []
     for t in request.topics:
         parts = []
+        readable = authorized(broker, ctx, Op.READ, Res.TOPIC, t.name)  # rule 33, as Kafka
         for index in t.partition_indexes:
-            partition = broker.topics.get_partition(t.name, index)
+            partition = broker.topics.get_partition(t.name, index) if readable else None
             if partition is None:
                 parts.append(
                     make(
@@ -28,8 +29,12 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                         v,
                         "PartitionResponse",
                         partition_index=index,
-                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        error_message=f"unknown partition {t.name}-{index}",
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        if readable
+                        else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        error_message=f"unknown partition {t.name}-{index}"
+                        if readable
+                        else f"not authorized to Read {t.name}",
                         active_producers=(),
                     )
                 )

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -18,10 +19,33 @@ K = ApiKey.DESCRIBE_TRANSACTIONS
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     states = []
-    for d in broker.transactions.describe(request.transactional_ids):
+    # Rule 33: Describe on each TransactionalId; only topics the principal may Describe.
+    ids = list(request.transactional_ids)
+    allowed = authorized_names(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, ids)
+    described = {d.transactional_id: d for d in broker.transactions.describe(allowed)}
+    for txn_id in ids:
+        d = described.get(txn_id)
         by_topic: dict[str, list[int]] = {}
+        if d is None:
+            states.append(
+                make(
+                    K,
+                    v,
+                    "TransactionState",
+                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    transactional_id=txn_id,
+                    transaction_state="",
+                    transaction_timeout=0,
+                    transaction_start_time=_datetime(0),  # Kafka leaves it 0
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+            continue
         for topic, p in d.partitions:
-            by_topic.setdefault(topic, []).append(p)
+            if authorized(broker, ctx, Op.DESCRIBE, Res.TOPIC, topic):
+                by_topic.setdefault(topic, []).append(p)
         states.append(
             make(
                 K,

@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sized
+from collections.abc import Iterable, Sized
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import HandlerResult, RequestContext
+from samsa.broker.handlers._base import HandlerResult, Op, RequestContext, Res, authorized_names
 from samsa.log.log import OffsetOutOfRangeError, release_chunks
 from samsa.log.segment import CorruptSegmentError
 from samsa.protocol.errors import ErrorCode
@@ -39,7 +39,8 @@ ZERO_COPY_MIN = 16 * 1024
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     zero_copy_min = ZERO_COPY_MIN if ctx.zero_copy else 0
-    results, size, partitions, errors = _read_all(broker, request, zero_copy_min)
+    denied = _unreadable(broker, ctx, _keys(request))
+    results, size, partitions, errors = _read_all(broker, request, zero_copy_min, denied)
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
         return encode_fetch_response(ctx.version, results)
@@ -68,15 +69,38 @@ async def _long_poll(
                 await asyncio.wait_for(fut, remaining)
         # One read per wake-up; at the deadline it is the answer, whatever it holds.
         results, size, partitions, errors = _read_all(
-            broker, request, ZERO_COPY_MIN if ctx.zero_copy else 0
+            broker,
+            request,
+            ZERO_COPY_MIN if ctx.zero_copy else 0,
+            _unreadable(broker, ctx, _keys(request)),
         )
         if size >= request.min_bytes or errors or not partitions or loop.time() >= deadline:
             return encode_fetch_response(ctx.version, results)
         _release(results)
 
 
+def _keys(request: Any) -> list[str | uuid.UUID]:
+    """The request's topics: ids from v13 (KIP-516), names before."""
+    return [t.topic if getattr(t, "topic_id", None) is None else t.topic_id for t in request.topics]
+
+
+def _unreadable(
+    broker: Broker, ctx: RequestContext, keys: Iterable[str | uuid.UUID]
+) -> frozenset[str]:
+    """Rule 33: the names of the topics (named or by id) the principal may not Read."""
+    if broker.authorizer is None:
+        return frozenset()
+    names = set()
+    for key in keys:
+        known = broker.topics.topics_by_id.get(key) if isinstance(key, uuid.UUID) else None
+        name = known.name if known is not None else key
+        if isinstance(name, str):
+            names.add(name)
+    return frozenset(names - authorized_names(broker, ctx, Op.READ, Res.TOPIC, names))
+
+
 def _read_all(
-    broker: Broker, request: Any, zero_copy_min: int = 0
+    broker: Broker, request: Any, zero_copy_min: int = 0, denied: frozenset[str] = frozenset()
 ) -> tuple[list[tuple[str | uuid.UUID, list[FetchPartitionResult]]], int, list[Partition], bool]:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = getattr(request, "max_bytes", 0x7FFFFFFF)
@@ -100,6 +124,12 @@ def _read_all(
                 errors = True
                 continue
             partition = None if name is None else broker.topics.get_partition(name, req.partition)
+            if name in denied:
+                out.append(
+                    FetchPartitionResult(req.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                )
+                errors = True
+                continue
             if partition is None:
                 out.append(FetchPartitionResult(req.partition, missing))
                 errors = True

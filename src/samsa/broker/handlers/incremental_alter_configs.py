@@ -23,4 +23,4 @@ def _apply(current: dict[str, str], resource: Any) -> dict[str, str]:
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
-    return alter(broker, K, ctx.version, request, "IncrementalAlterConfigsResponse", _apply)
+    return alter(broker, K, ctx.version, request, "IncrementalAlterConfigsResponse", _apply, ctx)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_any
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -24,10 +25,24 @@ log = logging.getLogger("samsa.init_producer_id")
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     try:
-        if request.transactional_id is not None:
+        # Rule 33: Write on the TransactionalId; without one, IdempotentWrite on the cluster
+        # or Write on some topic (Kafka 3+).
+        txn_id = request.transactional_id
+        if txn_id is not None and not authorized(
+            broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id
+        ):
+            code, pid, epoch = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
+        elif txn_id is None and not (
+            authorized(broker, ctx, Op.IDEMPOTENT_WRITE, Res.CLUSTER, CLUSTER_NAME)
+            or authorized_any(broker, ctx, Op.WRITE, Res.TOPIC)
+        ):
+            code, pid, epoch = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, -1, -1
+        elif txn_id is not None:
             code, pid, epoch = _transactional(broker, request)
         else:
             code, pid, epoch = ErrorCode.NONE, broker.producer_ids.allocate(), 0
+        if code == ErrorCode.NONE and broker.authorizer is not None:
+            broker.authorizer.bind_producer(pid, ctx.principal)
     except OSError as exc:
         # A block of producer ids could not be reserved durably (nothing else changed).
         # Clients retry COORDINATOR_NOT_AVAILABLE; KAFKA_STORAGE_ERROR would be fatal here.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -20,7 +20,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         leaving: list[tuple[str, str | None]] = [(request.member_id, None)]
     else:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
-    top, results = broker.groups.leave(request.group_id, leaving)
+    if not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):  # rule 33
+        top, results = ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    else:
+        top, results = broker.groups.leave(request.group_id, leaving)
     if v < 3 and top == ErrorCode.NONE and results:
         top = results[0][2]  # one member: its error is the response's
     members: tuple[Any, ...] = ()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -17,6 +18,8 @@ K = ApiKey.LIST_GROUPS
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    # Rule 33: Describe on the cluster lists every group, else those the principal may Describe.
+    everything = authorized(broker, ctx, Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME)
     groups = tuple(
         make(
             K,
@@ -30,7 +33,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         for gid, ptype, state in broker.groups.list_groups(
             list(getattr(request, "states_filter", ()) or ())
         )
-        if not types or "classic" in types
+        if (not types or "classic" in types)
+        and (everything or authorized(broker, ctx, Op.DESCRIBE, Res.GROUP, gid))
     )
     return encode_response(
         K,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized_names
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -27,12 +27,18 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
+    # Rule 33: Describe on each topic.
+    allowed = authorized_names(
+        broker, ctx, Op.DESCRIBE, Res.TOPIC, {t.name for t in request.topics}
+    )
     for topic in request.topics:
         parts = []
         for req in topic.partitions:
             try:
-                code, ts, offset = _lookup(
-                    broker, topic.name, req.partition_index, req.timestamp, read_committed
+                code, ts, offset = (
+                    _lookup(broker, topic.name, req.partition_index, req.timestamp, read_committed)
+                    if topic.name in allowed
+                    else (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1)
                 )
             except OSError as exc:  # an index that cannot be read
                 log.error("ListOffsets of %s-%d: %s", topic.name, req.partition_index, exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                     transaction_state=t.state,
                 )
                 for t in listings
+                # Rule 33: only the TransactionalIds the principal may Describe.
+                if authorized(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t.transactional_id)
             ),
         ),
     )

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_operations,
+)
 from samsa.broker.topics import Topic, TopicError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -21,11 +30,32 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     node = broker.node_id
     topics: list[Any] = []
     if request.topics is None or (v == 0 and not request.topics):
-        topics = [_topic(v, node, t) for t in broker.topics.topics.values()]
+        topics = [
+            _topic(v, node, t)
+            for t in broker.topics.topics.values()
+            if authorized(broker, ctx, Op.DESCRIBE, Res.TOPIC, t.name)  # rule 33
+        ]
     else:
         auto = v < 4 or request.allow_auto_topic_creation
         for req in request.topics:
-            topics.append(_lookup(broker, v, req, auto))
+            topics.append(_authorized_lookup(broker, ctx, v, req, auto))
+    # KIP-430: what the principal may do, when asked for (Kafka's rules for the two fields).
+    if getattr(request, "include_topic_authorized_operations", False):
+        topics = [
+            dataclasses.replace(
+                t, topic_authorized_operations=authorized_operations(broker, ctx, Res.TOPIC, t.name)
+            )
+            if t.name is not None and t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            else t
+            for t in topics
+        ]
+    cluster_ops = -(2**31)  # not asked for
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_ops = (
+            authorized_operations(broker, ctx, Res.CLUSTER, CLUSTER_NAME)
+            if authorized(broker, ctx, Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME)
+            else 0
+        )
     response = make(
         K,
         v,
@@ -37,10 +67,35 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=cluster_ops,
         error_code=ErrorCode.NONE,  # v13+ (KIP-1102)
     )
     return encode_response(K, v, response)
+
+
+def _authorized_lookup(
+    broker: Broker, ctx: RequestContext, v: int, req: Any, auto_create: bool
+) -> Any:
+    """Rule 33: Describe on the topic; creating it needs Create on the cluster or topic."""
+    if broker.authorizer is None:
+        return _lookup(broker, v, req, auto_create)
+    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if req.name is None:
+        found = broker.topics.topics_by_id.get(getattr(req, "topic_id", None))
+        if found is not None and not authorized(broker, ctx, Op.DESCRIBE, Res.TOPIC, found.name):
+            return _error(v, None, req.topic_id, denied)
+        return _lookup(broker, v, req, auto_create)
+    if not authorized(broker, ctx, Op.DESCRIBE, Res.TOPIC, req.name):
+        return _error(v, req.name, None, denied)
+    if (
+        auto_create
+        and broker.config.auto_create_topics_enable
+        and req.name not in broker.topics.topics
+        and not authorized(broker, ctx, Op.CREATE, Res.CLUSTER, CLUSTER_NAME)
+        and not authorized(broker, ctx, Op.CREATE, Res.TOPIC, req.name)
+    ):
+        return _error(v, req.name, None, denied)
+    return _lookup(broker, v, req, auto_create)
 
 
 def _lookup(broker: Broker, v: int, req: Any, auto_create: bool) -> Any:

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext, partition_errors
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_names,
+    partition_errors,
+)
 from samsa.coordinator.group_coordinator import OffsetToCommit
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -27,6 +36,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         for t in request.topics
         for p in t.partitions
     ]
+    # Rule 33: Read on the group, Read on each topic.
+    if not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):
+        refused = {(o.topic, o.partition): ErrorCode.GROUP_AUTHORIZATION_FAILED for o in offsets}
+        topics = partition_errors(K, v, "OffsetCommit", request.topics, refused)
+        return encode_response(
+            K, v, make(K, v, "OffsetCommitResponse", throttle_time=0, topics=topics)
+        )
+    readable = authorized_names(broker, ctx, Op.READ, Res.TOPIC, {o.topic for o in offsets})
+    denied = {(o.topic, o.partition) for o in offsets if o.topic not in readable}
+    offsets = [o for o in offsets if o.topic in readable]
     errors = broker.groups.commit(
         request.group_id,
         request.generation_id_or_member_epoch,
@@ -34,5 +53,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         getattr(request, "group_instance_id", None),
         offsets,
     )
+    errors = {**errors, **dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
     topics = partition_errors(K, v, "OffsetCommit", request.topics, errors)
     return encode_response(K, v, make(K, v, "OffsetCommitResponse", throttle_time=0, topics=topics))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
 from samsa.coordinator.offsets import FetchedOffset
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -24,14 +24,15 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     if v < 8:
         stable = getattr(request, "require_stable", False)
-        fetched = _fetch(broker, request.group_id, request.topics, stable)
+        group_ok = authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id)  # rule 33
+        fetched = _fetch(broker, ctx, request.group_id, request.topics, stable) if group_ok else []
         topic_cls, part_cls = "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"
         response = make(
             K,
             v,
             "OffsetFetchResponse",
             throttle_time=0,
-            error_code=ErrorCode.NONE,
+            error_code=ErrorCode.NONE if group_ok else ErrorCode.GROUP_AUTHORIZATION_FAILED,
             topics=_topics(v, fetched, topic_cls, part_cls),
         )
         return encode_response(K, v, response)
@@ -41,24 +42,40 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             v,
             "OffsetFetchResponseGroup",
             group_id=g.group_id,
-            error_code=ErrorCode.NONE,
+            error_code=ErrorCode.NONE if ok else ErrorCode.GROUP_AUTHORIZATION_FAILED,
             topics=_topics(
                 v,
-                _fetch(broker, g.group_id, g.topics, request.require_stable),
+                _fetch(broker, ctx, g.group_id, g.topics, request.require_stable) if ok else [],
                 "OffsetFetchResponseTopics",
                 "OffsetFetchResponsePartitions",
             ),
         )
         for g in request.groups
+        for ok in (authorized(broker, ctx, Op.READ, Res.GROUP, g.group_id),)  # rule 33
     )
     return encode_response(K, v, make(K, v, "OffsetFetchResponse", throttle_time=0, groups=groups))
 
 
 def _fetch(
-    broker: Broker, group_id: str, topics: Any, require_stable: bool = False
+    broker: Broker, ctx: RequestContext, group_id: str, topics: Any, require_stable: bool = False
 ) -> list[FetchedOffset]:
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-    return broker.groups.fetch_offsets(group_id, wanted, require_stable)
+    # Rule 33: Describe on each topic; an all-topics answer leaves the others out.
+    if wanted is None:
+        fetched = broker.groups.fetch_offsets(group_id, None, require_stable)
+        allowed = authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, {f.topic for f in fetched})
+        return [f for f in fetched if f.topic in allowed]
+    allowed = authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, {t for t, _ in wanted})
+    fetched = broker.groups.fetch_offsets(
+        group_id, [w for w in wanted if w[0] in allowed], require_stable
+    )
+    denied = [
+        FetchedOffset(t, p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        for t, parts in wanted
+        if t not in allowed
+        for p in parts
+    ]
+    return fetched + denied
 
 
 def _topics(v: int, fetched: list[FetchedOffset], topic_cls: str, part_cls: str) -> tuple[Any, ...]:

@@ -11,7 +11,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import HandlerResult, RequestContext
+from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.handlers._base import (
+    HandlerResult,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_names,
+)
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_response
 from samsa.protocol.records import InvalidBatchError, validate_produce_batch
@@ -22,13 +30,33 @@ if TYPE_CHECKING:
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
+    # Rule 33 (Kafka's checks): Write on each topic; a transactional batch needs Write on its
+    # TransactionalId; only a principal that may Create topics makes one appear.
+    txn_id = request.transactional_id
+    txn_ok = txn_id is not None and authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
+    writable = authorized_names(
+        broker, ctx, Op.WRITE, Res.TOPIC, {t.name for t in request.topic_data}
+    )
+    owner = ctx.principal if broker.authorizer is not None else None
     to_flush: set[Log] = set()
     results: list[tuple[str, list[ProducePartitionResult]]] = []
     flushed: list[tuple[int, int, Log]] = []  # (topic, partition) positions awaiting a flush
     for topic in request.topic_data:
         partitions = []
+        may_create = topic.name in broker.topics.topics or _may_create(broker, ctx, topic.name)
         for pdata in topic.partition_data:
-            result = _append_one(broker, topic.name, pdata, to_flush, request.transactional_id)
+            if topic.name not in writable:
+                result = ProducePartitionResult(pdata.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            else:
+                result = _append_one(
+                    broker,
+                    topic.name,
+                    pdata,
+                    to_flush,
+                    txn_id if txn_ok else None,
+                    owner,
+                    may_create,
+                )
             if result.error_code == ErrorCode.NONE and to_flush:
                 part = broker.topics.get_partition(topic.name, pdata.index)
                 if part is not None and part.log in to_flush:
@@ -74,9 +102,11 @@ def _append_one(
     pdata: Any,
     to_flush: set[Log],
     transactional_id: str | None = None,
+    owner: str | None = None,
+    auto_create: bool = True,
 ) -> ProducePartitionResult:
     index = pdata.index
-    partition = broker.partition_or_error(topic, index, auto_create=True)
+    partition = broker.partition_or_error(topic, index, auto_create=auto_create)
     if isinstance(partition, ErrorCode):
         return ProducePartitionResult(index, partition)
     records = pdata.records
@@ -86,6 +116,18 @@ def _append_one(
         batch = validate_produce_batch(records)
     except InvalidBatchError as exc:
         return ProducePartitionResult(index, exc.code, error_message=str(exc))
+    auth = broker.authorizer
+    if owner is not None and auth is not None and batch.producer_id >= 0:
+        # Rule 33: a producer id is bound to the principal that got it.
+        if not auth.producer_owner_ok(batch.producer_id, owner):
+            code = (
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                if batch.is_transactional
+                else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            )
+            return ProducePartitionResult(
+                index, code, error_message="producer id belongs to another principal"
+            )
     if batch.is_transactional:
         # Rule 19 (KIP-890 part 1): only into a partition of the producer's open transaction.
         code = (
@@ -117,4 +159,10 @@ def _append_one(
         to_flush.add(plog)
     return ProducePartitionResult(
         index, ErrorCode.NONE, result.base_offset, result.log_append_time, plog.log_start_offset
+    )
+
+
+def _may_create(broker: Broker, ctx: RequestContext, topic: str) -> bool:
+    return authorized(broker, ctx, Op.CREATE, Res.CLUSTER, CLUSTER_NAME) or authorized(
+        broker, ctx, Op.CREATE, Res.TOPIC, topic
     )

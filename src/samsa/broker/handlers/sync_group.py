@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import HandlerResult, RequestContext
+from samsa.broker.handlers._base import HandlerResult, Op, RequestContext, Res, authorized
 from samsa.coordinator.group_coordinator import SyncResult
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -17,6 +18,8 @@ K = ApiKey.SYNC_GROUP
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     v = ctx.version
+    if not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):  # rule 33
+        return _encode(v, SyncResult(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     result = broker.groups.sync(
         request.group_id,
         request.generation_id,

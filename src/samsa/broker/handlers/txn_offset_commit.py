@@ -7,8 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext, partition_errors
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_names,
+    partition_errors,
+)
 from samsa.coordinator.offsets import OffsetToCommit
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -30,6 +39,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         for t in request.topics
         for p in t.partitions
     ]
+    # Rule 33: Write on the TransactionalId, Read on the group, Read on each topic.
+    if not authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return _refused(v, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):
+        return _refused(v, request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = authorized_names(broker, ctx, Op.READ, Res.TOPIC, {o.topic for o in offsets})
+    denied = {(o.topic, o.partition) for o in offsets if o.topic not in readable}
+    offsets = [o for o in offsets if o.topic in readable]
     errors = broker.groups.commit_transactional(
         request.transactional_id,
         request.group_id,
@@ -40,6 +57,15 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         getattr(request, "group_instance_id", None),
         offsets,
     )
+    errors = {**errors, **dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
+    topics = partition_errors(K, v, "TxnOffsetCommit", request.topics, errors)
+    return encode_response(
+        K, v, make(K, v, "TxnOffsetCommitResponse", throttle_time=0, topics=topics)
+    )
+
+
+def _refused(v: int, request: Any, code: ErrorCode) -> Body:
+    errors = {(t.name, p.partition_index): code for t in request.topics for p in t.partitions}
     topics = partition_errors(K, v, "TxnOffsetCommit", request.topics, errors)
     return encode_response(
         K, v, make(K, v, "TxnOffsetCommitResponse", throttle_time=0, topics=topics)
