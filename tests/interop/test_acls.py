@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 )
 
 from _broker import BrokerProcess
+from samsa.client import KafkaError, Producer
 from samsa.client._connection import BlockingConnection
 from samsa.client._security import from_config
 from samsa.protocol.errors import ErrorCode
@@ -259,3 +260,22 @@ def test_samsa_acls_cli_and_acls_survive_sigkill(broker: BrokerProcess, tmp_path
     assert removed.returncode == 0, removed.stderr
     assert "1 ACL(s) removed" in removed.stdout
     assert _fetch_code(broker, "bob", "logs-app") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_samsa_client_under_acls(broker: BrokerProcess) -> None:
+    admin = AdminClient(conf(broker, "admin"))
+    admin.create_topics([NewTopic("samsa-orders", 1, 1)])["samsa-orders"].result(10)
+    write = _binding(ResourceType.TOPIC, "samsa-orders", AclOperation.WRITE)
+    for f in admin.create_acls([write]).values():
+        assert f.result(10) is None
+    with Producer({**conf(broker, "alice"), "delivery.timeout.ms": 10_000}) as producer:
+        producer.send("samsa-orders", b"ok")
+        producer.flush(10)
+    # bob may write nowhere: his idempotent producer cannot even get a producer id.
+    with pytest.raises(KafkaError) as refused:
+        with Producer({**conf(broker, "bob"), "delivery.timeout.ms": 10_000}) as producer:
+            producer.send("samsa-orders", b"forged")
+            producer.flush(10)
+    assert refused.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    got, errors = _consume(conf(broker, "admin"), "samsa-orders", "samsa-check", 1)
+    assert (got, errors) == ([b"ok"], set())
