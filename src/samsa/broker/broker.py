@@ -27,6 +27,7 @@ from pathlib import Path
 from samsa.broker.authorizer import AclError, Authorizer, authorizer_enabled, parse_super_users
 from samsa.broker.config import BrokerConfig
 from samsa.broker.coordinator_log import CoordinatorLogs
+from samsa.broker.fetch_session import FetchSessionCache
 from samsa.broker.flusher import Flusher
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topics import Partition, TopicError, TopicManager
@@ -103,6 +104,8 @@ class Broker:
                 )
             except AclError as exc:
                 raise StartupError(str(exc)) from None
+        # KIP-227 incremental fetch sessions (handlers/fetch.py).
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.flusher = Flusher(on_failure=self._flush_failed)
         # Why the data directory went offline (see the module docstring); None while serving.
         self.offline: str | None = None

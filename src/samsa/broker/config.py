@@ -33,6 +33,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "max.connections.per.ip": "max_connections_per_ip",
     "log.max.open.files": "log_max_open_files",
     "max.partitions": "max_partitions",
+    "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
     "broker.id": "broker_id",
     "node.id": "broker_id",
     "log.dirs": "data_dir",
@@ -150,6 +151,7 @@ _RANGES: dict[str, Range] = {
     "max_connections_per_ip": Range(1),
     "log_max_open_files": Range(1),  # samsa's own
     "max_partitions": Range(1),  # samsa's own
+    "max_incremental_fetch_session_cache_slots": Range(0),
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
@@ -260,6 +262,8 @@ class BrokerConfig:
     # included); CreateTopics and CreatePartitions past it get INVALID_PARTITIONS. Each
     # partition costs a directory, open files and memory: a client must not ask for 2^31.
     max_partitions: int = 100_000
+    # KIP-227: fetch sessions kept at once (broker/fetch_session.py); 0: none.
+    max_incremental_fetch_session_cache_slots: int = 1000
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
     # Broker defaults of the topic configs segment.ms, cleanup.policy, message.timestamp.type.

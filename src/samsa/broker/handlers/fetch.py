@@ -4,8 +4,9 @@ On connections that can (plain sockets), runs of batches of ``ZERO_COPY_MIN`` by
 stay in the segment files as pinned slices that the server sends with ``os.sendfile``; other
 record bytes go from ``os.pread`` into the response pieces without another copy. When less
 than ``min_bytes`` is available the request waits (up to ``max_wait``) for an append to any
-of its partitions, then reads again. Fetch sessions (KIP-227) are not kept: we answer with
-session id 0, which tells clients to keep sending full fetch requests.
+of its partitions, then reads again. Fetch sessions (KIP-227, broker/fetch_session.py):
+incremental requests fetch every partition of their session and are answered with the
+partitions that have news only.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
+from samsa.broker.fetch_session import FetchSessionCache, SessionContext, TopicKey
 from samsa.broker.handlers._base import HandlerResult, Op, RequestContext, Res, authorized_names
 from samsa.log.log import OffsetOutOfRangeError, release_chunks
 from samsa.log.segment import CorruptSegmentError
@@ -39,23 +42,62 @@ ZERO_COPY_MIN = 16 * 1024
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     zero_copy_min = ZERO_COPY_MIN if ctx.zero_copy else 0
-    denied = _unreadable(broker, ctx, _keys(request))
-    results, size, partitions, errors = _read_all(broker, request, zero_copy_min, denied)
+    sessions = broker.fetch_sessions
+    sctx = sessions.new_context(ctx.version, request, _now_ms())
+    if sctx.error:
+        return encode_fetch_response(ctx.version, [], error_code=sctx.error)
+    # Rule 33 on every fetch, of a session's partitions too (as Kafka's fetch context).
+    denied = _unreadable(broker, ctx, _keys(sctx))
+    results, size, partitions, errors = _read_all(
+        broker, request, sctx.topics, zero_copy_min, denied
+    )
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
-        return encode_fetch_response(ctx.version, results)
+        return _respond(sessions, ctx.version, sctx, results)
     _release(results)  # not the answer: it waits for more
-    return _long_poll(broker, ctx, request, partitions, wait_ms)
+    return _long_poll(broker, ctx, request, sctx, partitions, wait_ms)
 
 
-def _release(results: list[tuple[str | uuid.UUID, list[FetchPartitionResult]]]) -> None:
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _respond(
+    sessions: FetchSessionCache,
+    version: int,
+    sctx: SessionContext,
+    results: list[tuple[TopicKey, list[FetchPartitionResult]]],
+) -> list[Sized]:
+    session = sctx.session
+    if session is None:
+        session_id = 0
+        if sctx.create:
+            session_id = sessions.maybe_create(version, sctx.topics, results, _now_ms())
+        return encode_fetch_response(version, results, session_id=session_id)
+    if not sessions.still_current(sctx):
+        # Another request moved the session on while this one waited (Kafka: a duplicate).
+        _release(results)
+        return encode_fetch_response(
+            version, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, session_id=session.id
+        )
+    return encode_fetch_response(
+        version, sessions.respond_incremental(sctx, results), session_id=session.id
+    )
+
+
+def _release(results: list[tuple[TopicKey, list[FetchPartitionResult]]]) -> None:
     for _topic, parts in results:
         for part in parts:
             release_chunks(part.records)
 
 
 async def _long_poll(
-    broker: Broker, ctx: RequestContext, request: Any, partitions: list[Partition], wait_ms: int
+    broker: Broker,
+    ctx: RequestContext,
+    request: Any,
+    sctx: SessionContext,
+    partitions: list[Partition],
+    wait_ms: int,
 ) -> list[Sized]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
@@ -71,17 +113,18 @@ async def _long_poll(
         results, size, partitions, errors = _read_all(
             broker,
             request,
+            sctx.topics,
             ZERO_COPY_MIN if ctx.zero_copy else 0,
-            _unreadable(broker, ctx, _keys(request)),
+            _unreadable(broker, ctx, _keys(sctx)),
         )
         if size >= request.min_bytes or errors or not partitions or loop.time() >= deadline:
-            return encode_fetch_response(ctx.version, results)
+            return _respond(broker.fetch_sessions, ctx.version, sctx, results)
         _release(results)
 
 
-def _keys(request: Any) -> list[str | uuid.UUID]:
-    """The request's topics: ids from v13 (KIP-516), names before."""
-    return [t.topic if getattr(t, "topic_id", None) is None else t.topic_id for t in request.topics]
+def _keys(sctx: SessionContext) -> list[TopicKey]:
+    """The topics to fetch: ids from v13 (KIP-516), names before."""
+    return [key for key, _parts in sctx.topics]
 
 
 def _unreadable(
@@ -100,25 +143,30 @@ def _unreadable(
 
 
 def _read_all(
-    broker: Broker, request: Any, zero_copy_min: int = 0, denied: frozenset[str] = frozenset()
-) -> tuple[list[tuple[str | uuid.UUID, list[FetchPartitionResult]]], int, list[Partition], bool]:
+    broker: Broker,
+    request: Any,
+    topics: list[tuple[TopicKey, Sequence[Any]]],
+    zero_copy_min: int = 0,
+    denied: frozenset[str] = frozenset(),
+) -> tuple[list[tuple[TopicKey, list[FetchPartitionResult]]], int, list[Partition], bool]:
+    """Read ``topics`` (topic, partition entries with fetch_offset and partition_max_bytes:
+    the request's own or a session's) within the request's size limits."""
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = getattr(request, "max_bytes", 0x7FFFFFFF)
     total = 0
     errors = False
     found: list[Partition] = []
     results = []
-    for topic in request.topics:
+    for key, requested in topics:
         out = []
         # v13+ names topics by id (KIP-516); earlier versions by name.
-        by_id = getattr(topic, "topic_id", None)
-        if by_id is not None:
-            known = broker.topics.topics_by_id.get(by_id)
+        if isinstance(key, uuid.UUID):
+            known = broker.topics.topics_by_id.get(key)
             name = known.name if known is not None else None
             missing = ErrorCode.UNKNOWN_TOPIC_ID
         else:
-            name, missing = topic.topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        for req in topic.partitions:
+            name, missing = key, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for req in requested:
             if broker.offline is not None:
                 out.append(FetchPartitionResult(req.partition, ErrorCode.KAFKA_STORAGE_ERROR))
                 errors = True
@@ -187,5 +235,5 @@ def _read_all(
                     read.size,
                 )
             )
-        results.append((by_id if by_id is not None else topic.topic, out))
+        results.append((key, out))
     return results, total, found, errors
