@@ -13,10 +13,12 @@ sessions. A full fetch that finds no free slot may evict, in this order: the lea
 used session if unused for ``EVICTION_MS``; else the smallest session (fewest partitions, then
 lowest id) among those older than ``EVICTION_MS``, when the new one has more partitions; else
 no session is made (session id 0 in the response, the client goes on with full fetches).
-samsa's own bound: a session holds at most ``MAX_SESSION_PARTITIONS`` partitions (Kafka has
-none; partitions named in requests need not exist). A full fetch over it gets no session; an
-incremental one that would grow a session past it closes the session and is answered
-FETCH_SESSION_ID_NOT_FOUND, on which clients start over with a full fetch.
+samsa's own bound: all sessions together hold at most ``MAX_CACHED_PARTITIONS`` partitions
+(Kafka has none, and partitions named in requests need not exist: 1000 sessions of 100,000
+made-up partitions each would be gigabytes). A full fetch whose session would not fit (after
+evicting stale sessions) gets none; an incremental one that would grow its session past the
+bound closes it and is answered FETCH_SESSION_ID_NOT_FOUND, on which clients start over with
+a full fetch.
 
 Sans-IO: the cache is told the time (milliseconds); the handler does the reading.
 """
@@ -37,7 +39,7 @@ FINAL_EPOCH = -1
 # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: how long a session is safe from eviction
 # after creation, and unused for how long it is stale.
 EVICTION_MS = 120_000
-MAX_SESSION_PARTITIONS = 10_000
+MAX_CACHED_PARTITIONS = 100_000  # ~100 bytes each
 
 TopicKey = str | uuid.UUID  # a name up to Fetch v12, a topic id from v13 (KIP-516)
 
@@ -118,13 +120,14 @@ class SessionContext:
 
 class FetchSessionCache:
     def __init__(self, max_entries: int = 1000, eviction_ms: int = EVICTION_MS,
-                 max_partitions: int = MAX_SESSION_PARTITIONS,
+                 max_partitions: int = MAX_CACHED_PARTITIONS,
                  rng: random.Random | None = None) -> None:  # fmt: skip
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
         self.max_partitions = max_partitions
         self._rng = rng or random.Random()
         self.sessions: dict[int, FetchSession] = {}
+        self._cached = 0  # partitions held by all sessions
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -132,7 +135,12 @@ class FetchSessionCache:
 
     @property
     def total_partitions(self) -> int:
-        return sum(len(s.partitions) for s in self.sessions.values())
+        return self._cached
+
+    def _remove(self, session_id: int) -> None:
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            self._cached -= len(session.partitions)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -145,7 +153,7 @@ class FetchSessionCache:
         session_id, epoch = request.session_id, request.session_epoch
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
             if session_id != INVALID_SESSION_ID:
-                self.sessions.pop(session_id, None)  # a full fetch closes the session it names
+                self._remove(session_id)  # a full fetch closes the session it names
             return SessionContext(topics, create=epoch == INITIAL_EPOCH)
         session = self.sessions.get(session_id)
         if session is None:
@@ -155,6 +163,7 @@ class FetchSessionCache:
         if session.uses_topic_ids != uses_ids:
             return SessionContext([], error=ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
         parts = session.partitions
+        before = len(parts)
         for topic, requested in topics:
             for req in requested:
                 cached = parts.get((topic, req.partition))
@@ -169,12 +178,13 @@ class FetchSessionCache:
             topic = _topic_key(forgotten, uses_ids)
             for p in forgotten.partitions:
                 parts.pop((topic, p), None)
-        if len(parts) > self.max_partitions:
-            del self.sessions[session.id]
+        self._cached += len(parts) - before
+        if self._cached > self.max_partitions:
+            self._remove(session.id)
             return SessionContext([], error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if not parts:
             # Nothing left to fetch: Kafka closes the session and answers sessionless.
-            del self.sessions[session.id]
+            self._remove(session.id)
             return SessionContext(topics)
         session.last_used_ms = now_ms
         session.epoch = next_epoch(session.epoch)
@@ -225,8 +235,9 @@ class FetchSessionCache:
         its id, or 0 when there is no room (Kafka's maybeCreateSession)."""
         offsets = {(t, r.partition): r for t, reqs in requested for r in reqs}
         size = len(offsets)
-        if size > self.max_partitions:
-            return INVALID_SESSION_ID
+        while self._cached + size > self.max_partitions:
+            if not self._evict_stale(now_ms):
+                return INVALID_SESSION_ID
         if len(self.sessions) >= self.max_entries and not self._try_evict(size, now_ms):
             return INVALID_SESSION_ID
         session_id = self._new_id()
@@ -240,6 +251,7 @@ class FetchSessionCache:
                 cached.must_respond(r.error_code, r.high_watermark, r.log_start_offset, 0)
                 session.partitions[(topic, r.index)] = cached
         self.sessions[session_id] = session
+        self._cached += len(session.partitions)
         return session_id
 
     def _try_evict(self, size: int, now_ms: int) -> bool:
@@ -247,10 +259,7 @@ class FetchSessionCache:
         # evictable sets are one: sessions created more than eviction_ms ago.
         if not self.sessions:
             return False
-        lru = min(self.sessions.values(), key=lambda s: (s.last_used_ms, s.id))
-        if now_ms - lru.last_used_ms > self.eviction_ms:
-            del self.sessions[lru.id]
-            self.evictions += 1
+        if self._evict_stale(now_ms):
             return True
         old = [s for s in self.sessions.values() if now_ms - s.created_ms > self.eviction_ms]
         if not old:
@@ -258,7 +267,18 @@ class FetchSessionCache:
         victim = min(old, key=lambda s: (len(s.partitions), s.id))
         if (size, 0) < (len(victim.partitions), victim.id):
             return False
-        del self.sessions[victim.id]
+        self._remove(victim.id)
+        self.evictions += 1
+        return True
+
+    def _evict_stale(self, now_ms: int) -> bool:
+        """Evict the least recently used session if unused for more than eviction_ms."""
+        if not self.sessions:
+            return False
+        lru = min(self.sessions.values(), key=lambda s: (s.last_used_ms, s.id))
+        if now_ms - lru.last_used_ms <= self.eviction_ms:
+            return False
+        self._remove(lru.id)
         self.evictions += 1
         return True
 

@@ -304,12 +304,20 @@ def test_cache_evicts_a_smaller_old_session_for_a_bigger_one() -> None:
     assert _full(cache, 1000, now=later + 2) == 0
 
 
-def test_session_partitions_are_bounded() -> None:
+def test_partitions_of_all_sessions_are_bounded() -> None:
     cache = FetchSessionCache(max_entries=10, max_partitions=4)
     assert _full(cache, 5, now=0) == 0  # over the bound: no session
-    sid = _full(cache, 4, now=0)
-    assert sid != 0
-    grow = _Req(topics=[_Topic("t", [_Part(9)])], session_id=sid, session_epoch=1)
-    ctx = cache.new_context(V, grow, now_ms=1)
-    assert ctx.error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND and sid not in cache.sessions
+    a = _full(cache, 3, now=0)
+    assert a != 0
+    assert _full(cache, 2, now=1) == 0  # 3 + 2 > 4, and a is not stale
+    grow = _Req(topics=[_Topic("t", [_Part(8)])], session_id=a, session_epoch=1)
+    assert cache.new_context(V, grow, now_ms=2).error == 0 and cache.total_partitions == 4
+    grow = _Req(topics=[_Topic("t", [_Part(9)])], session_id=a, session_epoch=2)
+    ctx = cache.new_context(V, grow, now_ms=3)
+    assert ctx.error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND and a not in cache.sessions
     assert cache.total_partitions == 0
+    # A stale session is evicted to make room.
+    b = _full(cache, 3, now=10)
+    c = _full(cache, 2, now=10 + EVICTION_MS + 1)
+    assert c != 0 and set(cache.sessions) == {c} and cache.total_partitions == 2
+    assert b not in cache.sessions
