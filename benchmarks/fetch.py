@@ -6,6 +6,7 @@ values), then read back from offset 0:
 
 - "consumer, fetch.queue.backoff.ms=0": librdkafka fetches again as soon as a response is
   in, so the broker is the bound;
+- "consumer, backoff=0, 8 MiB/partition": the same with ``max.partition.fetch.bytes`` 8 MiB;
 - "consumer, backoff=0, wait.max.ms=10": the same with a short long-poll wait (below);
 - "consumer, librdkafka defaults": ``fetch.queue.backoff.ms`` at its default (1 s), which
   stalls both brokers after the first prefetch;
@@ -20,8 +21,9 @@ end are fetchable, librdkafka (one Fetch in flight per broker) sends a Fetch of 
 and the broker waits ``fetch.wait.max.ms`` for data as Kafka's does, while the consumer's
 queue runs dry. Tansu answers ~5.3 MB per partition whatever ``max.partition.fetch.bytes``
 says (samsa keeps to it, as Kafka), so it needs about half the Fetch cycles and fell into that
-state in 0 of 5 reads, samsa in 4 of 5. With the wait at 10 ms (second row) the stall is gone
-and the two brokers read at the same rate.
+state in 0 of 5 reads, samsa in 4 of 5. With the wait at 10 ms the stall is gone and the two
+brokers read at the same rate. Each consumer read notes its longest consume() wait, and a
+table counts the reads with a stall (a wait of 300 ms or more).
 
 Each row is the median of ``--repeats`` reads (alternating samsa, Tansu, Tansu, samsa...),
 records/s over wall-clock time from the first message; "cpu: broker" is the broker
@@ -42,6 +44,8 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,7 +59,6 @@ from produce import (
     _collapsed_report,
     _print_run,
     _timed,
-    confluent_fetch,
     ensure_topic,
     high_watermarks,
     median,
@@ -74,6 +77,11 @@ LIBRDKAFKA_FETCH_DEFAULTS = {
 }
 
 
+# A consume() call that waits this long for its messages is a stall (a normal 10,000-message
+# call takes ~10 ms): the read's longest wait is in each run's note.
+STALL_S = 0.3
+
+
 def consumer_fetch(
     port: int,
     ends: dict[int, int],
@@ -81,16 +89,58 @@ def consumer_fetch(
     partition_bytes: int | None = None,
     wait_ms: int | None = None,
 ) -> Result:
-    """confluent_fetch with ``fetch.queue.backoff.ms`` set (None: librdkafka's default)."""
+    """Read offsets [0, ends[p]) with a confluent-kafka consumer, as produce.py's
+    confluent_fetch, with ``fetch.queue.backoff.ms`` set (None: librdkafka's default) and
+    the longest consume() wait after the first message noted."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
     # librdkafka's own fetch sizes and wait, not produce.py's larger ones.
-    extra: dict[str, object] = dict(LIBRDKAFKA_FETCH_DEFAULTS)
+    config: dict[str, object] = {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "group.id": "samsa-bench",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        **LIBRDKAFKA_FETCH_DEFAULTS,
+    }
     if backoff_ms is not None:
-        extra["fetch.queue.backoff.ms"] = backoff_ms
+        config["fetch.queue.backoff.ms"] = backoff_ms
     if partition_bytes is not None:
-        extra["max.partition.fetch.bytes"] = partition_bytes
+        config["max.partition.fetch.bytes"] = partition_bytes
     if wait_ms is not None:
-        extra["fetch.wait.max.ms"] = wait_ms
-    return confluent_fetch(port, TOPIC, ends, MAX_SECONDS, extra)
+        config["fetch.wait.max.ms"] = wait_ms
+    consumer = Consumer(config)
+    expected = sum(ends.values())
+    errors: Counter[int] = Counter()
+    records = 0
+    longest = 0.0
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p, end in ends.items() if end])
+        # The clock starts at the first message: connecting and metadata are not counted.
+        start = cpu0 = 0.0
+        deadline = time.perf_counter() + 30.0  # for the first message
+        while records < expected and time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            msgs = consumer.consume(num_messages=10_000, timeout=0.5)
+            if records:
+                longest = max(longest, time.perf_counter() - t0)
+            for msg in msgs:
+                err = msg.error()
+                if err is None:
+                    if not records:
+                        start, cpu0 = time.perf_counter(), time.process_time()
+                        deadline = start + MAX_SECONDS
+                    if msg.offset() < ends[msg.partition()]:
+                        records += 1
+                elif err.code() != KafkaError._PARTITION_EOF:
+                    errors[int(err.code())] += 1
+        seconds = time.perf_counter() - start if records else 0.0
+        cpu = time.process_time() - cpu0 if records else 0.0
+    finally:
+        consumer.close()
+    note = f"longest wait {longest * 1000:.0f} ms"
+    if records != expected:
+        note += f"; read {records} of {expected}"
+    return Result(records, seconds, errors, note, cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +250,19 @@ def main(argv: list[str] | None = None) -> int:
             if res.get("tansu") and res["tansu"].rate:
                 line += "".join(f"{res[n].rate / res['tansu'].rate:>17.2f}x" for n in ratios)
             print(line)
+        print(f"\nreads with a consume() wait of {STALL_S * 1000:.0f} ms or more")
+        print(f"{'workload':<38}" + "".join(f"{n:>14}" for n in names))
+        for label, _res in table:
+            if not label.startswith("consumer"):
+                continue
+            stalls = {
+                n: sum(1 for r in rs if _longest_wait(r) >= STALL_S)
+                for n, rs in runs_of[label].items()
+            }
+            print(
+                f"{label:<38}"
+                + "".join(f"{f'{stalls[n]} of {len(runs_of[label][n])}':>14}" for n in names)
+            )
         # What the broker spent, whatever the client and the noisy machine did to the rates.
         print("\nbroker CPU ms per million records read (median of the runs)")
         print(f"{'workload':<38}" + "".join(f"{n:>14}" for n in names))
@@ -212,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _longest_wait(r: Result) -> float:
+    for part in r.note.split(";"):
+        part = part.strip()
+        if part.startswith("longest wait "):
+            return float(part.split()[2]) / 1000
+    return 0.0
 
 
 if __name__ == "__main__":
