@@ -21,9 +21,10 @@ end are fetchable, librdkafka (one Fetch in flight per broker) sends a Fetch of 
 and the broker waits ``fetch.wait.max.ms`` for data as Kafka's does, while the consumer's
 queue runs dry. Tansu answers ~5.3 MB per partition whatever ``max.partition.fetch.bytes``
 says (samsa keeps to it, as Kafka), so it needs about half the Fetch cycles and fell into that
-state in 0 of 5 reads, samsa in 4 of 5. With the wait at 10 ms the stall is gone and the two
-brokers read at the same rate. Each consumer read notes its longest consume() wait, and a
-table counts the reads with a stall (a wait of 300 ms or more).
+state in 0 of 5 reads, samsa in 4 of 5. With the wait at 10 ms the stall is gone (the ratio
+then swings 0.76x-1.31x run to run on the shared VM; see benchmarks/README.md). Each consumer
+read notes its longest consume() wait, and a table counts the reads with a stall (a wait of
+300 ms or more).
 
 Each row is the median of ``--repeats`` reads (alternating samsa, Tansu, Tansu, samsa...),
 records/s over wall-clock time from the first message; "cpu: broker" is the broker
