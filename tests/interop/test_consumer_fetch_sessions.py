@@ -10,16 +10,30 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer import fetcher as kp_fetcher
 
 from samsa.client._connection import BlockingConnection
-from samsa.testing import create_topic
+from samsa.client._security import from_config
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.testing import create_topic, fetch_request
 
 PARTITIONS = 3
 FIRST = 50  # records per partition before the consumers start
@@ -127,3 +141,66 @@ def test_consumers_read_through_incremental_fetch_sessions(
     (sid,) = session_ids
     assert [e for i, e in sent if i == sid and e >= 1][:3] == [1, 2, 3]
     assert all(err == 0 for err, _ in answered)
+
+
+def _session_fetch(conn: BlockingConnection, session_id: int, epoch: int) -> Any:
+    """An incremental Fetch v12 that changes nothing in the session."""
+    req = make_request(
+        ApiKey.FETCH, 12, "FetchRequest", cluster_id=None, replica_id=-1, max_wait=0,
+        min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=session_id,
+        session_epoch=epoch, topics=(), forgotten_topics_data=(), rack_id="",
+    )  # fmt: skip
+    return conn.request(ApiKey.FETCH, 12, req)
+
+
+def test_session_partitions_are_authorized_on_every_fetch(broker_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Rule 33 holds for the partitions a session fetches without naming them: once bob's
+    Read ACL is gone, his next incremental fetch gets TOPIC_AUTHORIZATION_FAILED for them."""
+    users = tmp_path / "plain-users"
+    users.write_text("admin=admin-pw\nbob=bob-pw\n")
+    broker = broker_factory(
+        overrides={
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.plain.users.file": str(users),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+        }
+    ).start()
+
+    def conf(user: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": broker.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": f"{user}-pw",
+        }
+
+    admin = AdminClient(conf("admin"))
+    admin.create_topics([NewTopic("guarded", 1, 1)])["guarded"].result(10)
+    read = AclBinding(ResourceType.TOPIC, "guarded", ResourcePatternType.LITERAL, "User:bob",
+                      "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+    for f in admin.create_acls([read]).values():
+        f.result(10)
+    with BlockingConnection("127.0.0.1", broker.port, security=from_config(conf("bob"))) as bob:
+        opening = replace(fetch_request({("guarded", 0): 0}, version=12), session_epoch=0)
+        full = bob.request(ApiKey.FETCH, 12, opening)
+        part = full.responses[0].partitions[0]
+        assert int(part.error_code) == ErrorCode.NONE and full.session_id != 0
+        assert _session_fetch(bob, full.session_id, 1).responses == ()  # nothing new
+        gone = AclBindingFilter(
+            ResourceType.TOPIC,
+            "guarded",
+            ResourcePatternType.LITERAL,
+            "User:bob",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+        for f in admin.delete_acls([gone]).values():
+            assert len(f.result(10)) == 1
+        denied = _session_fetch(bob, full.session_id, 2)
+        assert int(denied.error_code) == 0
+        codes = [int(p.error_code) for t in denied.responses for p in t.partitions]
+        assert codes == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
