@@ -35,6 +35,7 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/coordinator/test_group_coordinator.py",
         "tests/unit/coordinator/test_txn_offsets_order.py",
     ),
+    "Consumer groups of the consumer protocol": ("tests/unit/coordinator/test_consumer_group.py",),
     "Coordinators and replay": (
         "tests/unit/coordinator/test_lost_state.py",
         "tests/unit/coordinator/test_txn_runtime.py",

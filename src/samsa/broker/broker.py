@@ -31,6 +31,7 @@ from samsa.broker.fetch_session import FetchSessionCache
 from samsa.broker.flusher import Flusher
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topics import Partition, TopicError, TopicManager
+from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
 from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
 from samsa.coordinator.transaction_coordinator import TxnConfig
@@ -123,8 +124,20 @@ class Broker:
         # Group coordinator: state rebuilt from __consumer_offsets; it asks the transaction
         # coordinator whether a TxnOffsetCommit's producer may write (rule 19).
         self.groups = GroupCoordinatorRuntime(
-            self.coordinator_logs, _group_config(config), now_ms, self.transactions.verify
+            self.coordinator_logs,
+            _group_config(config),
+            now_ms,
+            self.transactions.verify,
+            self._topic_infos,
         )
+
+    def _topic_infos(self) -> dict[str, TopicInfo]:
+        """What consumer groups may subscribe to: the topics that are not internal."""
+        return {
+            t.name: TopicInfo(t.name, t.topic_id, len(t.partitions))
+            for t in self.topics.topics.values()
+            if not t.internal
+        }
 
     @property
     def node_id(self) -> int:
@@ -332,6 +345,12 @@ def _group_config(config: BrokerConfig) -> GroupConfig:
         max_session_timeout_ms=config.group_max_session_timeout_ms,
         offsets_retention_ms=config.offsets_retention_minutes * 60_000,
         offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        consumer=ConsumerConfig(
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            assignors=tuple(a.strip() for a in config.group_consumer_assignors.split(",")),
+            max_size=config.group_consumer_max_size,
+        ),
     )
 
 

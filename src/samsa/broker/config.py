@@ -59,6 +59,10 @@ _KAFKA_NAMES: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
     "group.min.session.timeout.ms": "group_min_session_timeout_ms",
     "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "group.consumer.session.timeout.ms": "group_consumer_session_timeout_ms",
+    "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
+    "group.consumer.assignors": "group_consumer_assignors",
+    "group.consumer.max.size": "group_consumer_max_size",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
@@ -171,6 +175,9 @@ _RANGES: dict[str, Range] = {
     "group_initial_rebalance_delay_ms": Range(0),
     "group_min_session_timeout_ms": Range(0),
     "group_max_session_timeout_ms": Range(0),
+    "group_consumer_session_timeout_ms": Range(1),  # KIP-848 groups, as Kafka: atLeast(1)
+    "group_consumer_heartbeat_interval_ms": Range(1),
+    "group_consumer_max_size": Range(1),
     "offsets_retention_minutes": Range(1),
     "offsets_retention_check_interval_ms": Range(1, LONG_MAX),
     "transaction_state_log_num_partitions": Range(1),
@@ -286,6 +293,11 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_assignors: str = "uniform,range"  # the first is the default
+    # Kafka's default is Integer.MAX_VALUE; bounded here as every client-made resource is.
+    group_consumer_max_size: int = 1000
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     transaction_state_log_num_partitions: int = 50
@@ -355,6 +367,14 @@ class BrokerConfig:
             raise ConfigError(
                 "log.cleaner.io.max.bytes.per.second must be positive, "
                 f"got {self.log_cleaner_io_max_bytes_per_second}"
+            )
+        from samsa.coordinator.assignors import ASSIGNORS
+
+        names = [a.strip() for a in self.group_consumer_assignors.split(",")]
+        if not names or any(n not in ASSIGNORS for n in names):
+            raise ConfigError(
+                f"group.consumer.assignors must name assignors of {sorted(ASSIGNORS)}, "
+                f"got {self.group_consumer_assignors!r}"
             )
         if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
             raise ConfigError(  # as KafkaConfig requires

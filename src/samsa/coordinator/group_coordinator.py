@@ -42,10 +42,19 @@ import dataclasses
 import enum
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from samsa.coordinator.consumer_group_coordinator import (
+    ConsumerConfig,
+    ConsumerGroupDescription,
+    ConsumerGroups,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatResult,
+    TopicInfo,
+)
+from samsa.coordinator.consumer_group_records import ConsumerGroupKey
 from samsa.coordinator.group import Group, GroupState, Member
 from samsa.coordinator.offsets import (
     OFFSETS_TOPIC,
@@ -102,6 +111,7 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    consumer: ConsumerConfig = field(default_factory=ConsumerConfig)  # KIP-848 groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +222,8 @@ class GroupCoordinator:
         self._loading = False
         self._next_expiry_check_ms: int | None = None
         self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
+        # KIP-848 consumer groups; a group id names a classic or a consumer group, not both.
+        self.consumer = ConsumerGroups(self.config.consumer, self._emit)
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)
@@ -274,6 +286,9 @@ class GroupCoordinator:
             return JoinResult(E.INVALID_GROUP_ID, req.member_id)
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, req.member_id)
+        if req.group_id in self.consumer.groups:
+            # A consumer-protocol group: classic members cannot join (no migration).
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_id:
@@ -651,6 +666,36 @@ class GroupCoordinator:
             results.append((member_id, iid, E.NONE))
         return self._outcome((E.NONE, results))
 
+    # == ConsumerGroupHeartbeat (KIP-848) =========================================================
+
+    def consumer_heartbeat(
+        self, req: ConsumerHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
+    ) -> Outcome[CoordinatorRecord, ConsumerHeartbeatResult]:
+        """A consumer-protocol member's heartbeat (``consumer_group_coordinator.py``). An
+        empty classic group becomes a consumer group when such a member joins it (Kafka's
+        ``group.consumer.migration.policy`` for empty groups); a classic group with members
+        is not a consumer group (GROUP_ID_NOT_FOUND)."""
+        classic = self.groups.get(req.group_id)
+        if classic is not None and req.group_id not in self.consumer.groups:
+            if classic.members or not classic.is_in(S.EMPTY):
+                return self._outcome(
+                    ConsumerHeartbeatResult(
+                        E.GROUP_ID_NOT_FOUND,
+                        f"group {req.group_id} is not a consumer group",
+                        req.member_id or None,
+                    )
+                )
+        result = self.consumer.heartbeat(req, topics, now_ms)
+        if classic is not None and result.error == E.NONE and classic.stored is not None:
+            # The classic group's metadata goes first: replay order is log order.
+            self._buf.records.insert(0, CoordinatorRecord(GroupMetadataKey(req.group_id), None))
+        return self._outcome(result)
+
+    def describe_consumer_group(
+        self, group_id: str, topics: Mapping[str, TopicInfo]
+    ) -> ConsumerGroupDescription:
+        return self.consumer.describe(group_id, topics)
+
     # == offsets ===================================================================================
 
     def commit_offsets(
@@ -698,6 +743,9 @@ class GroupCoordinator:
         heartbeat."""
         if not group_id:
             return E.INVALID_GROUP_ID
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            return self.consumer.validate_commit(cgroup, member_id, generation)
         group = self.groups.get(group_id)
         if group is None:
             # A group only storing offsets ("simple" consumer); replaying the commit creates
@@ -733,6 +781,17 @@ class GroupCoordinator:
         self, group_id: str, topics: list[tuple[str, list[int]]], now_ms: int
     ) -> Outcome[CoordinatorRecord, Any]:
         """OffsetDelete: (top-level error, {(topic, partition): error})."""
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            names = {n for m in cgroup.members.values() for n in m.metadata.subscribed_topic_names}
+            errors = {
+                (t, p): E.GROUP_SUBSCRIBED_TO_TOPIC if t in names else E.NONE
+                for t, ps in topics
+                for p in ps
+            }
+            deleted = [tp for tp, e in errors.items() if e == E.NONE]
+            self._buf.records += self.offsets.tombstones(group_id, deleted)
+            return self._outcome((E.NONE, errors))
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.DEAD):
             return self._outcome((E.GROUP_ID_NOT_FOUND, {}))
@@ -758,7 +817,36 @@ class GroupCoordinator:
             if not g.is_in(S.DEAD) and (not wanted or g.state.value.lower() in wanted)
         ]
 
+    def list_consumer_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer-protocol group, optionally of some states."""
+        wanted = {s.lower() for s in states}
+        return [
+            (g.group_id, g.state)
+            for g in self.consumer.groups.values()
+            if not wanted or g.state.lower() in wanted
+        ]
+
     def describe_group(self, group_id: str) -> GroupDescription:
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:  # DescribeGroups of a consumer group: what the classic form has
+            return GroupDescription(
+                group_id,
+                E.NONE,
+                cgroup.state,
+                "consumer",
+                "",
+                tuple(
+                    MemberDescription(
+                        m.member_id,
+                        m.instance_id,
+                        m.metadata.client_id,
+                        m.metadata.client_host,
+                        b"",
+                        b"",
+                    )
+                    for m in cgroup.members.values()
+                ),
+            )
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, E.NONE, S.DEAD.value, "", "")
@@ -797,6 +885,15 @@ class GroupCoordinator:
         """Response: {group id: error}. Only groups without members can be deleted."""
         errors: dict[str, ErrorCode] = {}
         for gid in group_ids:
+            cgroup = self.consumer.groups.get(gid)
+            if cgroup is not None:
+                if cgroup.members:
+                    errors[gid] = E.NON_EMPTY_GROUP
+                else:
+                    errors[gid] = E.NONE
+                    self._buf.records += self.offsets.tombstones(gid, self.offsets.committed(gid))
+                    self.consumer.delete(cgroup)
+                continue
             group = self.groups.get(gid)
             if group is None or group.is_in(S.DEAD):
                 errors[gid] = E.GROUP_ID_NOT_FOUND
@@ -840,6 +937,7 @@ class GroupCoordinator:
                     for m in laggards:
                         self._remove_member_and_update_group(group, m, now_ms)
             self._maybe_complete_join(group, now_ms)
+        self.consumer.tick(now_ms)
         if self._next_expiry_check_ms is None:
             self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
         elif now_ms >= self._next_expiry_check_ms:
@@ -885,9 +983,16 @@ class GroupCoordinator:
         ``log_offset`` is the record's offset in its partition: offset commits are ordered by
         it (:meth:`OffsetStore.replay`); without it the record is applied unconditionally."""
         key, value = record.key, record.value
+        if isinstance(key, ConsumerGroupKey):
+            classic = self.groups.get(key.group)
+            if classic is not None and not classic.members:
+                del self.groups[key.group]  # an empty classic group became a consumer group
+            self.consumer.replay(key, value, now_ms)  # type: ignore[arg-type]
+            return
         group = self.groups.get(key.group)
         if isinstance(key, OffsetCommitKey):
-            if self.offsets.replay(record, log_offset) and value is not None and group is None:
+            known = group is not None or key.group in self.consumer.groups
+            if self.offsets.replay(record, log_offset) and value is not None and not known:
                 self.groups[key.group] = Group(key.group)  # a group only storing offsets
             return
         if value is None:
@@ -895,7 +1000,7 @@ class GroupCoordinator:
                 return
             if group.members:
                 group.stored = None  # deleted under live members: they rewrite it at sync
-            elif self.offsets.has_offsets(key.group):
+            elif self.offsets.has_offsets(key.group) and key.group not in self.consumer.groups:
                 # Its offsets outlive the metadata: a group that only stores offsets.
                 self.groups[key.group] = Group(key.group)
             else:
@@ -950,4 +1055,22 @@ class GroupCoordinator:
                     ],
                 )
             out[gid] = entry
+        for gid, cg in sorted(self.consumer.groups.items()):
+            out[f"consumer:{gid}"] = {
+                "offsets": dict(sorted(self.offsets.committed(gid).items())),
+                "epochs": (cg.group_epoch, cg.assignment_epoch),
+                "targets": sorted(cg.targets.items()),
+                "members": [
+                    (
+                        m.member_id,
+                        m.metadata,
+                        m.member_epoch,
+                        m.previous_member_epoch,
+                        m.state,
+                        sorted(m.assigned.items()),
+                        sorted(m.pending_revocation.items()),
+                    )
+                    for m in sorted(cg.members.values(), key=lambda m: m.member_id)
+                ],
+            }
         return out

@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from samsa.coordinator.consumer_group_coordinator import (
+    ConsumerGroupDescription,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatResult,
+    TopicInfo,
+)
 from samsa.coordinator.group_coordinator import (
     Await,
     CoordinatorRecord,
@@ -62,8 +68,11 @@ class GroupCoordinatorRuntime:
         config: GroupConfig,
         clock: Callable[[], int],
         verify_txn: VerifyTxn | None = None,
+        topics: Callable[[], Mapping[str, TopicInfo]] = dict,
     ) -> None:
         self.clock = clock
+        # The cluster's topics, which consumer groups subscribe to (by name or regex).
+        self.topics = topics
         self.coordinator = GroupCoordinator(config)
         self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
         self.store = store
@@ -268,6 +277,19 @@ class GroupCoordinatorRuntime:
         except StoreUnavailable:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return (OFFSETS_TOPIC, self.coordinator.partition_for(group_id))
+
+    def consumer_heartbeat(self, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        outcome = self.coordinator.consumer_heartbeat(req, self.topics(), self.clock())
+        error, _ = self._run(outcome)
+        if error != ErrorCode.NONE:
+            return ConsumerHeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, None, req.member_id)
+        return outcome.response
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        return self.coordinator.describe_consumer_group(group_id, self.topics())
+
+    def list_consumer_groups(self, states: list[str]) -> list[tuple[str, str]]:
+        return self.coordinator.list_consumer_groups(states)
 
     def list_groups(self, states: list[str]) -> list[tuple[str, str, str]]:
         return self.coordinator.list_groups(states)

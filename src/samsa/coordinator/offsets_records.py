@@ -14,6 +14,8 @@ UTF-8 strings (-1 for null), int32-length bytes, int32-count arrays, big-endian 
   and read in versions 0-3 (v1 adds the members' rebalance timeout, v2 the state timestamp,
   v3 the members' group instance id).
 
+Key versions 3-8 are KIP-848 consumer groups' records (``consumer_group_records.py``).
+
 A null value is a tombstone: the offset, or the whole group, is gone. Keys are compared as
 bytes by compaction, so encoding is canonical (one encoding per key).
 """
@@ -22,6 +24,17 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+
+from samsa.coordinator.consumer_group_records import (
+    CONSUMER_GROUP_KEY_TYPES,
+    ConsumerGroupKey,
+    ConsumerGroupValue,
+    ConsumerRecordFormatError,
+    decode_consumer_key,
+    decode_consumer_value,
+    encode_consumer_key,
+    encode_consumer_value,
+)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -80,8 +93,8 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...] = field(default_factory=tuple)
 
 
-Key = OffsetCommitKey | GroupMetadataKey
-Value = OffsetCommitValue | GroupMetadataValue
+Key = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey
+Value = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
 
 
 # --- primitive writers and a reader ------------------------------------------------------------
@@ -150,6 +163,8 @@ class _Reader:
 
 
 def encode_key(key: Key) -> bytes:
+    if isinstance(key, ConsumerGroupKey):
+        return encode_consumer_key(key)
     out = bytearray()
     if isinstance(key, OffsetCommitKey):
         out += _I16.pack(OFFSET_COMMIT_KEY_VERSION)
@@ -170,6 +185,11 @@ def decode_key(data: bytes) -> Key:
         return OffsetCommitKey(r.str(), r.str(), r.i32())
     if version == 2:
         return GroupMetadataKey(r.str())
+    if version in CONSUMER_GROUP_KEY_TYPES:
+        try:
+            return decode_consumer_key(version, data, r.pos)
+        except ConsumerRecordFormatError as exc:
+            raise RecordFormatError(str(exc)) from None
     raise RecordFormatError(f"unknown key version {version}")
 
 
@@ -258,7 +278,9 @@ def encode_value(value: Value | None) -> bytes | None:
         return None
     if isinstance(value, OffsetCommitValue):
         return encode_offset_value(value)
-    return encode_group_value(value)
+    if isinstance(value, GroupMetadataValue):
+        return encode_group_value(value)
+    return encode_consumer_value(value)
 
 
 def decode_value(key: Key, data: bytes | None) -> Value | None:
@@ -266,6 +288,11 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
         return None
     if isinstance(key, OffsetCommitKey):
         return decode_offset_value(data)
+    if isinstance(key, ConsumerGroupKey):
+        try:
+            return decode_consumer_value(key, data)
+        except ConsumerRecordFormatError as exc:
+            raise RecordFormatError(str(exc)) from None
     return decode_group_value(data)
 
 

@@ -13,6 +13,8 @@ from samsa.broker.handlers import (
     alter_configs,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_acls,
     create_partitions,
     create_topics,
@@ -96,6 +98,9 @@ APIS: dict[int, Api] = {
         Api(ApiKey.DESCRIBE_ACLS, 1, 3, describe_acls.handle),
         Api(ApiKey.CREATE_ACLS, 1, 3, create_acls.handle),
         Api(ApiKey.DELETE_ACLS, 1, 3, delete_acls.handle),
+        # KIP-848 consumer groups.
+        Api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, consumer_group_heartbeat.handle),
+        Api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, consumer_group_describe.handle),
     )
 }
 api_versions.SUPPORTED.update(APIS)

@@ -1,4 +1,5 @@
-"""ListGroups: every group this coordinator knows (v4+ filter by state, v5+ by type)."""
+"""ListGroups: every group this coordinator knows, classic and consumer (KIP-848) ones
+(v4+ filter by state, v5+ by type)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     # Rule 33: Describe on the cluster lists every group, else those the principal may Describe.
     everything = authorized(broker, ctx, Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME)
+    states = list(getattr(request, "states_filter", ()) or ())
+    listed = [
+        (gid, ptype, state, "classic") for gid, ptype, state in broker.groups.list_groups(states)
+    ]
+    listed += [
+        (gid, "consumer", state, "consumer")
+        for gid, state in broker.groups.list_consumer_groups(states)
+    ]
     groups = tuple(
         make(
             K,
@@ -28,12 +37,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             group_id=gid,
             protocol_type=ptype,
             group_state=state,
-            group_type="classic",  # every group here speaks the classic protocol
+            group_type=gtype,
         )
-        for gid, ptype, state in broker.groups.list_groups(
-            list(getattr(request, "states_filter", ()) or ())
-        )
-        if (not types or "classic" in types)
+        for gid, ptype, state, gtype in listed
+        if (not types or gtype in types)
         and (everything or authorized(broker, ctx, Op.DESCRIBE, Res.GROUP, gid))
     )
     return encode_response(

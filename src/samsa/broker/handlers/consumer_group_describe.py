@@ -1,0 +1,80 @@
+"""ConsumerGroupDescribe (KIP-848): epochs, assignor and members of consumer-protocol groups,
+with each member's current and target assignment."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.coordinator.consumer_group_records import Assignment
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.CONSUMER_GROUP_DESCRIBE
+NO_OPERATIONS = -(2**31)  # authorized operations were not asked for
+
+
+def _assignment(v: int, assignment: Assignment, names: dict[Any, str]) -> Any:
+    return make(
+        K,
+        v,
+        "Assignment",
+        topic_partitions=tuple(
+            make(
+                K,
+                v,
+                "TopicPartitions",
+                topic_id=tid,
+                topic_name=names.get(tid, ""),
+                partitions=tuple(sorted(parts)),
+            )
+            for tid, parts in sorted(assignment.items(), key=lambda kv: kv[0].bytes)
+        ),
+    )
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    names = {t.topic_id: t.name for t in broker.topics.topics.values()}
+    groups = []
+    for gid in request.group_ids:
+        d = broker.groups.describe_consumer_group(gid)
+        members = tuple(
+            make(
+                K,
+                v,
+                "Member",
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.member_epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=m.subscribed_topic_names,
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                assignment=_assignment(v, m.assignment, names),
+                target_assignment=_assignment(v, m.target, names),
+                member_type=1,  # a consumer-protocol member
+            )
+            for m in d.members
+        )
+        groups.append(
+            make(
+                K,
+                v,
+                "DescribedGroup",
+                error_code=d.error,
+                error_message=d.message,
+                group_id=gid,
+                group_state=d.state,
+                group_epoch=d.group_epoch,
+                assignment_epoch=d.assignment_epoch,
+                assignor_name=d.assignor,
+                members=members,
+                authorized_operations=NO_OPERATIONS,
+            )
+        )
+    response = make(K, v, "ConsumerGroupDescribeResponse", throttle_time=0, groups=tuple(groups))
+    return encode_response(K, v, response)

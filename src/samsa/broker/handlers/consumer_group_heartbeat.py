@@ -1,0 +1,75 @@
+"""ConsumerGroupHeartbeat (KIP-848): a consumer-protocol member joins, heartbeats, reconciles
+its assignment or leaves; the group coordinator decides (``consumer_group_coordinator.py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from samsa.broker.handlers._base import Body, RequestContext
+from samsa.coordinator.consumer_group_coordinator import ConsumerHeartbeat
+from samsa.coordinator.consumer_group_records import Assignment
+from samsa.protocol.messages import ApiKey, encode_response, make
+
+if TYPE_CHECKING:
+    from samsa.broker.broker import Broker
+
+K = ApiKey.CONSUMER_GROUP_HEARTBEAT
+
+
+def _owned(request: Any) -> Assignment | None:
+    if request.topic_partitions is None:
+        return None
+    owned: Assignment = {}
+    for tp in request.topic_partitions:
+        if tp.topic_id is not None and tp.partitions:
+            owned[tp.topic_id] = owned.get(tp.topic_id, frozenset()) | frozenset(tp.partitions)
+    return owned
+
+
+def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    timeout = request.rebalance_timeout
+    req = ConsumerHeartbeat(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=int(timeout.total_seconds() * 1000) if timeout is not None else -1,
+        subscribed_topic_names=(
+            None
+            if request.subscribed_topic_names is None
+            else tuple(request.subscribed_topic_names)
+        ),
+        # librdkafka sends an empty regex along with topic names: no regex.
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None) or None,
+        server_assignor=request.server_assignor,
+        owned=_owned(request),
+        client_id=ctx.header.client_id or "",
+        client_host="/" + ctx.peer.rsplit(":", 1)[0],
+    )
+    result = broker.groups.consumer_heartbeat(req)
+    assignment = None
+    if result.assignment is not None:
+        assignment = make(
+            K,
+            v,
+            "Assignment",
+            topic_partitions=tuple(
+                make(K, v, "TopicPartitions", topic_id=tid, partitions=tuple(sorted(parts)))
+                for tid, parts in sorted(result.assignment.items(), key=lambda kv: kv[0].bytes)
+            ),
+        )
+    response = make(
+        K,
+        v,
+        "ConsumerGroupHeartbeatResponse",
+        throttle_time=0,
+        error_code=result.error,
+        error_message=result.message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval=result.heartbeat_interval_ms,
+        assignment=assignment,
+    )
+    return encode_response(K, v, response)

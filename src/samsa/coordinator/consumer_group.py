@@ -1,0 +1,256 @@
+"""One consumer group of KIP-848's consumer protocol: epochs, members and reconciliation.
+
+Theory of operation
+-------------------
+The group has a *group epoch*, bumped whenever what the assignment depends on changes (a
+member joins, leaves or changes its subscription; a subscribed topic gains partitions), and
+a *target assignment* computed by the server-side assignor at some epoch, the *assignment
+epoch*. Each member moves towards its target on its own, one heartbeat at a time, and has a
+*member epoch*: the assignment epoch it has reconciled to.
+
+A partition is never owned by two members: a member is given a partition of its target only
+once no other member owns it (owns = assigned, or pending revocation). So a move is two
+steps. The old owner is told to revoke (state UNREVOKED_PARTITIONS, its member epoch stays)
+and reports, in a later heartbeat, that it no longer owns the partition; only then is it
+released, and the new owner, which waited at the new epoch in UNRELEASED_PARTITIONS, gets
+it at its next heartbeat (docs/semantics.md, rules 34-35). :func:`reconcile` is that rule.
+
+Durable state (epochs, members' metadata, targets, current assignments) is what the records
+of ``consumer_group_records.py`` hold and changes only in :meth:`ConsumerGroup.replay`.
+Deadlines (session, revocation) are in memory, as in Kafka: after a restart members have a
+fresh session timeout to heartbeat again.
+
+This module is pure: no I/O, no clocks.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+
+from samsa.coordinator.consumer_group_records import (
+    CURRENT_ASSIGNMENT_TYPE,
+    GROUP_METADATA_TYPE,
+    MEMBER_METADATA_TYPE,
+    TARGET_MEMBER_TYPE,
+    TARGET_METADATA_TYPE,
+    Assignment,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupValue,
+    CurrentMemberAssignmentValue,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+)
+
+LEAVE_EPOCH = -1  # a member leaving the group
+STATIC_LEAVE_EPOCH = -2  # a static member leaving for now: its assignment waits for it
+
+
+class MemberState(enum.IntEnum):
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    metadata: ConsumerGroupMemberMetadataValue
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+    @property
+    def instance_id(self) -> str | None:
+        return self.metadata.instance_id
+
+    def current_value(self) -> CurrentMemberAssignmentValue:
+        return CurrentMemberAssignmentValue(
+            self.member_epoch,
+            self.previous_member_epoch,
+            int(self.state),
+            self.assigned,
+            self.pending_revocation,
+        )
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    targets: dict[str, Assignment] = field(default_factory=dict)
+    # -- in memory only --
+    # The subscribed topics' (name, id, partition count) the target was computed for; None
+    # after loading, so the first heartbeat recomputes it.
+    topics_signature: tuple[tuple[str, uuid.UUID, int], ...] | None = None
+    session_deadlines: dict[str, int] = field(default_factory=dict)
+    revocation_deadlines: dict[str, int] = field(default_factory=dict)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """Kafka's ConsumerGroupState name."""
+        if not self.members:
+            return "Empty"
+        if self.assignment_epoch != self.group_epoch:
+            return "Assigning"
+        for m in self.members.values():
+            if m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE:
+                return "Reconciling"
+        return "Stable"
+
+    def static_member(self, instance_id: str) -> ConsumerMember | None:
+        for m in self.members.values():
+            if m.instance_id == instance_id:
+                return m
+        return None
+
+    def owners(self, except_members: Set[str]) -> dict[tuple[uuid.UUID, int], str]:
+        """Who owns each partition (assigned or pending revocation), but ``except_members``."""
+        out: dict[tuple[uuid.UUID, int], str] = {}
+        for m in self.members.values():
+            if m.member_id in except_members:
+                continue
+            for assignment in (m.assigned, m.pending_revocation):
+                for tid, parts in assignment.items():
+                    for p in parts:
+                        out[(tid, p)] = m.member_id
+        return out
+
+    # -- replay --------------------------------------------------------------------------------
+
+    def replay(
+        self,
+        key: ConsumerGroupKey,
+        value: ConsumerGroupValue | None,
+        now_ms: int,
+        session_timeout_ms: int,
+    ) -> None:
+        mid = key.member_id or ""
+        if key.type == GROUP_METADATA_TYPE:
+            if isinstance(value, ConsumerGroupMetadataValue):
+                self.group_epoch = value.epoch
+        elif key.type == TARGET_METADATA_TYPE:
+            if isinstance(value, TargetAssignmentMetadataValue):
+                self.assignment_epoch = value.assignment_epoch
+        elif key.type == MEMBER_METADATA_TYPE:
+            if value is None:
+                self.members.pop(mid, None)
+                self.session_deadlines.pop(mid, None)
+                self.revocation_deadlines.pop(mid, None)
+            elif isinstance(value, ConsumerGroupMemberMetadataValue):
+                member = self.members.get(mid)
+                if member is None:
+                    self.members[mid] = ConsumerMember(mid, value)
+                    self.session_deadlines.setdefault(mid, now_ms + session_timeout_ms)
+                else:
+                    member.metadata = value
+        elif key.type == TARGET_MEMBER_TYPE:
+            if value is None:
+                self.targets.pop(mid, None)
+            elif isinstance(value, TargetAssignmentMemberValue):
+                self.targets[mid] = dict(value.partitions)
+        elif key.type == CURRENT_ASSIGNMENT_TYPE and isinstance(
+            value, CurrentMemberAssignmentValue
+        ):
+            member = self.members.get(mid)
+            if member is None:  # written before its metadata: Kafka's order avoids this
+                return
+            member.member_epoch = value.member_epoch
+            member.previous_member_epoch = value.previous_member_epoch
+            try:
+                member.state = MemberState(value.state)
+            except ValueError:
+                member.state = MemberState.UNKNOWN
+            member.assigned = dict(value.assigned)
+            member.pending_revocation = dict(value.pending_revocation)
+
+
+# --- reconciliation ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    member_epoch: int
+    previous_member_epoch: int
+    state: MemberState
+    assigned: Assignment
+    pending_revocation: Assignment
+
+
+def _owns_any(owned: Assignment | None, pending: Assignment) -> bool:
+    """Does the member still report owning a partition it was told to revoke? Unknown (the
+    heartbeat did not say) counts as yes."""
+    if not pending:
+        return False
+    if owned is None:
+        return True
+    return any(owned.get(tid, frozenset()) & parts for tid, parts in pending.items())
+
+
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    subscribed: frozenset[uuid.UUID],
+    owned: Assignment | None,
+    owners: Mapping[tuple[uuid.UUID, int], str],
+) -> Reconciled:
+    """The member's next state towards ``target`` at ``target_epoch`` (Kafka's
+    CurrentAssignmentBuilder): ``owned`` is what its heartbeat reports owning (None if it did
+    not say), ``owners`` who else owns which partition."""
+    unchanged = Reconciled(
+        member.member_epoch,
+        member.previous_member_epoch,
+        member.state,
+        member.assigned,
+        member.pending_revocation,
+    )
+    if member.state == MemberState.STABLE and member.member_epoch == target_epoch:
+        return unchanged
+    if member.state == MemberState.UNREVOKED_PARTITIONS and _owns_any(
+        owned, member.pending_revocation
+    ):
+        return unchanged
+    assigned: Assignment = {}
+    revoke: Assignment = {}
+    wanted: Assignment = {}
+    unreleased = False
+    for tid in set(target) | set(member.assigned):
+        goal = target.get(tid, frozenset()) if tid in subscribed else frozenset()
+        current = member.assigned.get(tid, frozenset())
+        keep = current & goal
+        if keep:
+            assigned[tid] = keep
+        if current - keep:
+            revoke[tid] = current - keep
+        free = set()
+        for p in goal - keep:
+            if (tid, p) in owners:
+                unreleased = True
+            else:
+                free.add(p)
+        if free:
+            wanted[tid] = frozenset(free)
+    epoch = member.member_epoch
+    if revoke and _owns_any(owned, revoke):
+        # First the member gives up what must go; its epoch stays until it has.
+        return Reconciled(epoch, epoch, MemberState.UNREVOKED_PARTITIONS, assigned, revoke)
+    for tid, parts in wanted.items():
+        assigned[tid] = assigned.get(tid, frozenset()) | parts
+    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    return Reconciled(target_epoch, epoch, state, assigned, {})
+
+
+def assignment_size(assignment: Assignment) -> int:
+    return sum(len(p) for p in assignment.values())

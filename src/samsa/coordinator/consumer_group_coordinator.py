@@ -1,0 +1,540 @@
+"""The operations of KIP-848 consumer groups: ConsumerGroupHeartbeat, describe, fencing.
+
+Theory of operation
+-------------------
+:class:`ConsumerGroups` is the part of the group coordinator (``group_coordinator.py``) that
+serves consumer-protocol groups. Like the rest of the coordinator, an operation never changes
+durable state: it computes the group's next state and emits the records that say so (through
+the ``emit`` callback, into the coordinator's outcome); the runtime writes and then replays
+them (:meth:`ConsumerGroups.replay`), and only then is the state changed (rule 26).
+
+A heartbeat, in order (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``):
+
+1. validate the request and the member's epoch: a member ahead of the group, or behind it
+   other than by one missed epoch bump, is fenced (FENCED_MEMBER_EPOCH) and must rejoin
+   with epoch 0 and no partitions;
+2. update the member's metadata (subscription, timeouts, assignor); a new member, a changed
+   subscription or changed partition counts of the subscribed topics bump the group epoch;
+3. if the target assignment is older than the group epoch, the assignor computes a new one;
+4. the member is reconciled towards its target (``consumer_group.reconcile``): partitions
+   move only after their previous owner reported revoking them (rule 35).
+
+A member that stops heartbeating for ``group.consumer.session.timeout.ms``, or does not
+revoke within its rebalance timeout, is fenced by :meth:`ConsumerGroups.tick`: its records are
+deleted and its partitions become free.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from samsa.coordinator.assignors import ASSIGNORS
+from samsa.coordinator.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    reconcile,
+)
+from samsa.coordinator.consumer_group_records import (
+    CURRENT_ASSIGNMENT_TYPE,
+    GROUP_METADATA_TYPE,
+    MEMBER_METADATA_TYPE,
+    TARGET_MEMBER_TYPE,
+    TARGET_METADATA_TYPE,
+    Assignment,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupValue,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+)
+from samsa.protocol.errors import ErrorCode
+
+E = ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat request; None fields mean "unchanged since the last one"."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberDescription:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: Assignment
+    target: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    group_id: str
+    error: ErrorCode
+    message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = ""
+    members: tuple[ConsumerMemberDescription, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    max_size: int = 1000  # group.consumer.max.size (bounded: members cost memory)
+
+
+Emit = Callable[[ConsumerGroupKey, ConsumerGroupValue | None], None]
+
+
+class _Refused(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def _key(t: int, group: str, member: str | None = None) -> ConsumerGroupKey:
+    return ConsumerGroupKey(t, group, member)
+
+
+class ConsumerGroups:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        emit: Emit,
+        new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ) -> None:
+        self.config = config
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._emit = emit
+        self._new_member_id = new_member_id
+
+    # == heartbeat =================================================================================
+
+    def heartbeat(
+        self, req: ConsumerHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
+    ) -> ConsumerHeartbeatResult:
+        """``topics``: the cluster's (non-internal) topics by name."""
+        try:
+            return self._heartbeat(req, topics, now_ms)
+        except _Refused as exc:
+            return ConsumerHeartbeatResult(exc.error, exc.message, req.member_id or None)
+
+    def _heartbeat(
+        self, req: ConsumerHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
+    ) -> ConsumerHeartbeatResult:
+        _validate(req, self.config)
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.member_epoch != 0:
+                raise _Refused(E.GROUP_ID_NOT_FOUND, f"group {req.group_id} not found")
+            group = ConsumerGroup(req.group_id)
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(group, req)
+        member, is_new, replaced = self._member_for(group, req)
+        gone = {replaced} if replaced else set()
+        targets = {mid: a for mid, a in group.targets.items() if mid not in gone}
+        if replaced and replaced in group.targets:
+            targets[member.member_id] = group.targets[replaced]
+        # -- 2. metadata ---------------------------------------------------------------------
+        meta = _updated_metadata(None if is_new else member.metadata, req)
+        bump = is_new and not replaced
+        if meta != member.metadata or is_new:
+            self._emit(_key(MEMBER_METADATA_TYPE, group.group_id, member.member_id), meta)
+            if member.metadata.subscribed_topic_names != meta.subscribed_topic_names or (
+                member.metadata.subscribed_topic_regex != meta.subscribed_topic_regex
+            ):
+                bump = True
+        group.session_deadlines[member.member_id] = now_ms + self.config.session_timeout_ms
+        subs = {m.member_id: m.metadata for m in group.members.values() if m.member_id not in gone}
+        subs[member.member_id] = meta
+        resolved = {mid: _resolve(md, topics) for mid, md in subs.items()}
+        signature = _signature(resolved, topics)
+        if signature != group.topics_signature:
+            bump = True
+        group_epoch = group.group_epoch + 1 if bump else group.group_epoch
+        if bump:
+            self._emit(
+                _key(GROUP_METADATA_TYPE, group.group_id), ConsumerGroupMetadataValue(group_epoch)
+            )
+        # -- 3. target assignment ----------------------------------------------------------------
+        assignment_epoch = group.assignment_epoch
+        if assignment_epoch < group_epoch:
+            assignor = self._assignor(subs)
+            by_id = {t.topic_id: t.partitions for t in topics.values()}
+            previous = {mid: targets.get(mid, {}) for mid in subs}
+            new_targets = ASSIGNORS[assignor](resolved, by_id, previous)
+            for mid in sorted(subs):
+                if mid not in targets or targets[mid] != new_targets[mid]:
+                    self._emit(
+                        _key(TARGET_MEMBER_TYPE, group.group_id, mid),
+                        TargetAssignmentMemberValue(new_targets[mid]),
+                    )
+            targets = new_targets
+            assignment_epoch = group_epoch
+            self._emit(
+                _key(TARGET_METADATA_TYPE, group.group_id),
+                TargetAssignmentMetadataValue(assignment_epoch),
+            )
+            group.topics_signature = signature
+        # -- 4. reconciliation -------------------------------------------------------------------
+        owned = {} if req.member_epoch == 0 else req.owned
+        nxt = reconcile(
+            member,
+            assignment_epoch,
+            targets.get(member.member_id, {}),
+            resolved[member.member_id],
+            owned,
+            group.owners({member.member_id} | gone),
+        )
+        changed = (
+            nxt.member_epoch != member.member_epoch
+            or nxt.previous_member_epoch != member.previous_member_epoch
+            or nxt.state != member.state
+            or nxt.assigned != member.assigned
+            or nxt.pending_revocation != member.pending_revocation
+        )
+        if changed or is_new:
+            updated = ConsumerMember(
+                member.member_id,
+                meta,
+                nxt.member_epoch,
+                nxt.previous_member_epoch,
+                nxt.state,
+                nxt.assigned,
+                nxt.pending_revocation,
+            )
+            self._emit(
+                _key(CURRENT_ASSIGNMENT_TYPE, group.group_id, member.member_id),
+                updated.current_value(),
+            )
+        if nxt.state == MemberState.UNREVOKED_PARTITIONS:
+            group.revocation_deadlines.setdefault(
+                member.member_id, now_ms + meta.rebalance_timeout_ms
+            )
+        else:
+            group.revocation_deadlines.pop(member.member_id, None)
+        self.groups.setdefault(group.group_id, group)  # its records are replayed into it
+        send = (
+            req.member_epoch == 0
+            or nxt.assigned != member.assigned
+            or (req.owned is not None and req.owned != nxt.assigned)
+        )
+        return ConsumerHeartbeatResult(
+            E.NONE,
+            None,
+            member.member_id,
+            nxt.member_epoch,
+            self.config.heartbeat_interval_ms,
+            dict(nxt.assigned) if send else None,
+        )
+
+    def _member_for(
+        self, group: ConsumerGroup, req: ConsumerHeartbeat
+    ) -> tuple[ConsumerMember, bool, str | None]:
+        """The member the heartbeat is from as it is now, whether it is new (joins), and the
+        static member it replaces, if any."""
+        if req.member_epoch == 0:
+            if len(group.members) >= self.config.max_size and req.member_id not in group.members:
+                raise _Refused(E.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
+            mid = req.member_id or self._new_member_id()
+            if req.instance_id is not None:
+                prior = group.static_member(req.instance_id)
+                if prior is not None and prior.member_id != mid:
+                    if prior.member_epoch != STATIC_LEAVE_EPOCH:
+                        raise _Refused(
+                            E.UNRELEASED_INSTANCE_ID,
+                            f"instance {req.instance_id} is still in use by another member",
+                        )
+                    # KIP-848 static membership: the new incarnation takes over the
+                    # assignment of the one that left, without a rebalance.
+                    self._delete_member(group, prior.member_id)
+                    if prior.member_id in group.targets:
+                        self._emit(
+                            _key(TARGET_MEMBER_TYPE, group.group_id, mid),
+                            TargetAssignmentMemberValue(group.targets[prior.member_id]),
+                        )
+                    taken = ConsumerMember(
+                        mid, prior.metadata, 0, -1, MemberState.STABLE, dict(prior.assigned), {}
+                    )
+                    return taken, True, prior.member_id
+            existing = group.members.get(mid)
+            if existing is not None:
+                # Rejoining with epoch 0: the member gave up what it had (KIP-848 fencing).
+                self._delete_member(group, mid)
+            return ConsumerMember(mid, _empty_metadata()), True, None
+        member = group.members.get(req.member_id)
+        if member is None:
+            raise _Refused(E.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
+        if member.instance_id != req.instance_id and req.instance_id is not None:
+            raise _Refused(E.FENCED_INSTANCE_ID, "the static member was replaced")
+        if req.member_epoch > member.member_epoch:
+            raise _Refused(E.FENCED_MEMBER_EPOCH, "the member epoch is ahead of the group's")
+        if req.member_epoch < member.member_epoch:
+            # A member that missed its last epoch bump may retry with the previous epoch,
+            # as long as it does not claim partitions it no longer has.
+            owned = req.owned or {}
+            if (
+                req.member_epoch != member.previous_member_epoch
+                or req.owned is None
+                or any(
+                    parts - member.assigned.get(tid, frozenset()) for tid, parts in owned.items()
+                )
+            ):
+                raise _Refused(E.FENCED_MEMBER_EPOCH, "the member epoch is fenced")
+        return member, False, None
+
+    def _leave(self, group: ConsumerGroup, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        member = group.members.get(req.member_id)
+        if member is None and req.instance_id is not None:
+            member = group.static_member(req.instance_id)
+        if member is None:
+            raise _Refused(E.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
+        if req.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            # The static member will be back: it keeps its assignment until then (or until
+            # its session times out).
+            left = ConsumerMember(
+                member.member_id,
+                member.metadata,
+                STATIC_LEAVE_EPOCH,
+                member.member_epoch,
+                member.state,
+                member.assigned,
+                member.pending_revocation,
+            )
+            self._emit(
+                _key(CURRENT_ASSIGNMENT_TYPE, group.group_id, member.member_id),
+                left.current_value(),
+            )
+        else:
+            self.remove_member(group, member.member_id)
+        return ConsumerHeartbeatResult(
+            E.NONE, None, member.member_id, req.member_epoch, self.config.heartbeat_interval_ms
+        )
+
+    def _delete_member(self, group: ConsumerGroup, member_id: str) -> None:
+        for t in (CURRENT_ASSIGNMENT_TYPE, TARGET_MEMBER_TYPE, MEMBER_METADATA_TYPE):
+            self._emit(_key(t, group.group_id, member_id), None)
+
+    def remove_member(self, group: ConsumerGroup, member_id: str) -> None:
+        """The member is gone (left or fenced): its records go and the group epoch moves on,
+        so the others get its partitions."""
+        self._delete_member(group, member_id)
+        self._emit(
+            _key(GROUP_METADATA_TYPE, group.group_id),
+            ConsumerGroupMetadataValue(group.group_epoch + 1),
+        )
+
+    def _assignor(self, subs: Mapping[str, ConsumerGroupMemberMetadataValue]) -> str:
+        """The assignor most members ask for; ties and no preference: the configured order."""
+        configured = self.config.assignors
+        votes = {name: 0 for name in configured}
+        for md in subs.values():
+            if md.server_assignor in votes:
+                votes[md.server_assignor] += 1
+        return max(configured, key=lambda n: (votes[n], -configured.index(n)))
+
+    # == fencing ===================================================================================
+
+    def tick(self, now_ms: int) -> None:
+        for group in list(self.groups.values()):
+            for mid in list(group.members):
+                session = group.session_deadlines.get(mid)
+                revoke = group.revocation_deadlines.get(mid)
+                if (session is not None and now_ms >= session) or (
+                    revoke is not None and now_ms >= revoke
+                ):
+                    group.session_deadlines.pop(mid, None)
+                    group.revocation_deadlines.pop(mid, None)
+                    self.remove_member(group, mid)
+
+    # == admin =====================================================================================
+
+    def describe(self, group_id: str, topics: Mapping[str, TopicInfo]) -> ConsumerGroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ConsumerGroupDescription(
+                group_id, E.GROUP_ID_NOT_FOUND, f"group {group_id} not found"
+            )
+        members = tuple(
+            ConsumerMemberDescription(
+                m.member_id,
+                m.metadata.instance_id,
+                m.metadata.rack_id,
+                m.member_epoch,
+                m.metadata.client_id,
+                m.metadata.client_host,
+                m.metadata.subscribed_topic_names,
+                m.metadata.subscribed_topic_regex,
+                m.assigned,
+                group.targets.get(m.member_id, {}),
+            )
+            for m in group.members.values()
+        )
+        return ConsumerGroupDescription(
+            group_id,
+            E.NONE,
+            None,
+            group.state,
+            group.group_epoch,
+            group.assignment_epoch,
+            self._assignor({m.member_id: m.metadata for m in group.members.values()}),
+            members,
+        )
+
+    def validate_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:
+        """OffsetCommit for a consumer group: the member epoch must be the member's."""
+        if not member_id and member_epoch < 0:
+            # Not a member (admin tools, manual assignment): only while the group is empty.
+            return E.NONE if not group.members else E.UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def delete(self, group: ConsumerGroup) -> None:
+        """Tombstones for an empty group's records."""
+        for mid in list(group.members):
+            self._delete_member(group, mid)
+        self._emit(_key(TARGET_METADATA_TYPE, group.group_id), None)
+        self._emit(_key(GROUP_METADATA_TYPE, group.group_id), None)
+
+    # == replay ====================================================================================
+
+    def replay(self, key: ConsumerGroupKey, value: ConsumerGroupValue | None, now_ms: int) -> None:
+        group = self.groups.get(key.group)
+        if key.type == GROUP_METADATA_TYPE and value is None:
+            self.groups.pop(key.group, None)
+            return
+        if group is None:
+            if value is None:
+                return
+            group = self.groups[key.group] = ConsumerGroup(key.group)
+        group.replay(key, value, now_ms, self.config.session_timeout_ms)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _validate(req: ConsumerHeartbeat, config: ConsumerConfig) -> None:
+    def bad(message: str) -> _Refused:
+        return _Refused(E.INVALID_REQUEST, message)
+
+    if not req.group_id:
+        raise _Refused(E.INVALID_GROUP_ID, "the group id is empty")
+    if req.member_epoch < STATIC_LEAVE_EPOCH:
+        raise bad(f"member epoch {req.member_epoch} is invalid")
+    if req.member_epoch != 0 and not req.member_id:
+        raise bad("the member id is required unless joining")
+    if req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None:
+        raise bad("epoch -2 is for static members, which have an instance id")
+    if req.subscribed_topic_names is not None and req.subscribed_topic_regex is not None:
+        raise bad("subscribe to topic names or a regex, not both")
+    if req.member_epoch == 0:
+        if req.rebalance_timeout_ms <= 0:
+            raise bad("the rebalance timeout is required when joining")
+        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+            raise bad("a subscription is required when joining")
+    if req.server_assignor is not None and req.server_assignor not in config.assignors:
+        raise _Refused(E.UNSUPPORTED_ASSIGNOR, f"assignor {req.server_assignor} is not supported")
+    if req.subscribed_topic_regex is not None:
+        try:
+            re.compile(req.subscribed_topic_regex)
+        except re.error as exc:
+            raise _Refused(E.INVALID_REGULAR_EXPRESSION, f"invalid regex: {exc}") from None
+
+
+def _empty_metadata() -> ConsumerGroupMemberMetadataValue:
+    return ConsumerGroupMemberMetadataValue(None, None, "", "", (), None, -1, None)
+
+
+def _updated_metadata(
+    old: ConsumerGroupMemberMetadataValue | None, req: ConsumerHeartbeat
+) -> ConsumerGroupMemberMetadataValue:
+    base = old or ConsumerGroupMemberMetadataValue(
+        req.instance_id, req.rack_id, req.client_id, req.client_host, (), None, -1, None
+    )
+    names, regex = base.subscribed_topic_names, base.subscribed_topic_regex
+    if req.subscribed_topic_names is not None:
+        names, regex = tuple(sorted(set(req.subscribed_topic_names))), None
+    elif req.subscribed_topic_regex is not None:
+        names, regex = (), req.subscribed_topic_regex
+    return ConsumerGroupMemberMetadataValue(
+        req.instance_id if req.instance_id is not None else base.instance_id,
+        req.rack_id if req.rack_id is not None else base.rack_id,
+        req.client_id or base.client_id,
+        req.client_host or base.client_host,
+        names,
+        regex,
+        req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else base.rebalance_timeout_ms,
+        req.server_assignor if req.server_assignor is not None else base.server_assignor,
+    )
+
+
+def _resolve(
+    meta: ConsumerGroupMemberMetadataValue, topics: Mapping[str, TopicInfo]
+) -> frozenset[uuid.UUID]:
+    """The ids of the existing topics a member subscribes to, by name or by regex."""
+    if meta.subscribed_topic_regex is not None:
+        try:
+            pattern = re.compile(meta.subscribed_topic_regex)
+        except re.error:
+            return frozenset()
+        return frozenset(t.topic_id for name, t in topics.items() if pattern.fullmatch(name))
+    return frozenset(topics[n].topic_id for n in meta.subscribed_topic_names if n in topics)
+
+
+def _signature(
+    resolved: Mapping[str, frozenset[uuid.UUID]], topics: Mapping[str, TopicInfo]
+) -> tuple[tuple[str, uuid.UUID, int], ...]:
+    wanted = frozenset().union(*resolved.values()) if resolved else frozenset()
+    return tuple(
+        sorted((t.name, t.topic_id, t.partitions) for t in topics.values() if t.topic_id in wanted)
+    )

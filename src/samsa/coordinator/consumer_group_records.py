@@ -1,0 +1,314 @@
+"""Kafka's ``__consumer_offsets`` records of KIP-848 consumer groups.
+
+Theory of operation
+-------------------
+A consumer group's durable state is spread over one record per concern, each keyed so that
+compaction keeps only the latest (Kafka's ``group-coordinator`` message formats):
+
+=====  ==========================================  =====================================
+type   key                                         value (version 0)
+=====  ==========================================  =====================================
+3      ConsumerGroupMetadataKey (group)            group epoch
+5      ConsumerGroupMemberMetadataKey (group,      instance id, rack, client id and host,
+       member)                                     subscription (names or regex),
+                                                   rebalance timeout, server assignor
+6      ConsumerGroupTargetAssignmentMetadataKey    assignment epoch
+       (group)
+7      ConsumerGroupTargetAssignmentMemberKey      the member's target partitions
+       (group, member)
+8      ConsumerGroupCurrentMemberAssignmentKey     member epoch, previous epoch, state,
+       (group, member)                             assigned and pending-revocation
+                                                   partitions
+=====  ==========================================  =====================================
+
+Keys use the classic encoding (int16 type, int16-length strings); values start with an int16
+version and use Kafka's flexible encoding (unsigned-varint lengths plus one, tagged fields).
+A member leaving is three tombstones (types 8, 7, 5); a group deleted is the tombstones of
+its members and then of types 6 and 3. Partitions are named by topic id, as Kafka does, so a
+topic deleted and re-created under the same name is a different topic.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+GROUP_METADATA_TYPE = 3
+PARTITION_METADATA_TYPE = 4  # read and ignored: KIP-1101 replaced it by a hash
+MEMBER_METADATA_TYPE = 5
+TARGET_METADATA_TYPE = 6
+TARGET_MEMBER_TYPE = 7
+CURRENT_ASSIGNMENT_TYPE = 8
+CONSUMER_GROUP_KEY_TYPES = frozenset({3, 4, 5, 6, 7, 8})
+
+# topic id -> partitions, in a canonical (sorted) order when encoded
+Assignment = dict[uuid.UUID, frozenset[int]]
+
+
+class ConsumerRecordFormatError(ValueError):
+    """A consumer group record we cannot read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupKey:
+    """Any consumer group key: its type, the group, and the member for per-member types."""
+
+    type: int
+    group: str
+    member_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMemberValue:
+    partitions: Assignment = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadataValue:
+    """Type 4, written by Kafka before 4.1: not needed here, kept only to be read."""
+
+
+ConsumerGroupValue = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | TargetAssignmentMetadataValue
+    | TargetAssignmentMemberValue
+    | CurrentMemberAssignmentValue
+    | PartitionMetadataValue
+)
+
+_PER_MEMBER = frozenset({MEMBER_METADATA_TYPE, TARGET_MEMBER_TYPE, CURRENT_ASSIGNMENT_TYPE})
+
+
+# --- keys (classic encoding) -------------------------------------------------------------------
+
+
+def _classic_str(out: bytearray, s: str) -> None:
+    data = s.encode()
+    if len(data) > 0x7FFF:
+        raise ConsumerRecordFormatError(f"string of {len(data)} bytes is too long")
+    out += _I16.pack(len(data))
+    out += data
+
+
+def encode_consumer_key(key: ConsumerGroupKey) -> bytes:
+    out = bytearray(_I16.pack(key.type))
+    _classic_str(out, key.group)
+    if key.type in _PER_MEMBER:
+        _classic_str(out, key.member_id or "")
+    return bytes(out)
+
+
+def decode_consumer_key(key_type: int, data: bytes, pos: int) -> ConsumerGroupKey:
+    """The key of ``key_type`` whose fields start at ``data[pos:]``."""
+    r = _Reader(data, pos)
+    group = r.classic_str()
+    member = r.classic_str() if key_type in _PER_MEMBER else None
+    return ConsumerGroupKey(key_type, group, member)
+
+
+# --- values (flexible encoding) ----------------------------------------------------------------
+
+
+def _uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _cstr(out: bytearray, s: str | None) -> None:
+    if s is None:
+        out.append(0)
+        return
+    data = s.encode()
+    _uvarint(out, len(data) + 1)
+    out += data
+
+
+def _partitions(out: bytearray, assignment: Assignment) -> None:
+    items = sorted(assignment.items(), key=lambda kv: kv[0].bytes)
+    _uvarint(out, len(items) + 1)
+    for topic_id, parts in items:
+        out += topic_id.bytes
+        _uvarint(out, len(parts) + 1)
+        for p in sorted(parts):
+            out += _I32.pack(p)
+        out.append(0)  # no tagged fields
+
+
+def encode_consumer_value(value: ConsumerGroupValue) -> bytes:
+    out = bytearray(_I16.pack(0))
+    if isinstance(value, ConsumerGroupMetadataValue):
+        out += _I32.pack(value.epoch)
+    elif isinstance(value, ConsumerGroupMemberMetadataValue):
+        _cstr(out, value.instance_id)
+        _cstr(out, value.rack_id)
+        _cstr(out, value.client_id)
+        _cstr(out, value.client_host)
+        _uvarint(out, len(value.subscribed_topic_names) + 1)
+        for name in value.subscribed_topic_names:
+            _cstr(out, name)
+        _cstr(out, value.subscribed_topic_regex)
+        out += _I32.pack(value.rebalance_timeout_ms)
+        _cstr(out, value.server_assignor)
+    elif isinstance(value, TargetAssignmentMetadataValue):
+        out += _I32.pack(value.assignment_epoch)
+    elif isinstance(value, TargetAssignmentMemberValue):
+        _partitions(out, value.partitions)
+    elif isinstance(value, CurrentMemberAssignmentValue):
+        out += _I32.pack(value.member_epoch)
+        out += _I32.pack(value.previous_member_epoch)
+        out += _I8.pack(value.state)
+        _partitions(out, value.assigned)
+        _partitions(out, value.pending_revocation)
+    else:
+        raise ConsumerRecordFormatError(f"cannot write {type(value).__name__}")
+    out.append(0)  # no tagged fields
+    return bytes(out)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ConsumerRecordFormatError("record truncated")
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def i8(self) -> int:
+        return int(_I8.unpack(self.take(1))[0])
+
+    def i16(self) -> int:
+        return int(_I16.unpack(self.take(2))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self.take(4))[0])
+
+    def uvarint(self) -> int:
+        n = shift = 0
+        while True:
+            b = self.take(1)[0]
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+            if shift > 28:
+                raise ConsumerRecordFormatError("varint too long")
+
+    def _decode(self, raw: bytes) -> str:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError as exc:
+            raise ConsumerRecordFormatError(f"string is not UTF-8: {exc}") from None
+
+    def classic_str(self) -> str:
+        n = self.i16()
+        if n < 0:
+            raise ConsumerRecordFormatError("null where a string is required")
+        return self._decode(self.take(n))
+
+    def cstr(self) -> str | None:
+        n = self.uvarint()
+        return None if n == 0 else self._decode(self.take(n - 1))
+
+    def required_cstr(self) -> str:
+        s = self.cstr()
+        if s is None:
+            raise ConsumerRecordFormatError("null where a string is required")
+        return s
+
+    def count(self) -> int:
+        n = self.uvarint()
+        return max(n - 1, 0)
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+    def partitions(self) -> Assignment:
+        out: Assignment = {}
+        for _ in range(self.count()):
+            topic_id = uuid.UUID(bytes=self.take(16))
+            parts = frozenset(self.i32() for _ in range(self.count()))
+            self.skip_tags()  # e.g. KIP-1251's assignment epochs
+            if parts:
+                out[topic_id] = out.get(topic_id, frozenset()) | parts
+        return out
+
+
+def decode_consumer_value(key: ConsumerGroupKey, data: bytes) -> ConsumerGroupValue:
+    r = _Reader(data)
+    version = r.i16()
+    if version != 0:
+        raise ConsumerRecordFormatError(f"unsupported value version {version} of type {key.type}")
+    value: ConsumerGroupValue
+    if key.type == GROUP_METADATA_TYPE:
+        value = ConsumerGroupMetadataValue(r.i32())
+    elif key.type == MEMBER_METADATA_TYPE:
+        instance_id = r.cstr()
+        rack_id = r.cstr()
+        client_id = r.required_cstr()
+        client_host = r.required_cstr()
+        names = tuple(r.required_cstr() for _ in range(r.count()))
+        value = ConsumerGroupMemberMetadataValue(
+            instance_id, rack_id, client_id, client_host, names, r.cstr(), r.i32(), r.cstr()
+        )
+    elif key.type == TARGET_METADATA_TYPE:
+        value = TargetAssignmentMetadataValue(r.i32())
+    elif key.type == TARGET_MEMBER_TYPE:
+        value = TargetAssignmentMemberValue(r.partitions())
+    elif key.type == CURRENT_ASSIGNMENT_TYPE:
+        value = CurrentMemberAssignmentValue(
+            r.i32(), r.i32(), r.i8(), r.partitions(), r.partitions()
+        )
+    elif key.type == PARTITION_METADATA_TYPE:
+        return PartitionMetadataValue()
+    else:
+        raise ConsumerRecordFormatError(f"unknown consumer group record type {key.type}")
+    r.skip_tags()
+    return value

@@ -1,0 +1,405 @@
+"""KIP-848 consumer groups on the pure group coordinator: epochs and fencing (docs/semantics.md,
+rule 34), revocation before reassignment (rule 35), timeouts with fake time, static members,
+regex subscriptions, offset commits with member epochs, classic groups side by side, the
+assignors, and replay of the records (serialized in Kafka's formats) giving the same state."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from samsa.coordinator.assignors import range_assign, uniform_assign
+from samsa.coordinator.consumer_group import MemberState
+from samsa.coordinator.consumer_group_coordinator import (
+    ConsumerConfig,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatResult,
+    TopicInfo,
+)
+from samsa.coordinator.consumer_group_records import (
+    ConsumerGroupKey,
+    CurrentMemberAssignmentValue,
+    decode_consumer_value,
+    encode_consumer_key,
+    encode_consumer_value,
+)
+from samsa.coordinator.group_coordinator import (
+    CoordinatorRecord,
+    GroupConfig,
+    GroupCoordinator,
+    JoinRequest,
+    OffsetToCommit,
+    Outcome,
+)
+from samsa.coordinator.offsets import decode
+from samsa.protocol.errors import ErrorCode as E
+
+G = "cg"
+T1 = uuid.UUID(int=1)
+T2 = uuid.UUID(int=2)
+TOPICS = {"t": TopicInfo("t", T1, 6), "u": TopicInfo("u", T2, 2)}
+
+
+class Harness:
+    """Runs outcomes as the runtime does; every record goes through Kafka's byte format."""
+
+    def __init__(self, **consumer: Any) -> None:
+        cfg = ConsumerConfig(**{"session_timeout_ms": 1000, **consumer})
+        self.c = GroupCoordinator(GroupConfig(consumer=cfg))
+        self.log: list[tuple[bytes, bytes | None]] = []
+        self.now = 1_000_000
+        self.topics = dict(TOPICS)
+
+    def run(self, outcome: Outcome) -> Any:
+        for r in outcome.records:
+            key, value = self.c.serialize(r)
+            self.log.append((key, value))
+            self.c.replay(decode(key, value), self.now)
+        return outcome.response
+
+    def hb(
+        self,
+        member: str,
+        epoch: int,
+        *,
+        topics: tuple[str, ...] | None = None,
+        regex: str | None = None,
+        owned: dict[uuid.UUID, frozenset[int]] | None = None,
+        instance: str | None = None,
+        assignor: str | None = None,
+        rebalance: int = -1,
+    ) -> ConsumerHeartbeatResult:
+        if epoch == 0:
+            rebalance = 5000 if rebalance < 0 else rebalance
+            if topics is None and regex is None:
+                topics = ("t",)
+            owned = {}
+        req = ConsumerHeartbeat(
+            G, member, epoch, instance, None, rebalance, topics, regex, assignor, owned, "c", "/h"
+        )
+        return self.run(self.c.consumer_heartbeat(req, self.topics, self.now))  # type: ignore[no-any-return]
+
+    def member(self, mid: str) -> Any:
+        return self.c.consumer.groups[G].members[mid]
+
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        self.run(self.c.tick(self.now))
+
+
+def parts(result: ConsumerHeartbeatResult, topic: uuid.UUID = T1) -> frozenset[int]:
+    assert result.assignment is not None
+    return result.assignment.get(topic, frozenset())
+
+
+def owned_by(*results: frozenset[int]) -> list[frozenset[int]]:
+    return list(results)
+
+
+# -- joining, reconciliation (rule 35) -------------------------------------------------------------
+
+
+def test_first_member_gets_every_partition_at_epoch_one() -> None:
+    h = Harness()
+    r = h.hb("a", 0)
+    assert (r.error, r.member_id, r.member_epoch) == (E.NONE, "a", 1)
+    assert parts(r) == frozenset(range(6))
+    assert r.heartbeat_interval_ms == 5000
+    assert h.c.consumer.groups[G].state == "Stable"
+
+
+def test_partition_moves_only_after_its_owner_revoked_it() -> None:
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    b = h.hb("b", 0)  # group epoch 2: half of a's partitions are b's target
+    assert b.member_epoch == 2 and parts(b) == frozenset()
+    assert h.member("b").state == MemberState.UNRELEASED_PARTITIONS
+    # a still owns everything: told to keep three, its epoch stays 1.
+    r = h.hb("a", 1, owned={T1: a})
+    kept = parts(r)
+    assert r.member_epoch == 1 and len(kept) == 3
+    assert h.member("a").state == MemberState.UNREVOKED_PARTITIONS
+    # b asks again: nothing released yet, so nothing given.
+    r = h.hb("b", 2, owned={})
+    assert r.member_epoch == 2 and (r.assignment is None or not parts(r))
+    # Still owned by a (it has not reported revoking): still nothing.
+    assert h.hb("a", 1, owned={T1: a}).member_epoch == 1
+    assert h.hb("b", 2, owned={}).assignment in (None, {})
+    # a reports the revocation: it moves to epoch 2, and b then gets the rest.
+    r = h.hb("a", 1, owned={T1: kept})
+    assert r.member_epoch == 2 and h.member("a").state == MemberState.STABLE
+    r = h.hb("b", 2, owned={})
+    assert parts(r) == frozenset(range(6)) - kept
+    assert h.c.consumer.groups[G].state == "Stable"
+
+
+def test_heartbeat_without_owned_partitions_does_not_release_them() -> None:
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    h.hb("b", 0)
+    h.hb("a", 1, owned={T1: a})
+    r = h.hb("a", 1, owned=None)  # the member did not say: still owns what it had
+    assert r.member_epoch == 1
+    assert h.member("a").state == MemberState.UNREVOKED_PARTITIONS
+
+
+# -- epochs fence (rule 34) -----------------------------------------------------------------------
+
+
+def test_epoch_fencing() -> None:
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    assert h.hb("a", 5, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
+    assert h.hb("nobody", 1, owned={}).error == E.UNKNOWN_MEMBER_ID
+    assert h.hb("b", 0).member_epoch == 2
+    kept = parts(h.hb("a", 1, owned={T1: a}))
+    assert h.hb("a", 1, owned={T1: kept}).member_epoch == 2
+    # One missed bump: the previous epoch is accepted if it claims no more than it has.
+    assert h.hb("a", 1, owned={T1: kept}).error == E.NONE
+    assert h.hb("a", 1, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
+    assert h.hb("a", 0 + 1, owned=None).error == E.FENCED_MEMBER_EPOCH
+
+
+def test_unknown_group_and_bad_requests() -> None:
+    h = Harness()
+    assert h.hb("a", 3, owned={}).error == E.GROUP_ID_NOT_FOUND
+    assert h.hb("a", 0, topics=("t",), regex="t.*").error == E.INVALID_REQUEST
+    assert h.hb("a", 0, regex="(").error == E.INVALID_REGULAR_EXPRESSION
+    assert h.hb("a", 0, assignor="sticky").error == E.UNSUPPORTED_ASSIGNOR
+    assert h.hb("", 4, owned={}).error == E.INVALID_REQUEST
+    # Nothing was stored for any of them.
+    assert h.log == [] and G not in h.c.consumer.groups
+
+
+def test_group_size_is_bounded() -> None:
+    h = Harness(max_size=2)
+    h.hb("a", 0)
+    h.hb("b", 0)
+    assert h.hb("c", 0).error == E.GROUP_MAX_SIZE_REACHED
+
+
+def test_session_timeout_fences_and_frees_partitions() -> None:
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    h.hb("b", 0)
+    kept = parts(h.hb("a", 1, owned={T1: a}))
+    h.hb("a", 1, owned={T1: kept})
+    got = parts(h.hb("b", 2, owned={}))
+    h.tick(600)
+    h.hb("b", 2, owned={T1: got})  # b stays alive; a is silent
+    h.tick(600)
+    assert "a" not in h.c.consumer.groups[G].members
+    r = h.hb("b", 2, owned={T1: got})
+    assert r.member_epoch == 3 and parts(r) == frozenset(range(6))
+    assert h.hb("a", 2, owned={T1: kept}).error == E.UNKNOWN_MEMBER_ID
+
+
+def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
+    h = Harness(session_timeout_ms=60_000)
+    a = parts(h.hb("a", 0, rebalance=500))
+    h.hb("b", 0)
+    h.hb("a", 1, owned={T1: a})
+    h.tick(300)
+    h.hb("a", 1, owned={T1: a})  # heartbeats, but never gives the partitions up
+    h.tick(300)
+    assert "a" not in h.c.consumer.groups[G].members
+    assert parts(h.hb("b", 2, owned={})) == frozenset(range(6))
+
+
+def test_leave_gives_partitions_to_the_others() -> None:
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    h.hb("b", 0)
+    kept = parts(h.hb("a", 1, owned={T1: a}))
+    h.hb("a", 1, owned={T1: kept})
+    got = parts(h.hb("b", 2, owned={}))
+    r = h.hb("a", -1, owned=None)
+    assert (r.error, r.member_epoch) == (E.NONE, -1)
+    r = h.hb("b", 2, owned={T1: got})
+    assert r.member_epoch == 3 and parts(r) == frozenset(range(6))
+
+
+def test_static_member_comes_back_to_its_assignment() -> None:
+    h = Harness()
+    a = parts(h.hb("a1", 0, instance="i"))
+    h.hb("b", 0)
+    kept = parts(h.hb("a1", 1, owned={T1: a}, instance="i"))
+    h.hb("a1", 1, owned={T1: kept}, instance="i")
+    epoch = h.c.consumer.groups[G].group_epoch
+    assert h.hb("a2", 0, instance="i").error == E.UNRELEASED_INSTANCE_ID
+    assert h.hb("a1", -2, instance="i").member_epoch == -2
+    r = h.hb("a2", 0, instance="i")  # a new incarnation: same partitions, no rebalance
+    assert r.error == E.NONE and parts(r) == kept
+    assert h.c.consumer.groups[G].group_epoch == epoch
+    assert "a1" not in h.c.consumer.groups[G].members
+
+
+def test_regex_subscription_follows_new_topics() -> None:
+    h = Harness()
+    r = h.hb("a", 0, regex="t|u")
+    assert parts(r, T1) == frozenset(range(6)) and parts(r, T2) == frozenset({0, 1})
+    t3 = uuid.UUID(int=3)
+    h.topics["u"] = TopicInfo("u", T2, 3)  # more partitions: a new epoch
+    h.topics["v"] = TopicInfo("v", t3, 1)  # not matched
+    r = h.hb("a", 1, owned={T1: frozenset(range(6)), T2: frozenset({0, 1})})
+    assert r.member_epoch == 2 and parts(r, T2) == frozenset({0, 1, 2}) and parts(r, t3) == set()
+
+
+# -- offsets --------------------------------------------------------------------------------------
+
+
+def test_offset_commit_carries_the_member_epoch() -> None:
+    h = Harness()
+    h.hb("a", 0)
+    offsets = [OffsetToCommit("t", 0, 42)]
+    commit = h.c.commit_offsets
+    assert h.run(commit(G, 0, "a", None, offsets, h.now)) == {("t", 0): E.STALE_MEMBER_EPOCH}
+    assert h.run(commit(G, 1, "x", None, offsets, h.now)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
+    assert h.run(commit(G, -1, "", None, offsets, h.now)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
+    assert h.run(commit(G, 1, "a", None, offsets, h.now)) == {("t", 0): E.NONE}
+    assert h.c.fetch_offsets(G, [("t", [0])])[0].offset == 42
+    h.hb("a", -1)
+    # An empty group takes commits from outside it (admin tools).
+    assert h.run(commit(G, -1, "", None, offsets, h.now)) == {("t", 0): E.NONE}
+
+
+# -- classic and consumer groups side by side -----------------------------------------------------
+
+
+def classic_join(h: Harness, group: str) -> Any:
+    req = JoinRequest(
+        group, "", None, "c", "/h", 10_000, 10_000, "consumer", (("range", b""),), False
+    )
+    return h.run(h.c.join_group(req, h.now))
+
+
+def test_classic_join_to_a_consumer_group_is_refused() -> None:
+    h = Harness()
+    h.hb("a", 0)
+    assert classic_join(h, G).error == E.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_consumer_member_cannot_join_a_classic_group_with_members() -> None:
+    h = Harness()
+    classic_join(h, G)
+    assert h.hb("a", 0).error == E.GROUP_ID_NOT_FOUND
+
+
+def test_empty_classic_group_converts_and_keeps_its_offsets() -> None:
+    h = Harness()
+    h.run(h.c.commit_offsets(G, -1, "", None, [OffsetToCommit("t", 1, 7)], h.now))
+    assert G in h.c.groups
+    assert h.hb("a", 0).error == E.NONE
+    assert G not in h.c.groups and G in h.c.consumer.groups
+    assert h.c.fetch_offsets(G, [("t", [1])])[0].offset == 7
+    listed = h.c.list_consumer_groups()
+    assert listed == [(G, "Stable")] and h.c.list_groups() == []
+
+
+def test_delete_group_needs_it_empty_and_leaves_tombstones() -> None:
+    h = Harness()
+    h.hb("a", 0)
+    assert h.run(h.c.delete_groups([G], h.now)) == {G: E.NON_EMPTY_GROUP}
+    h.hb("a", -1)
+    assert h.run(h.c.delete_groups([G], h.now)) == {G: E.NONE}
+    assert G not in h.c.consumer.groups
+    fresh = GroupCoordinator(GroupConfig())
+    for k, v in h.log:
+        fresh.replay(decode(k, v), h.now)
+    assert G not in fresh.consumer.groups
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+def test_replaying_the_records_rebuilds_the_same_groups() -> None:
+    h = Harness()
+    a = parts(h.hb("a", 0))
+    h.hb("b", 0, instance="sb")
+    h.hb("a", 1, owned={T1: a})  # a mid-revocation: UNREVOKED_PARTITIONS
+    h.hb("c", 0, regex="u")
+    h.run(h.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 0, 3)], h.now))
+    fresh = GroupCoordinator(GroupConfig())
+    fresh.begin_load()
+    for k, v in h.log:
+        fresh.replay(decode(k, v), h.now)
+    fresh.end_load(h.now)
+    assert fresh.durable_state() == h.c.durable_state()
+    # ...and the rebuilt coordinator carries on where the first one was.
+    r = fresh.consumer_heartbeat(
+        ConsumerHeartbeat(G, "a", 1, owned={T1: h.member("a").assigned[T1]}), TOPICS, h.now
+    )
+    assert r.response.error == E.NONE
+
+
+def test_record_formats_are_kafkas() -> None:
+    key = ConsumerGroupKey(8, "g", "m")
+    assert encode_consumer_key(key) == b"\x00\x08\x00\x01g\x00\x01m"
+    assert encode_consumer_key(ConsumerGroupKey(3, "g")) == b"\x00\x03\x00\x01g"
+    value = CurrentMemberAssignmentValue(3, 2, 1, {T1: frozenset({1, 0})}, {})
+    raw = encode_consumer_value(value)
+    # version 0; epochs; state; compact array of one topic (id, [0, 1], no tags); empty; no tags
+    assert raw == (
+        b"\x00\x00" + b"\x00\x00\x00\x03" + b"\x00\x00\x00\x02" + b"\x01"
+        + b"\x02" + T1.bytes + b"\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00"
+        + b"\x01" + b"\x00"
+    )  # fmt: skip
+    assert decode_consumer_value(key, raw) == value
+    # Tagged fields of later Kafka versions (KIP-1251's assignment epochs) are skipped.
+    topic_end = 11 + 1 + 16 + 9  # header, array length, topic id, partitions
+    assert raw[topic_end] == 0  # the topic's (empty) tagged fields
+    tagged = raw[:topic_end] + b"\x01\x00\x03\xaa\xbb\xcc" + raw[topic_end + 1 :]
+    assert decode_consumer_value(key, tagged) == value
+
+
+def test_bad_record_is_an_error_not_a_crash() -> None:
+    from samsa.coordinator.offsets_records import RecordFormatError
+
+    with pytest.raises(RecordFormatError):
+        decode(b"\x00\x08\x00\x01g\x00\x01m", b"\x00\x00\x00\x00")
+
+
+# -- assignors ------------------------------------------------------------------------------------
+
+
+def test_range_assignor_gives_contiguous_ranges() -> None:
+    subs = {"m1": {T1, T2}, "m2": {T1, T2}, "m3": {T1}}
+    out = range_assign(subs, {T1: 7, T2: 3}, {})
+    assert out["m1"][T1] == {0, 1, 2} and out["m2"][T1] == {3, 4} and out["m3"][T1] == {5, 6}
+    assert out["m1"][T2] == {0, 1} and out["m2"][T2] == {2} and T2 not in out["m3"]
+
+
+def test_uniform_assignor_balances_and_is_sticky() -> None:
+    subs = {"m1": {T1}, "m2": {T1}, "m3": {T1}}
+    first = uniform_assign(subs, {T1: 6}, {})
+    assert sorted(len(a[T1]) for a in first.values()) == [2, 2, 2]
+    grown = uniform_assign({**subs, "m4": {T1}}, {T1: 6}, first)
+    sizes = sorted(len(a.get(T1, ())) for a in grown.values())
+    assert sizes == [1, 1, 2, 2]
+    for mid in subs:  # nobody lost more than it had to
+        assert grown[mid][T1] <= first[mid][T1]
+    union = [p for a in grown.values() for p in a.get(T1, ())]
+    assert sorted(union) == list(range(6))
+    assert uniform_assign(subs, {T1: 6}, {}) == first  # deterministic
+
+
+def test_assignor_follows_the_members_choice() -> None:
+    h = Harness()
+    r = h.hb("a", 0, topics=("t", "u"), assignor="range")
+    assert h.c.describe_consumer_group(G, TOPICS).assignor == "range"
+    assert parts(r, T2) == {0, 1}
+    d = h.c.describe_consumer_group(G, TOPICS)
+    assert (d.state, d.group_epoch, d.assignment_epoch) == ("Stable", 1, 1)
+    assert d.members[0].assignment == {T1: frozenset(range(6)), T2: frozenset({0, 1})}
+    assert h.c.describe_consumer_group("nope", TOPICS).error == E.GROUP_ID_NOT_FOUND
+
+
+def test_records_are_coordinator_records() -> None:
+    h = Harness()
+    outcome = h.c.consumer_heartbeat(
+        ConsumerHeartbeat(G, "a", 0, None, None, 5000, ("t",)), TOPICS, 0
+    )
+    types = [r.key.type for r in outcome.records if isinstance(r, CoordinatorRecord)]
+    assert types == [5, 3, 7, 6, 8]  # metadata, epoch, target, target epoch, current
