@@ -2,6 +2,9 @@
 
 usage: _group_worker.py LIB ASSIGNOR BOOTSTRAP TOPIC GROUP OUTFILE
 
+LIB ``confluent-consumer`` is confluent-kafka with ``group.protocol=consumer`` (KIP-848);
+ASSIGNOR is then the server-side assignor (``group.remote.assignor``).
+
 Consumes TOPIC in GROUP and appends a line to OUTFILE per event, flushed at once so a SIGKILL
 loses at most a partial last line:
 
@@ -40,23 +43,32 @@ def _log(out: IO[str], *fields: object) -> None:
     out.flush()
 
 
-def run_confluent(assignor: str, bootstrap: str, topic: str, group: str, out: IO[str]) -> None:
+def run_confluent(
+    assignor: str, bootstrap: str, topic: str, group: str, out: IO[str], kip848: bool = False
+) -> None:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "client.id": "confluent-worker",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-            "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
-            "partition.assignment.strategy": assignor,
-            "topic.metadata.refresh.interval.ms": 1000,
-        }
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": "confluent-worker",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+    if kip848:
+        # Timeouts and the assignor are the broker's (group.consumer.*) in this protocol.
+        config.update({"group.protocol": "consumer", "group.remote.assignor": assignor})
+    else:
+        config.update(
+            {
+                "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "heartbeat.interval.ms": HEARTBEAT_MS,
+                "partition.assignment.strategy": assignor,
+            }
+        )
+    c = Consumer(config)
     c.subscribe([topic])
     while not stopping:
         msgs = c.consume(num_messages=200, timeout=0.1)
@@ -181,8 +193,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     faulthandler.register(signal.SIGUSR1)  # stack dump of a stuck client, for debugging
     with open(outfile, "a") as out:
-        if lib == "confluent":
-            run_confluent(assignor, bootstrap, topic, group, out)
+        if lib in ("confluent", "confluent-consumer"):
+            run_confluent(assignor, bootstrap, topic, group, out, lib == "confluent-consumer")
         elif lib == "kafka-python":
             run_kafka_python(assignor, bootstrap, topic, group, out)
         else:
