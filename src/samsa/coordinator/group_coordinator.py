@@ -588,6 +588,9 @@ class GroupCoordinator:
         """The log refused ``records``: a leader's assignment among them is not stored, so
         the members waiting for it get ``error`` and the group rebalances (as Kafka does)."""
         for rec in records:
+            cgroup = self.consumer.groups.get(rec.group_id)
+            if cgroup is not None and not cgroup.members and cgroup.group_epoch == 0:
+                del self.consumer.groups[rec.group_id]  # its first heartbeat was not stored
             group = self.groups.get(rec.group_id)
             if (
                 isinstance(rec.value, GroupMetadataValue)
@@ -690,6 +693,13 @@ class GroupCoordinator:
             # The classic group's metadata goes first: replay order is log order.
             self._buf.records.insert(0, CoordinatorRecord(GroupMetadataKey(req.group_id), None))
         return self._outcome(result)
+
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a consumer-protocol member: it must be one, at its epoch."""
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is None or member_id is None or member_epoch < 0:
+            return E.NONE
+        return self.consumer.validate_commit(cgroup, member_id, member_epoch)
 
     def describe_consumer_group(
         self, group_id: str, topics: Mapping[str, TopicInfo]
@@ -948,7 +958,8 @@ class GroupCoordinator:
     def expire_offsets(self, now_ms: int) -> None:
         """Offsets retention (KIP-211): a group's offsets expire once it has been Empty for
         ``offsets.retention.minutes`` (a group that never had members: once each offset is
-        that old). An Empty group left with no offsets is deleted."""
+        that old). An Empty group left with no offsets is deleted. Consumer-protocol groups
+        (KIP-848) have no Empty timestamp: their offsets expire by commit time."""
         retention = self.config.offsets_retention_ms
         for group in list(self.groups.values()):
             if not group.is_in(S.EMPTY):
@@ -967,6 +978,18 @@ class GroupCoordinator:
             self._buf.records += self.offsets.tombstones(group.group_id, expired)
             if len(expired) == len(committed):
                 self._emit(GroupMetadataKey(group.group_id), None)
+        for cgroup in list(self.consumer.groups.values()):
+            # An empty consumer group: each offset once it is that old; then the group goes.
+            if cgroup.members:
+                continue
+            gid = cgroup.group_id
+            committed = self.offsets.committed(gid)
+            expired = [
+                tp for tp, v in committed.items() if now_ms >= v.commit_timestamp + retention
+            ]
+            self._buf.records += self.offsets.tombstones(gid, expired)
+            if len(expired) == len(committed):
+                self.consumer.delete(cgroup)
 
     # == replay ====================================================================================
 

@@ -278,6 +278,9 @@ class GroupCoordinatorRuntime:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return (OFFSETS_TOPIC, self.coordinator.partition_for(group_id))
 
+    def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        return self.coordinator.validate_fetch(group_id, member_id, member_epoch)
+
     def consumer_heartbeat(self, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
         outcome = self.coordinator.consumer_heartbeat(req, self.topics(), self.clock())
         error, _ = self._run(outcome)

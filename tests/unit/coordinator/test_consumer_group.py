@@ -34,6 +34,7 @@ from samsa.coordinator.group_coordinator import (
     Outcome,
 )
 from samsa.coordinator.offsets import decode
+from samsa.coordinator.offsets_records import GroupMetadataKey
 from samsa.protocol.errors import ErrorCode as E
 
 G = "cg"
@@ -160,6 +161,9 @@ def test_epoch_fencing() -> None:
     assert h.hb("a", 1, owned={T1: kept}).error == E.NONE
     assert h.hb("a", 1, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
     assert h.hb("a", 0 + 1, owned=None).error == E.FENCED_MEMBER_EPOCH
+    h.hb("b", -1)  # epoch 3: a gets everything at once, its previous epoch is 2
+    assert h.hb("a", 2, owned={T1: kept}).member_epoch == 3
+    assert h.hb("a", 1, owned={T1: kept}).error == E.FENCED_MEMBER_EPOCH  # two behind
 
 
 def test_unknown_group_and_bad_requests() -> None:
@@ -403,3 +407,63 @@ def test_records_are_coordinator_records() -> None:
     )
     types = [r.key.type for r in outcome.records if isinstance(r, CoordinatorRecord)]
     assert types == [5, 3, 7, 6, 8]  # metadata, epoch, target, target epoch, current
+
+
+def test_offset_fetch_checks_the_member_epoch() -> None:
+    h = Harness()
+    h.hb("a", 0)
+    assert h.c.validate_fetch(G, "a", 1) == E.NONE
+    assert h.c.validate_fetch(G, "a", 0) == E.STALE_MEMBER_EPOCH
+    assert h.c.validate_fetch(G, "zz", 1) == E.UNKNOWN_MEMBER_ID
+    assert h.c.validate_fetch(G, None, -1) == E.NONE  # not a member: admin tools
+    assert h.c.validate_fetch("classic", "m", 3) == E.NONE  # not a consumer group
+
+
+def test_classic_group_emptied_converts_and_its_metadata_is_deleted() -> None:
+    h = Harness()
+    req = JoinRequest(G, "", None, "c", "/h", 10_000, 10_000, "consumer", (("range", b""),), False)
+    h.c.config = h.c.config.__class__(initial_rebalance_delay_ms=0, consumer=h.c.config.consumer)
+    h.run(h.c.join_group(req, h.now))
+    h.now += 1
+    h.run(h.c.tick(h.now))  # the join completes; the member never syncs or heartbeats
+    h.now += 60_000
+    h.run(h.c.tick(h.now))
+    assert not h.c.groups[G].members and h.c.groups[G].stored is not None
+    assert h.hb("a", 0).error == E.NONE
+    # The classic group's record is deleted first, then the consumer group's are written.
+    records = [decode(k, v) for k, v in h.log]
+    tombstone = records.index(CoordinatorRecord(GroupMetadataKey(G), None))
+    assert all(isinstance(r.key, ConsumerGroupKey) for r in records[tombstone + 1 :])
+    fresh = GroupCoordinator(GroupConfig())
+    fresh.begin_load()
+    for k, v in h.log:
+        fresh.replay(decode(k, v), h.now)
+    assert G not in fresh.groups and fresh.consumer.groups[G].members.keys() == {"a"}
+
+
+def test_empty_consumer_group_offsets_expire_then_the_group_goes() -> None:
+    h2 = Harness(session_timeout_ms=60_000)
+    h2.c.config = h2.c.config.__class__(
+        offsets_retention_ms=10_000,
+        offsets_retention_check_interval_ms=1000,
+        consumer=h2.c.config.consumer,
+    )
+    h2.hb("a", 0)
+    h2.run(h2.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 0, 5)], h2.now))
+    h2.tick(1)
+    h2.tick(20_000)
+    assert h2.c.fetch_offsets(G, [("t", [0])])[0].offset == 5  # kept while it has members
+    h2.hb("a", -1)
+    h2.tick(1000)
+    assert G not in h2.c.consumer.groups
+    assert h2.c.fetch_offsets(G, [("t", [0])])[0].offset == -1
+
+
+def test_a_heartbeat_whose_records_are_not_stored_leaves_nothing() -> None:
+    h = Harness()
+    outcome = h.c.consumer_heartbeat(
+        ConsumerHeartbeat(G, "a", 0, None, None, 5000, ("t",)), TOPICS, 0
+    )
+    h.c.write_failed(outcome.records, E.COORDINATOR_NOT_AVAILABLE)
+    assert G not in h.c.consumer.groups
+    assert h.hb("a", 0).member_epoch == 1

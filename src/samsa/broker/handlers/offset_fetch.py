@@ -36,24 +36,31 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             topics=_topics(v, fetched, topic_cls, part_cls),
         )
         return encode_response(K, v, response)
-    groups = tuple(
-        make(
-            K,
-            v,
-            "OffsetFetchResponseGroup",
-            group_id=g.group_id,
-            error_code=ErrorCode.NONE if ok else ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            topics=_topics(
+    groups = []
+    for g in request.groups:
+        if not authorized(broker, ctx, Op.READ, Res.GROUP, g.group_id):  # rule 33
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            # v9+: a consumer-protocol member fetches with its member epoch (KIP-848).
+            error = broker.groups.validate_fetch(
+                g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+            )
+        fetched = [] if error else _fetch(broker, ctx, g.group_id, g.topics, request.require_stable)
+        groups.append(
+            make(
+                K,
                 v,
-                _fetch(broker, ctx, g.group_id, g.topics, request.require_stable) if ok else [],
-                "OffsetFetchResponseTopics",
-                "OffsetFetchResponsePartitions",
-            ),
+                "OffsetFetchResponseGroup",
+                group_id=g.group_id,
+                error_code=error,
+                topics=_topics(
+                    v, fetched, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"
+                ),
+            )
         )
-        for g in request.groups
-        for ok in (authorized(broker, ctx, Op.READ, Res.GROUP, g.group_id),)  # rule 33
+    return encode_response(
+        K, v, make(K, v, "OffsetFetchResponse", throttle_time=0, groups=tuple(groups))
     )
-    return encode_response(K, v, make(K, v, "OffsetFetchResponse", throttle_time=0, groups=groups))
 
 
 def _fetch(
