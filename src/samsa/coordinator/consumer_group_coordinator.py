@@ -26,10 +26,12 @@ deleted and its partitions become free.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import re2
 
 from samsa.coordinator.assignors import ASSIGNORS
 from samsa.coordinator.consumer_group import (
@@ -486,9 +488,9 @@ def _validate(req: ConsumerHeartbeat, config: ConsumerConfig) -> None:
         raise _Refused(E.UNSUPPORTED_ASSIGNOR, f"assignor {req.server_assignor} is not supported")
     if req.subscribed_topic_regex is not None:
         try:
-            re.compile(req.subscribed_topic_regex)
-        except re.error as exc:
-            raise _Refused(E.INVALID_REGULAR_EXPRESSION, f"invalid regex: {exc}") from None
+            _compile(req.subscribed_topic_regex)
+        except re2.error as exc:
+            raise _Refused(E.INVALID_REGULAR_EXPRESSION, f"invalid regex: {exc!s}") from None
 
 
 def _empty_metadata() -> ConsumerGroupMemberMetadataValue:
@@ -518,14 +520,22 @@ def _updated_metadata(
     )
 
 
+def _compile(regex: str) -> Any:
+    """KIP-848 regexes are RE2/J's syntax, as in Kafka; RE2 also matches in linear time, so a
+    client's pattern cannot stall the coordinator (Python's ``re`` can backtrack for ever)."""
+    options = re2.Options()
+    options.log_errors = False
+    return re2.compile(regex, options=options)
+
+
 def _resolve(
     meta: ConsumerGroupMemberMetadataValue, topics: Mapping[str, TopicInfo]
 ) -> frozenset[uuid.UUID]:
     """The ids of the existing topics a member subscribes to, by name or by regex."""
     if meta.subscribed_topic_regex is not None:
         try:
-            pattern = re.compile(meta.subscribed_topic_regex)
-        except re.error:
+            pattern = _compile(meta.subscribed_topic_regex)
+        except re2.error:
             return frozenset()
         return frozenset(t.topic_id for name, t in topics.items() if pattern.fullmatch(name))
     return frozenset(topics[n].topic_id for n in meta.subscribed_topic_names if n in topics)

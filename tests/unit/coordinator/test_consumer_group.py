@@ -171,6 +171,9 @@ def test_unknown_group_and_bad_requests() -> None:
     assert h.hb("a", 3, owned={}).error == E.GROUP_ID_NOT_FOUND
     assert h.hb("a", 0, topics=("t",), regex="t.*").error == E.INVALID_REQUEST
     assert h.hb("a", 0, regex="(").error == E.INVALID_REGULAR_EXPRESSION
+    # RE2 syntax, as Kafka's RE2/J: no backreferences or lookarounds (they can backtrack).
+    assert h.hb("a", 0, regex=r"(t)\1").error == E.INVALID_REGULAR_EXPRESSION
+    assert h.hb("a", 0, regex="(?=t)t").error == E.INVALID_REGULAR_EXPRESSION
     assert h.hb("a", 0, assignor="sticky").error == E.UNSUPPORTED_ASSIGNOR
     assert h.hb("", 4, owned={}).error == E.INVALID_REQUEST
     # Nothing was stored for any of them.
