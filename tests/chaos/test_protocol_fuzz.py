@@ -280,6 +280,34 @@ def _coordinator_seeds() -> list[bytes]:
                 committed=True,
             ),
         ),
+        _frame(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            1,
+            r(
+                ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                1,
+                "ConsumerGroupHeartbeatRequest",
+                group_id="g848",
+                member_id="m",
+                member_epoch=0,
+                rebalance_timeout=10_000,
+                subscribed_topic_names=(TOPIC,),
+                subscribed_topic_regex=None,
+                server_assignor=None,
+                topic_partitions=(),
+            ),
+        ),
+        _frame(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            1,
+            r(
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                1,
+                "ConsumerGroupDescribeRequest",
+                group_ids=("g848",),
+                include_authorized_operations=False,
+            ),
+        ),
     ]
 
 
