@@ -58,6 +58,10 @@ CONSUMER: dict[str, Any] = {
     "max.poll.interval.ms": 300_000,
     "rebalance.timeout.ms": None,
     "partition.assignment.strategy": "range",
+    # "consumer": KIP-848's protocol (ConsumerGroupHeartbeat; the broker assigns, with
+    # group.remote.assignor if set); "classic": JoinGroup/SyncGroup.
+    "group.protocol": "classic",
+    "group.remote.assignor": None,
     "check.crcs": True,
     # how long a blocking call (commit, committed, list_offsets, ...) retries
     "default.api.timeout.ms": 60_000,

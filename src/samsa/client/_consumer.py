@@ -32,6 +32,13 @@ assignor and sends it with SyncGroup, every member decodes its own. A background
 heartbeats; REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION mark the
 membership for a rejoin, done in the next poll after committing (auto-commit) what was
 consumed. ``close()`` commits (auto-commit) and sends LeaveGroup.
+
+With ``group.protocol=consumer`` (KIP-848) the broker assigns: the member heartbeats with
+ConsumerGroupHeartbeat (its member epoch, subscription and owned partitions) and applies each
+assignment it is sent: it commits (auto-commit) and drops the partitions taken away, takes
+the new ones, and reports what it owns at once, so the coordinator can hand the dropped
+partitions on. A fenced member (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) loses its partitions
+and rejoins with epoch 0; ``close()`` leaves with epoch -1 (-2 for a static member).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import io
 import itertools
 import logging
 import struct
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -457,6 +465,13 @@ class AsyncConsumer:
         if strategy not in ASSIGNORS:
             raise ConfigError("partition.assignment.strategy must be range or roundrobin")
         self.assignor = strategy
+        protocol = str(c["group.protocol"]).lower()
+        if protocol not in ("classic", "consumer"):
+            raise ConfigError("group.protocol must be classic or consumer")
+        self.kip848 = protocol == "consumer"
+        # KIP-848 members name themselves (ConsumerGroupHeartbeat v1), once per consumer.
+        self._member_id_848 = str(uuid.uuid4())
+        self._heartbeat_interval_848 = c.seconds("heartbeat.interval.ms")
         self.cluster = Cluster.from_config(c, api_timeout=self.api_timeout)
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int | None] = {}
@@ -1099,7 +1114,7 @@ class AsyncConsumer:
         if self.group_id is None:
             return
         if self._subscription and (self._needs_join or self._generation < 0):
-            await self._join()
+            await (self._join_848() if self.kip848 else self._join())
         if self.auto_commit and self._assignment:
             now = asyncio.get_running_loop().time()
             if now - self._last_commit >= self.auto_commit_interval:
@@ -1231,7 +1246,132 @@ class AsyncConsumer:
             elif code:
                 log.warning("heartbeat: %s", KafkaError(code))
 
+    # --- KIP-848: the consumer group protocol ----------------------------------------------
+
+    async def _consumer_heartbeat(self, epoch: int, timeout: float | None = None) -> Any:
+        """One ConsumerGroupHeartbeat with everything (subscription, owned partitions)."""
+        c = self.config
+        ids = {t: info.topic_id for t, info in self.cluster.topics.items()}
+        owned: dict[Any, list[int]] = {}
+        for tp in self._assignment:
+            if ids.get(tp.topic) is not None:
+                owned.setdefault(ids[tp.topic], []).append(tp.partition)
+        rebalance = c["rebalance.timeout.ms"] or c.int("max.poll.interval.ms")
+        joining_or_leaving = epoch <= 0
+        return await self._group_request(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            0,
+            1,
+            "ConsumerGroupHeartbeatRequest",
+            timeout=timeout,
+            group_id=self.group_id,
+            member_id=self._member_id_848,
+            member_epoch=epoch,
+            instance_id=c["group.instance.id"],
+            rack_id=None,
+            rebalance_timeout=int(rebalance),
+            subscribed_topic_names=tuple(self._subscription) if epoch >= 0 else None,
+            subscribed_topic_regex=None,
+            server_assignor=c["group.remote.assignor"],
+            topic_partitions=lambda v: (
+                None
+                if epoch < 0
+                else tuple(
+                    make_request(
+                        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                        v,
+                        "TopicPartitions",
+                        topic_id=tid,
+                        partitions=tuple(sorted(ps)),
+                    )
+                    for tid, ps in ([] if joining_or_leaving else owned.items())
+                )
+            ),
+        )
+
+    async def _join_848(self) -> None:
+        await self.cluster.refresh(self._subscription)
+        if self._generation < 0:
+            self._set_assignment([])  # a new incarnation owns nothing
+        resp = await self._consumer_heartbeat(0 if self._generation < 0 else self._generation)
+        await self._on_consumer_heartbeat(resp)
+        if int(resp.error_code):
+            raise KafkaError(int(resp.error_code), f"ConsumerGroupHeartbeat: {resp.error_message}")
+        self._needs_join = False
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_848())
+
+    async def _on_consumer_heartbeat(self, resp: Any) -> bool:
+        """Apply a heartbeat's answer; True if the assignment changed."""
+        code = int(resp.error_code)
+        if code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
+            # Fenced: the partitions are someone else's now; nothing of them is committed.
+            log.info("group %s: fenced (%s), rejoining", self.group_id, ErrorCode(code).name)
+            self._generation = -1
+            self._set_assignment([])
+            self._needs_join = True
+            return True
+        if code:
+            return False
+        self._generation = int(resp.member_epoch)
+        self._heartbeat_interval_848 = resp.heartbeat_interval.total_seconds()
+        if resp.assignment is None:
+            return False
+        names = {info.topic_id: t for t, info in self.cluster.topics.items()}
+        if any(tp.topic_id not in names for tp in resp.assignment.topic_partitions):
+            await self.cluster.refresh(self._subscription)
+            names = {info.topic_id: t for t, info in self.cluster.topics.items()}
+        new = [
+            TopicPartition(names[tp.topic_id], p)
+            for tp in resp.assignment.topic_partitions
+            if tp.topic_id in names
+            for p in tp.partitions
+        ]
+        if set(new) == set(self._assignment):
+            return False
+        revoked = [tp for tp in self._assignment if tp not in set(new)]
+        if revoked and self.auto_commit:
+            positions = {tp: self._positions.get(tp) for tp in revoked}
+            with contextlib.suppress(KafkaError, OSError):
+                await self.commit({tp: p for tp, p in positions.items() if p is not None})
+        log.info("group %s epoch %d: assigned %s", self.group_id, self._generation, new)
+        self._set_assignment(new)
+        return True
+
+    async def _heartbeat_848(self) -> None:
+        changed = False
+        while not self._closed and self._generation >= 0:
+            if not changed:  # after a change, tell the coordinator what is owned at once
+                await asyncio.sleep(self._heartbeat_interval_848)
+            if self._generation < 0 or self._closed:
+                return
+            try:
+                resp = await self._consumer_heartbeat(
+                    self._generation, timeout=self._heartbeat_interval_848
+                )
+                changed = await self._on_consumer_heartbeat(resp)
+            except KafkaError as exc:
+                log.debug("heartbeat: %s", exc)
+                changed = False
+            except Exception:  # a bug must not end heartbeats silently (the member expires)
+                log.exception("heartbeat failed")
+                changed = False
+
+    async def _leave_848(self) -> None:
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        epoch = -2 if self.config["group.instance.id"] is not None else -1
+        with contextlib.suppress(KafkaError, OSError):
+            await self._consumer_heartbeat(
+                epoch, timeout=min(self.api_timeout, self.request_timeout, 5.0)
+            )
+        self._generation = -1
+
     async def _leave(self) -> None:
+        if self.kip848:
+            if self.group_id is not None and self._generation >= 0:
+                await self._leave_848()
+            return
         if self.group_id is None or self._generation < 0 or not self._member_id:
             return
         if self._heartbeat_task is not None:
@@ -1315,7 +1455,7 @@ class AsyncConsumer:
         resp = await self._group_request(
             ApiKey.OFFSET_COMMIT,
             2,
-            8,
+            9 if self.kip848 else 8,  # v9: the member epoch of a KIP-848 group
             "OffsetCommitRequest",
             codes=lambda r: [int(p.error_code) for t in r.topics for p in t.partitions],
             retry_codes=_COMMIT_RETRY,
@@ -1323,7 +1463,7 @@ class AsyncConsumer:
             group_id=self.group_id,
             generation_id_or_member_epoch=self._generation,
             generation_id=self._generation,
-            member_id=self._member_id,
+            member_id=self._member_id_848 if self.kip848 else self._member_id,
             group_instance_id=self.config["group.instance.id"],
             retention_time=-1,
             topics=topic_entities,
@@ -1345,8 +1485,9 @@ class AsyncConsumer:
         """The membership a transactional producer's offset commit is checked against."""
         if self.group_id is None:
             raise ConfigError("group_metadata() needs group.id")
+        member_id = self._member_id_848 if self.kip848 else self._member_id
         return ConsumerGroupMetadata(
-            self.group_id, self._generation, self._member_id, self.config["group.instance.id"]
+            self.group_id, self._generation, member_id, self.config["group.instance.id"]
         )
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None) -> asyncio.Task[None]:

@@ -28,3 +28,12 @@ def test_bad_codec() -> None:
 def test_producer_state_json_round_trip() -> None:
     s = ProducerState(5, 2, {TopicPartition("t", 0): 10, TopicPartition("u", 3): 7})
     assert ProducerState.from_json(s.to_json()) == s
+
+
+def test_group_protocol_is_classic_or_consumer() -> None:
+    from samsa.client import AsyncConsumer
+
+    with pytest.raises(ConfigError, match=r"group\.protocol"):
+        AsyncConsumer({"group.protocol": "kip848"})
+    assert AsyncConsumer({"group.protocol": "consumer"}).kip848
+    assert not AsyncConsumer({}).kip848
