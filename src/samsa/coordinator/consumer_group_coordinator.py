@@ -26,6 +26,7 @@ deleted and its partitions become free.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -440,6 +441,18 @@ class ConsumerGroups:
         if member_epoch != member.member_epoch:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
+
+    def subscribes(self, group: ConsumerGroup, topic: str) -> bool:
+        """Does a member subscribe to ``topic``, by name or by regex?"""
+        for m in group.members.values():
+            regex = m.metadata.subscribed_topic_regex
+            if topic in m.metadata.subscribed_topic_names:
+                return True
+            if regex is not None:
+                with contextlib.suppress(re2.error):
+                    if _compile(regex).fullmatch(topic):
+                        return True
+        return False
 
     def delete(self, group: ConsumerGroup) -> None:
         """Tombstones for an empty group's records."""

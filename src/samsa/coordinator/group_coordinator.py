@@ -793,9 +793,10 @@ class GroupCoordinator:
         """OffsetDelete: (top-level error, {(topic, partition): error})."""
         cgroup = self.consumer.groups.get(group_id)
         if cgroup is not None:
-            names = {n for m in cgroup.members.values() for n in m.metadata.subscribed_topic_names}
             errors = {
-                (t, p): E.GROUP_SUBSCRIBED_TO_TOPIC if t in names else E.NONE
+                (t, p): E.GROUP_SUBSCRIBED_TO_TOPIC
+                if self.consumer.subscribes(cgroup, t)
+                else E.NONE
                 for t, ps in topics
                 for p in ps
             }

@@ -470,3 +470,25 @@ def test_a_heartbeat_whose_records_are_not_stored_leaves_nothing() -> None:
     h.c.write_failed(outcome.records, E.COORDINATOR_NOT_AVAILABLE)
     assert G not in h.c.consumer.groups
     assert h.hb("a", 0).member_epoch == 1
+
+
+def test_offset_delete_refuses_subscribed_topics_by_name_or_regex() -> None:
+    h = Harness()
+    h.hb("a", 0, topics=("t",))
+    h.hb("b", 0, regex="u.*")
+    commits = [OffsetToCommit(t, 0, 1) for t in ("t", "u", "w")]
+    h.run(h.c.commit_offsets(G, -1, "", None, commits, h.now))  # refused: not empty
+    h.c.offsets.replay(CoordinatorRecord(*_offset("w")), None)
+    error, errors = h.run(h.c.delete_offsets(G, [("t", [0]), ("u", [0]), ("w", [0])], h.now))
+    assert error == E.NONE
+    assert errors == {
+        ("t", 0): E.GROUP_SUBSCRIBED_TO_TOPIC,
+        ("u", 0): E.GROUP_SUBSCRIBED_TO_TOPIC,
+        ("w", 0): E.NONE,
+    }
+
+
+def _offset(topic: str) -> tuple[Any, Any]:
+    from samsa.coordinator.offsets_records import OffsetCommitKey, OffsetCommitValue
+
+    return OffsetCommitKey(G, topic, 0), OffsetCommitValue(1)
