@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from confluent_kafka import ConsumerGroupType
+from confluent_kafka.admin import AdminClient
 from test_consumer_groups import PARTITIONS, PHASE_TIMEOUT, WORKER, Scenario, committed
 
 from _broker import BrokerProcess
@@ -177,6 +179,13 @@ def test_consumer_protocol_groups_lose_nothing(
         types = list_groups(conn)
         assert types["classic-g"] == "classic"
         assert {types[s.group] for s in scenarios} == {"consumer"}
+        # confluent-kafka's admin client tells them apart too (ConsumerGroupDescribe).
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = {g.group_id: g.type for g in admin.list_consumer_groups().result(20).valid}
+        assert listed["classic-g"] == ConsumerGroupType.CLASSIC
+        assert listed[scenarios[0].group] == ConsumerGroupType.CONSUMER
+        desc = admin.describe_consumer_groups([scenarios[0].group])[scenarios[0].group].result(20)
+        assert (desc.type, desc.partition_assignor) == (ConsumerGroupType.CONSUMER, "uniform")
     finally:
         for s in scenarios:
             s.kill_all()
