@@ -27,6 +27,7 @@ deleted and its partitions become free.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -533,6 +534,7 @@ def _updated_metadata(
     )
 
 
+@functools.lru_cache(maxsize=256)  # every heartbeat resolves every member's subscription
 def _compile(regex: str) -> Any:
     """KIP-848 regexes are RE2/J's syntax, as in Kafka; RE2 also matches in linear time, so a
     client's pattern cannot stall the coordinator (Python's ``re`` can backtrack for ever)."""
