@@ -35,7 +35,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         member_epoch=request.member_epoch,
         instance_id=request.instance_id,
         rack_id=request.rack_id,
-        rebalance_timeout_ms=int(timeout.total_seconds() * 1000) if timeout is not None else -1,
+        rebalance_timeout_ms=round(timeout.total_seconds() * 1000) if timeout is not None else -1,
         subscribed_topic_names=(
             None
             if request.subscribed_topic_names is None
