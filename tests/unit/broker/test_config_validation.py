@@ -102,3 +102,12 @@ def test_an_embedded_broker_refuses_bad_settings_before_touching_disk(tmp_path: 
     with pytest.raises(ConfigError, match="port"):
         Broker(BrokerConfig(data_dir=data_dir, port=70000))
     assert not data_dir.exists()
+
+
+def test_consumer_group_settings() -> None:
+    c = check({"group.consumer.session.timeout.ms": "2000", "group.consumer.assignors": "range"})
+    assert (c.group_consumer_session_timeout_ms, c.group_consumer_assignors) == (2000, "range")
+    with pytest.raises(ConfigError, match="must name assignors"):
+        check({"group.consumer.assignors": "uniform,sticky"})
+    with pytest.raises(ConfigError, match=r"heartbeat\.interval\.ms must be at least 1"):
+        check({"group.consumer.heartbeat.interval.ms": "0"})
