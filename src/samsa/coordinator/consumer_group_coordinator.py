@@ -399,7 +399,7 @@ class ConsumerGroups:
 
     # == admin =====================================================================================
 
-    def describe(self, group_id: str, topics: Mapping[str, TopicInfo]) -> ConsumerGroupDescription:
+    def describe(self, group_id: str) -> ConsumerGroupDescription:
         group = self.groups.get(group_id)
         if group is None:
             return ConsumerGroupDescription(

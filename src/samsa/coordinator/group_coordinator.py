@@ -34,6 +34,12 @@ INVALID_SESSION_TIMEOUT, COORDINATOR_NOT_AVAILABLE for a Dead group.
 
 Timers are deadlines in the data (``heartbeat_deadline_ms``, ``join_deadline_ms``,
 ``sync_deadline_ms``, pending member ids); ``tick(now_ms)`` fires those that passed.
+
+KIP-848 consumer groups (``consumer_heartbeat``) are served by ``self.consumer``
+(``consumer_group_coordinator.py``), through the same outcome and replay. A group id names one
+kind of group: a classic JoinGroup for a consumer group gets INCONSISTENT_GROUP_PROTOCOL, a
+consumer-protocol member joining a classic group with members GROUP_ID_NOT_FOUND; an empty
+classic group becomes a consumer group (its GroupMetadata record is deleted first).
 """
 
 from __future__ import annotations
@@ -701,10 +707,8 @@ class GroupCoordinator:
             return E.NONE
         return self.consumer.validate_commit(cgroup, member_id, member_epoch)
 
-    def describe_consumer_group(
-        self, group_id: str, topics: Mapping[str, TopicInfo]
-    ) -> ConsumerGroupDescription:
-        return self.consumer.describe(group_id, topics)
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        return self.consumer.describe(group_id)
 
     # == offsets ===================================================================================
 

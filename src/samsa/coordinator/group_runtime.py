@@ -1,5 +1,7 @@
 """The group coordinator's runtime: :class:`~samsa.coordinator.runtime.CoordinatorRuntime`
 over the ``GroupCoordinator`` shard, plus the futures of owed JoinGroup/SyncGroup responses.
+KIP-848 heartbeats are answered at once; they are given the broker's topics (``topics``), which
+consumer groups subscribe to by name or regex.
 
 Each operation is one cycle of the generic runtime (write the outcome's records, replay them,
 docs/semantics.md rule 26), then the shard's outbox is drained: ``Await`` creates a future for
@@ -289,7 +291,7 @@ class GroupCoordinatorRuntime:
         return outcome.response
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
-        return self.coordinator.describe_consumer_group(group_id, self.topics())
+        return self.coordinator.describe_consumer_group(group_id)
 
     def list_consumer_groups(self, states: list[str]) -> list[tuple[str, str]]:
         return self.coordinator.list_consumer_groups(states)

@@ -395,12 +395,12 @@ def test_uniform_assignor_balances_and_is_sticky() -> None:
 def test_assignor_follows_the_members_choice() -> None:
     h = Harness()
     r = h.hb("a", 0, topics=("t", "u"), assignor="range")
-    assert h.c.describe_consumer_group(G, TOPICS).assignor == "range"
+    assert h.c.describe_consumer_group(G).assignor == "range"
     assert parts(r, T2) == {0, 1}
-    d = h.c.describe_consumer_group(G, TOPICS)
+    d = h.c.describe_consumer_group(G)
     assert (d.state, d.group_epoch, d.assignment_epoch) == ("Stable", 1, 1)
     assert d.members[0].assignment == {T1: frozenset(range(6)), T2: frozenset({0, 1})}
-    assert h.c.describe_consumer_group("nope", TOPICS).error == E.GROUP_ID_NOT_FOUND
+    assert h.c.describe_consumer_group("nope").error == E.GROUP_ID_NOT_FOUND
 
 
 def test_records_are_coordinator_records() -> None:
