@@ -37,9 +37,10 @@ Timers are deadlines in the data (``heartbeat_deadline_ms``, ``join_deadline_ms`
 
 KIP-848 consumer groups (``consumer_heartbeat``) are served by ``self.consumer``
 (``consumer_group_coordinator.py``), through the same outcome and replay. A group id names one
-kind of group: a classic JoinGroup for a consumer group gets INCONSISTENT_GROUP_PROTOCOL, a
-consumer-protocol member joining a classic group with members GROUP_ID_NOT_FOUND; an empty
-classic group becomes a consumer group (its GroupMetadata record is deleted first).
+kind of group: a classic JoinGroup for a consumer group with members gets
+INCONSISTENT_GROUP_PROTOCOL, a consumer-protocol member joining a classic group with members
+GROUP_ID_NOT_FOUND; an empty group of either kind becomes one of the other kind when a member
+of that kind joins it (its records are deleted first; its offsets stay).
 """
 
 from __future__ import annotations
@@ -292,9 +293,15 @@ class GroupCoordinator:
             return JoinResult(E.INVALID_GROUP_ID, req.member_id)
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, req.member_id)
-        if req.group_id in self.consumer.groups:
-            # A consumer-protocol group: classic members cannot join (no migration).
-            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+        cgroup = self.consumer.groups.get(req.group_id)
+        if cgroup is not None:
+            if cgroup.members:
+                # A consumer-protocol group with members: classic members cannot join it (no
+                # online migration).
+                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+            # An empty one becomes a classic group, its offsets kept (as Kafka does for
+            # empty groups): its records are deleted ahead of the classic group's.
+            self.consumer.delete(cgroup)
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_id:

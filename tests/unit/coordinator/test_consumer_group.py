@@ -32,6 +32,7 @@ from samsa.coordinator.group_coordinator import (
     JoinRequest,
     OffsetToCommit,
     Outcome,
+    Pending,
 )
 from samsa.coordinator.offsets import decode
 from samsa.coordinator.offsets_records import GroupMetadataKey
@@ -282,10 +283,22 @@ def classic_join(h: Harness, group: str) -> Any:
     return h.run(h.c.join_group(req, h.now))
 
 
-def test_classic_join_to_a_consumer_group_is_refused() -> None:
+def test_classic_join_to_a_consumer_group_is_refused_unless_it_is_empty() -> None:
     h = Harness()
     h.hb("a", 0)
+    h.run(h.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 2, 9)], h.now))
     assert classic_join(h, G).error == E.INCONSISTENT_GROUP_PROTOCOL
+    assert G in h.c.consumer.groups
+    h.hb("a", -1)
+    # Empty: it becomes a classic group (its records deleted), its offsets kept.
+    assert isinstance(classic_join(h, G), Pending)  # joined, waiting for the rebalance
+    assert G not in h.c.consumer.groups and G in h.c.groups
+    assert h.c.fetch_offsets(G, [("t", [2])])[0].offset == 9
+    fresh = GroupCoordinator(GroupConfig())
+    for k, v in h.log:
+        fresh.replay(decode(k, v), h.now)
+    assert G not in fresh.consumer.groups
+    assert fresh.fetch_offsets(G, [("t", [2])])[0].offset == 9
 
 
 def test_consumer_member_cannot_join_a_classic_group_with_members() -> None:
