@@ -850,25 +850,10 @@ class GroupCoordinator:
 
     def describe_group(self, group_id: str) -> GroupDescription:
         cgroup = self.consumer.groups.get(group_id)
-        if cgroup is not None:  # DescribeGroups of a consumer group: what the classic form has
-            return GroupDescription(
-                group_id,
-                E.NONE,
-                cgroup.state,
-                "consumer",
-                "",
-                tuple(
-                    MemberDescription(
-                        m.member_id,
-                        m.instance_id,
-                        m.metadata.client_id,
-                        m.metadata.client_host,
-                        b"",
-                        b"",
-                    )
-                    for m in cgroup.members.values()
-                ),
-            )
+        if cgroup is not None:
+            # As Kafka: DescribeGroups describes classic groups only; a consumer group is
+            # described by ConsumerGroupDescribe, and here it is Dead (v6: GROUP_ID_NOT_FOUND).
+            return GroupDescription(group_id, E.NONE, S.DEAD.value, "", "")
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, E.NONE, S.DEAD.value, "", "")

@@ -414,6 +414,8 @@ def test_assignor_follows_the_members_choice() -> None:
     assert (d.state, d.group_epoch, d.assignment_epoch) == ("Stable", 1, 1)
     assert d.members[0].assignment == {T1: frozenset(range(6)), T2: frozenset({0, 1})}
     assert h.c.describe_consumer_group("nope").error == E.GROUP_ID_NOT_FOUND
+    # DescribeGroups is for classic groups: a consumer group is Dead there, as in Kafka.
+    assert h.c.describe_group(G).state == "Dead"
 
 
 def test_records_are_coordinator_records() -> None:
