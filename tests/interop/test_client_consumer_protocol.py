@@ -1,6 +1,6 @@
 """The samsa client's consumer with ``group.protocol=consumer`` (KIP-848) against samsa: the
 broker assigns, a second member gets half of the partitions only after the first gave them up
-(docs/semantics.md, rules 33-34), every record is delivered once, commits carry the member
+(docs/semantics.md, rules 34-35), every record is delivered once, commits carry the member
 epoch, and a confluent-kafka consumer-protocol member shares the group with it."""
 
 from __future__ import annotations

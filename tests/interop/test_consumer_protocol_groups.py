@@ -1,5 +1,5 @@
 """confluent-kafka consumers with ``group.protocol=consumer`` (KIP-848) against samsa, with a
-classic group consuming side by side on the same broker (docs/semantics.md, rules 33-34).
+classic group consuming side by side on the same broker (docs/semantics.md, rules 34-35).
 
 One scenario per server-side assignor (``uniform``, ``range``), run concurrently, over a
 6-partition topic; after each step more records are produced and the test waits until the

@@ -1,5 +1,5 @@
 """A KIP-848 consumer group under random joins, leaves, heartbeats, crashes and topic growth
-(docs/semantics.md, rules 33-34): no partition is ever owned by two members, neither in the
+(docs/semantics.md, rules 34-35): no partition is ever owned by two members, neither in the
 coordinator's view nor in what the clients believe they own; once everyone heartbeats, every
 partition is assigned exactly once and the group is Stable; and replaying the records
 rebuilds the same group."""

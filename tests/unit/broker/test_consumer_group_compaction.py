@@ -1,6 +1,6 @@
 """KIP-848 consumer groups in a compacted ``__consumer_offsets``: after many joins, heartbeats,
 leaves and rejoins (tombstones among them), a restart replays the compacted log into the same
-groups as the whole history gave (docs/semantics.md, rule 33), and compaction shrinks it."""
+groups as the whole history gave (docs/semantics.md, rule 34), and compaction shrinks it."""
 
 from __future__ import annotations
 
