@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
+from samsa.coordinator.consumer_group_coordinator import ConsumerGroupDescription
 from samsa.coordinator.consumer_group_records import Assignment
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -40,7 +42,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     names = {t.topic_id: t.name for t in broker.topics.topics.values()}
     groups = []
     for gid in request.group_ids:
-        d = broker.groups.describe_consumer_group(gid)
+        if authorized(broker, ctx, Op.DESCRIBE, Res.GROUP, gid):  # rule 33
+            d = broker.groups.describe_consumer_group(gid)
+        else:
+            d = ConsumerGroupDescription(gid, ErrorCode.GROUP_AUTHORIZATION_FAILED)
         members = tuple(
             make(
                 K,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, RequestContext
-from samsa.coordinator.consumer_group_coordinator import ConsumerHeartbeat
+from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
+from samsa.coordinator.consumer_group_coordinator import ConsumerHeartbeat, ConsumerHeartbeatResult
 from samsa.coordinator.consumer_group_records import Assignment
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -48,7 +49,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         client_id=ctx.header.client_id or "",
         client_host="/" + ctx.peer.rsplit(":", 1)[0],
     )
-    result = broker.groups.consumer_heartbeat(req)
+    names = req.subscribed_topic_names or ()
+    # Rule 33, as Kafka's KafkaApis: Read on the group, Describe on the topics subscribed to.
+    if not authorized(broker, ctx, Op.READ, Res.GROUP, req.group_id):
+        result = ConsumerHeartbeatResult(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    elif len(authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, names)) < len(set(names)):
+        result = ConsumerHeartbeatResult(
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe a subscribed topic"
+        )
+    else:
+        result = broker.groups.consumer_heartbeat(req)
     assignment = None
     if result.assignment is not None:
         assignment = make(
