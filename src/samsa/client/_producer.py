@@ -13,7 +13,9 @@ requests (one batch per partition per request) and writes the requests in order 
 broker's connection. A batch's header (producer id, epoch, sequence) is written when it is
 sent: a renumbered batch gets a new header over the same encoded records.
 
-Idempotence (rules 20-21 of docs/semantics.md). The producer gets a producer id and epoch
+Idempotence (rules 20-21 of docs/semantics.md; the bookkeeping and what each Produce
+answer means are the pure module ``_idempotence``, the producer applies its decisions).
+The producer gets a producer id and epoch
 from InitProducerId. Each partition keeps, in ``pending``, the batches that have a sequence
 and are not yet acknowledged, ordered by sequence. A batch gets its sequence once, when it is
 first drained, and keeps it, with the same encoded bytes, on every retry. At most
@@ -112,7 +114,6 @@ from samsa.client._aconn import AsyncConnection
 from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
-    FATAL_PRODUCER_ERRORS,
     AbortableTransactionError,
     BufferExhaustedError,
     ClosedError,
@@ -123,6 +124,15 @@ from samsa.client._errors import (
     ProducerFencedError,
     TransactionAbortedError,
     TransactionStateError,
+)
+from samsa.client._idempotence import (
+    Action,
+    Decision,
+    Idempotence,
+    PartitionSequences,
+    decide,
+    on_failure,
+    on_lost,
 )
 from samsa.client._partitioner import StickyPartitioner
 from samsa.client._transactions import (
@@ -151,17 +161,6 @@ from samsa.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("samsa.client.producer")
 
-MAX_EPOCH = 32767
-_REFRESH_ERRORS = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-    }
-)
 _Batch = Batch  # the sender's name for it
 __all__ = ["AsyncProducer", "Headers"]
 
@@ -180,47 +179,15 @@ def _settle(fut: asyncio.Future[RecordMetadata], err: BaseException | None, md: 
         fut.set_result(md)
 
 
-class _Partition:
-    __slots__ = (
-        "epoch",
-        "in_flight",
-        "last_acked",
-        "next_seq",
-        "pending",
-        "producer_id",
-        "queue",
-        "skip",
-        "skip_known",
-        "tp",
-    )
+class _Partition(PartitionSequences):
+    """A partition's sequences (see ``_idempotence``) and its batches not yet drained."""
+
+    __slots__ = ("queue", "tp")
 
     def __init__(self, tp: TopicPartition, producer_id: int, epoch: int, next_seq: int) -> None:
+        super().__init__(producer_id, epoch, next_seq)
         self.tp = tp
         self.queue: collections.deque[_Batch] = collections.deque()  # no sequence yet
-        self.pending: list[_Batch] = []  # sequenced, unacknowledged, by sequence
-        self.in_flight = 0
-        self.producer_id = producer_id
-        self.epoch = epoch
-        self.next_seq = next_seq
-        self.last_acked = -1
-        self.skip = 0  # records already written by a previous incarnation (resume)
-        self.skip_known = True
-
-    def reset(self, producer_id: int, epoch: int) -> None:
-        """Renumber the unacknowledged batches from 0 under a new identity."""
-        self.producer_id = producer_id
-        self.epoch = epoch
-        seq = 0
-        for b in self.pending:
-            b.base_sequence = seq
-            b.producer_id = producer_id
-            b.epoch = epoch
-            b.payload = None
-            seq = (seq + b.count) % SEQ_MOD
-        self.next_seq = seq
-        self.last_acked = -1
-        self.skip = 0
-        self.skip_known = True
 
 
 class AsyncProducer:
@@ -259,8 +226,7 @@ class AsyncProducer:
         self._partitioner = StickyPartitioner()
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._awaiting_metadata: dict[str, list[tuple[Any, ...]]] = {}
-        self.producer_id = -1
-        self.epoch = -1
+        self._idem = Idempotence()
         self._resume = state
         if state is not None:
             if not self.idempotent:
@@ -270,11 +236,8 @@ class AsyncProducer:
                     "a transactional producer gets its identity from init_transactions(); "
                     "use prepare_transaction() / resume_transaction() to hand one over"
                 )
-            self.producer_id, self.epoch = state.producer_id, state.epoch
-        self._bump_partitions: set[TopicPartition] = set()
+            self._idem = Idempotence(state.producer_id, state.epoch, first_epoch=state.epoch)
         self._checking: set[TopicPartition] = set()
-        self._bump_requested = False
-        self._new_id_on_bump = False
         self._fatal: KafkaError | None = None
         self._buffered = 0
         self.released_bytes = 0  # ever given back (monotonic; see _sync.Producer)
@@ -303,6 +266,14 @@ class AsyncProducer:
         self._txn_error: KafkaError | None = None  # why the transaction must abort
         self._txn_bump = False  # abort must be followed by an epoch bump (KIP-360)
         self._txn_op: tuple[str, asyncio.Task[Any]] | None = None  # resumable after a timeout
+
+    @property
+    def producer_id(self) -> int:
+        return self._idem.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._idem.epoch
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -766,30 +737,24 @@ class AsyncProducer:
             code = int(resp.error_code)
             if code:
                 raise KafkaError(code, "InitProducerId")
-            self.producer_id = int(resp.producer_id)
-            self.epoch = int(resp.producer_epoch)
+            self._idem.producer_id = int(resp.producer_id)
+            self._idem.epoch = int(resp.producer_epoch)
             log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
 
         await self.cluster.retry(attempt, what="InitProducerId", timeout=self.max_block)
 
-    def _request_bump(self, ps: _Partition, reason: str) -> None:
+    def _request_bump(self, ps: _Partition, reason: str, *, new_id: bool = False) -> None:
         log.info("%s: epoch bump needed (%s)", ps.tp, reason)
-        self._bump_partitions.add(ps.tp)
-        self._bump_requested = True
+        self._idem.request_bump(ps.tp, new_id=new_id)
 
     async def _bump(self) -> None:
         """Move to a new epoch (or producer id) and renumber the partitions that need it."""
-        if self._new_id_on_bump or self.epoch >= MAX_EPOCH:
-            self.producer_id, self.epoch = -1, -1
+        ident = self._idem.local_bump()
+        if ident is None:
+            self._idem.producer_id, self._idem.epoch = -1, -1
             await self._init_producer_id()
-            self._new_id_on_bump = False
-        else:
-            self.epoch += 1
-        for tp in self._bump_partitions:
-            ps = self._partitions[tp]
-            ps.reset(self.producer_id, self.epoch)
-        self._bump_partitions.clear()
-        self._bump_requested = False
+            ident = (self._idem.producer_id, self._idem.epoch)
+        self._idem.bumped(*ident, self._partitions.items())
 
     async def _check_resumed(self, ps: _Partition, node: int) -> None:
         """Find how many of a resumed partition's records the previous incarnation wrote.
@@ -851,7 +816,7 @@ class AsyncProducer:
                 now = loop.time()
                 wake_at = now + 0.5
                 self._expire(now)
-                if self._bump_requested:
+                if self._idem.bump_requested:
                     if not any(ps.in_flight for ps in self._partitions.values()):
                         try:
                             await self._bump()
@@ -895,19 +860,16 @@ class AsyncProducer:
             return now + self.retry_backoff
         if ps.in_flight >= self.max_in_flight:
             return None
-        retry = next((b for b in ps.pending if not b.in_flight), None)
+        retry = ps.unresolved()
         if retry is not None:
             # Unresolved sequences: one batch at a time, lowest sequence first (rule 20).
-            if ps.in_flight:
+            when = ps.retry_ready(retry, now)
+            if when is None:
+                requests.setdefault(leader, []).append(retry)
                 return None
-            if retry.retry_at > now:
-                return retry.retry_at
-            requests.setdefault(leader, []).append(retry)
-            return None
-        if self.idempotent and (ps.producer_id, ps.epoch) != (self.producer_id, self.epoch):
-            if ps.pending:
-                return None  # old-epoch batches still unresolved
-            ps.reset(self.producer_id, self.epoch)
+            return None if when == float("inf") else when
+        if self.idempotent and not self._idem.adopt(ps):
+            return None  # old-epoch batches still unresolved
         if not ps.queue:
             return None
         batch = ps.queue[0]
@@ -930,26 +892,12 @@ class AsyncProducer:
         ps.queue.popleft()
         n = self.cluster.partition_count(ps.tp.topic) or 1
         self._partitioner.batch_closed(ps.tp.topic, ps.tp.partition, n)
-        if ps.skip and not self._skip_written(ps, batch):
+        if ps.skip and not ps.skip_written(batch):
+            self._release(batch)
             return now  # the whole batch was already written; look at the next one
-        if self.idempotent:
-            batch.base_sequence = ps.next_seq
-            batch.producer_id, batch.epoch = ps.producer_id, ps.epoch
-            ps.next_seq = (ps.next_seq + batch.count) % SEQ_MOD
-        ps.pending.append(batch)
+        ps.assign(batch, self.idempotent)
         requests.setdefault(leader, []).append(batch)
         return None
-
-    def _skip_written(self, ps: _Partition, batch: _Batch) -> bool:
-        """Resolve the records a previous incarnation wrote; False if none is left."""
-        k = min(ps.skip, batch.count)
-        batch.drop_first(k)
-        ps.skip -= k
-        ps.next_seq = (ps.next_seq + k) % SEQ_MOD
-        if not batch.count:
-            self._release(batch)
-            return False
-        return True
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -1001,9 +949,7 @@ class AsyncProducer:
                     records=b.payload,
                 )
             )
-            b.in_flight = True
-            b.attempts += 1
-            self._partitions[b.tp].in_flight += 1
+            self._partitions[b.tp].sent(b)
         req = make_request(
             ApiKey.PRODUCE,
             v,
@@ -1027,14 +973,16 @@ class AsyncProducer:
             resp = await conn.wait_response(fut, ApiKey.PRODUCE)
         except KafkaError as exc:
             for b in batches:
-                self._landed(b)
-                self._retry(b, exc)
+                ps = self._partitions[b.tp]
+                ps.landed(b)
+                d = on_lost(ps, b, retriable=exc.retriable, idempotent=self.idempotent)
+                self._apply(b, ps, d, exc)
             return
         finally:
             self._wake.set()
         if resp is None:  # acks=0
             for b in batches:
-                self._landed(b)
+                self._partitions[b.tp].landed(b)
                 self._succeed(b, -1, -1)
             return
         results: dict[TopicPartition, Any] = {}
@@ -1042,110 +990,91 @@ class AsyncProducer:
             for p in t.partition_responses:
                 results[TopicPartition(t.name, int(p.index))] = p
         for b in batches:
-            self._landed(b)
+            self._partitions[b.tp].landed(b)
             p = results.get(b.tp)
             if p is None:
-                self._retry(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "partition missing"))
+                missing = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "partition missing")
+                ps = self._partitions[b.tp]
+                d = on_lost(ps, b, retriable=True, idempotent=self.idempotent)
+                self._apply(b, ps, d, missing)
                 continue
             self._handle(b, p)
-
-    def _landed(self, b: _Batch) -> None:
-        b.in_flight = False
-        self._partitions[b.tp].in_flight -= 1
 
     def _handle(self, b: _Batch, p: Any) -> None:
         code = int(p.error_code)
         ps = self._partitions[b.tp]
-        if b not in ps.pending:
-            return  # already failed (fatal error or expiry) while in flight
-        if code == ErrorCode.NONE:
-            append_time = -1
-            if getattr(p, "log_append_time", None) is not None:
-                append_time = int(p.log_append_time.timestamp() * 1000)
-            self._succeed(b, int(p.base_offset), append_time)
-            return
-        if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-            self._succeed(b, -1, -1)
+        if code == ErrorCode.NONE:  # the common case first: no error object, no decision
+            if ps.is_pending(b):
+                append_time = -1
+                if getattr(p, "log_append_time", None) is not None:
+                    append_time = int(p.log_append_time.timestamp() * 1000)
+                self._succeed(b, int(p.base_offset), append_time)
             return
         message = getattr(p, "error_message", None) or ""
         err = KafkaError(code, message)
-        if code == ErrorCode.PRODUCER_FENCED:
-            err = ProducerFencedError(code, message or "fenced by a newer producer")
-        if code in FATAL_PRODUCER_ERRORS:
+        d = decide(
+            code,
+            err.retriable,
+            b,
+            ps,
+            idempotent=self.idempotent,
+            transactional=self.transactional_id is not None,
+            bump_pending=self._idem.bump_requested,
+            first_epoch=self._idem.first_epoch,
+        )
+        if d.fenced:
+            stale = code == ErrorCode.INVALID_PRODUCER_EPOCH
+            why = "producer epoch is stale" if stale else "fenced by a newer producer"
+            err = ProducerFencedError(code, message or why)
+        self._apply(b, ps, d, err)
+
+    def _apply(self, b: _Batch, ps: _Partition, d: Decision, err: KafkaError) -> None:
+        """Carry out a decision of ``_idempotence`` about batch ``b``."""
+        action = d.action
+        if action is Action.IGNORE:
+            return  # already resolved (fatal error or expiry) while in flight
+        if action is Action.SUCCEED or action is Action.DUPLICATE:
+            self._succeed(b, -1, -1)
+            return
+        if action is Action.FATAL:
             self._set_fatal(err)
             return
-        if self.transactional_id is not None:
-            if code == ErrorCode.INVALID_PRODUCER_EPOCH:
-                # The coordinator gave our transactional id a newer epoch: we are a zombie.
-                self._set_fatal(ProducerFencedError(code, message or "producer epoch is stale"))
-                return
-            if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-                # No local epoch bump inside a transaction: the epoch belongs to the
-                # coordinator. The transaction aborts, then InitProducerId bumps (rule 21).
-                self._fail_batch(b, AbortableTransactionError(code, message))
-                return
-        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-            if ps.pending and ps.pending[0] is b and not self._bump_requested:
-                if b.base_sequence == 0 and b.epoch > 0 and b.epoch != self._first_epoch():
-                    self._new_id_on_bump = True  # the broker did not take our local bump
-                self._request_bump(ps, err.name)
-            self._retry(b, err)
-            return
-        if code == ErrorCode.INVALID_PRODUCER_EPOCH:
-            if b.base_sequence == 0 and b.epoch != self._first_epoch():
-                self._new_id_on_bump = True
-                if not self._bump_requested:
-                    self._request_bump(ps, err.name)
-                self._retry(b, err)
-                return
-            self._set_fatal(ProducerFencedError(code, message or "producer epoch is stale"))
-            return
-        if code in _REFRESH_ERRORS:
+        if d.new_id:
+            self._idem.new_id = True
+        if d.bump and action is Action.RETRY:
+            self._request_bump(ps, err.name, new_id=d.new_id)
+        if d.refresh:
             self._spawn(self._refresh_metadata(b.tp.topic))
-        if err.retriable or code in _REFRESH_ERRORS:
-            self._retry(b, err)
-            return
-        self._fail_batch(b, err)
-
-    def _first_epoch(self) -> int:
-        return self._resume.epoch if self._resume is not None else 0
+        if action is Action.RETRY:
+            self._retry(b, ps, err)
+        elif action is Action.ABORTABLE:
+            self._fail_batch(b, AbortableTransactionError(err.code, str(err)), bump=d.bump)
+        else:
+            self._fail_batch(b, err, bump=d.bump)
 
     def _succeed(self, b: _Batch, base_offset: int, append_time: int) -> None:
-        ps = self._partitions[b.tp]
-        with contextlib.suppress(ValueError):
-            ps.pending.remove(b)
-        if b.base_sequence >= 0:
-            ps.last_acked = b.last_sequence
+        self._partitions[b.tp].acknowledged(b)
         b.succeed(base_offset, append_time, base_offset < 0 and self.acks != 0)
         self._release(b)
 
-    def _retry(self, b: _Batch, err: KafkaError) -> None:
+    def _retry(self, b: _Batch, ps: _Partition, err: KafkaError) -> None:
         """Back to pending, untouched, for another attempt in sequence order."""
-        ps = self._partitions[b.tp]
-        if b not in ps.pending:
-            return
-        if not self.idempotent and not err.retriable:
-            self._fail_batch(b, err)
-            return
         if self._txn_state is TransactionState.ABORTING and self._txn_bump:
             # The epoch is bumped after this abort anyway, so an unresolved batch of the
             # aborted transaction need not be resolved: drop it.
-            self._fail_batch(b, TransactionAbortedError())
+            self._fail_batch(b, TransactionAbortedError(), bump=True)
             return
-        loop = asyncio.get_running_loop()
-        backoff = min(self.retry_backoff * (2 ** max(0, b.attempts - 1)), self.retry_backoff_max)
-        b.retry_at = loop.time() + backoff
+        ps.retry(b, asyncio.get_running_loop().time(), self.retry_backoff, self.retry_backoff_max)
         log.debug("%r: retry after %s", b, err)
 
-    def _fail_batch(self, b: _Batch, err: BaseException) -> None:
+    def _fail_batch(self, b: _Batch, err: BaseException, *, bump: bool) -> None:
         ps = self._partitions[b.tp]
-        if b in ps.pending:
-            ps.pending.remove(b)
+        if ps.remove(b) and bump:
             if self.transactional_id is not None:
                 # Its sequences left a gap that only a new epoch closes; meanwhile the
                 # transaction lost a record and must not commit.
                 self._txn_fail(err, bump=True)
-            elif self.idempotent and not self._closing:
+            elif not self._closing:
                 self._request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
         b.fail(err)
         self._release(b)
@@ -1177,9 +1106,14 @@ class AsyncProducer:
                 self._release(b)
                 if self.transactional_id is not None:
                     self._txn_fail(expired, bump=False)
-            for b in list(ps.pending):
-                if not b.in_flight and now - b.created > self.delivery_timeout:
-                    self._fail_batch(b, KafkaTimeoutError("delivery.timeout.ms expired"))
+            for b in ps.expired(now, self.delivery_timeout):
+                d = on_failure(
+                    ps,
+                    b,
+                    idempotent=self.idempotent,
+                    transactional=self.transactional_id is not None,
+                )
+                self._fail_batch(b, KafkaTimeoutError("delivery.timeout.ms expired"), bump=d.bump)
 
     def _set_fatal(self, err: KafkaError) -> None:
         if self._fatal is None:
@@ -1499,7 +1433,7 @@ class AsyncProducer:
             self._set_fatal(err)
             raise err
         # Partitions renumber from 0 under the new identity when next drained.
-        self.producer_id, self.epoch = pid, ep
+        self._idem.producer_id, self._idem.epoch = pid, ep
         self._txn_bump = False
         log.info("transactional id %s: producer id %d epoch %d", self.transactional_id, pid, ep)
         if self._txn_state is TransactionState.INITIALIZING:
