@@ -211,6 +211,12 @@ class AsyncProducer:
             raise ConfigError("idempotence needs max.in.flight.requests.per.connection in 1..5")
         self.linger = c.seconds("linger.ms")
         self.batch_size = c.int("batch.size")
+        self.max_request_size = c.int("max.request.size")
+        if self.max_request_size < self.batch_size:
+            raise ConfigError("max.request.size must be at least batch.size")
+        # per topic: the largest batch produce_batch() forms (see _column_limit)
+        self._column_limits: dict[str, int] = {}
+        self._learning_limits: set[str] = set()
         self.codec = c.codec()
         self.delivery_timeout = c.seconds("delivery.timeout.ms")
         self.request_timeout = c.seconds("request.timeout.ms")
@@ -561,8 +567,13 @@ class AsyncProducer:
         ``partition``: None (keys hash as Java's partitioner, unkeyed records are sticky per
         ``batch.size``), one int, or a column of them (None/-1: any). ``headers``: an Arrow
         ``list<struct<key: string, value: binary>>`` column or one mapping/pairs per row.
-        ``timestamps``: ms, one int or a column. Encoded with vectorised code into batches
-        of ``batch.size``, with the same sequences, retries and transactions as send().
+        ``timestamps``: ms, one int or a column. Encoded with vectorised code, with the
+        same sequences, retries and transactions as send(). The caller hands over whole
+        columns, so nothing is gained by waiting for more: a partition's rows of a call form
+        batches as large as the broker takes, ``max.request.size`` or the topic's
+        ``max.message.bytes`` (DescribeConfigs, asked once per topic; ``batch.size``
+        until it answers, or if it cannot), rather than of ``batch.size``, which the
+        sticky partitioner of unkeyed rows still goes by.
         Invalid input raises here and queues nothing. Waits for ``buffer.memory`` space (at
         most ``max.block.ms`` per chunk of the call).
         """
@@ -618,6 +629,56 @@ class AsyncProducer:
                 log.debug("metadata for %s: %s", topic, exc)
             if self.cluster.partition_count(topic) is None:
                 await asyncio.sleep(self.retry_backoff)
+        if topic not in self._column_limits:
+            await self._learn_column_limit(topic)
+
+    async def _learn_column_limit(self, topic: str) -> None:
+        """How large a produce_batch() batch of ``topic`` may be: the topic's
+        max.message.bytes (less what a codec may add to incompressible data), at most
+        max.request.size, at least batch.size. Unknown: batch.size (never refused)."""
+        if topic in self._learning_limits:
+            return
+        self._learning_limits.add(topic)
+        limit = self.batch_size
+        try:
+            conn = await self.cluster.any_connection()
+            if conn.supports(ApiKey.DESCRIBE_CONFIGS):
+                resp = await self.cluster.send(
+                    None,
+                    ApiKey.DESCRIBE_CONFIGS,
+                    (1, 4),
+                    "DescribeConfigsRequest",
+                    lambda v: {
+                        "resources": (
+                            make_request(
+                                ApiKey.DESCRIBE_CONFIGS,
+                                v,
+                                "DescribeConfigsResource",
+                                resource_type=2,  # topic
+                                resource_name=topic,
+                                configuration_keys=("max.message.bytes",),
+                            ),
+                        ),
+                        "include_synonyms": False,
+                        "include_documentation": False,
+                    },
+                    timeout=self.request_timeout,
+                )
+                (res,) = resp.results
+                if res.error_code:
+                    raise KafkaError(int(res.error_code), "DescribeConfigs")
+                for cfg in res.configs:
+                    if cfg.name == "max.message.bytes" and cfg.value:
+                        topic_max = int(cfg.value)
+                        if self.codec:  # lz4's worst case grows a block by 1/255
+                            topic_max -= topic_max // 128 + 1024
+                        limit = max(self.batch_size, min(self.max_request_size, topic_max))
+        except (KafkaError, ValueError) as exc:
+            log.info("%s: max.message.bytes unknown (%s); batches of batch.size", topic, exc)
+        finally:
+            self._learning_limits.discard(topic)
+        self._column_limits[topic] = limit
+        log.debug("%s: produce_batch() batches up to %d bytes", topic, limit)
 
     def append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
         """Partition a chunk of a produce_batch() call, encode it per partition as sealed
@@ -658,6 +719,11 @@ class AsyncProducer:
                 (int(ordered[a]), cols.take(order[a:b])) for a, b in itertools.pairwise(bounds)
             ]
         now = asyncio.get_running_loop().time()
+        limit = self._column_limits.get(topic)
+        if limit is None:  # learnt meanwhile for the next calls
+            limit = self.batch_size
+            if topic not in self._learning_limits:
+                self._spawn(self._learn_column_limit(topic))
         for p, part_cols in groups:
             if p < 0:  # explicit partitions the topic does not have
                 assert part_cols.partitions is not None
@@ -671,7 +737,7 @@ class AsyncProducer:
                     self._txn_fail(bad, bump=False)
                 continue
             tp = TopicPartition(topic, p)
-            sealed = encode_sealed(tp, part_cols, self.codec, self.batch_size, now, tally)
+            sealed = encode_sealed(tp, part_cols, self.codec, limit, now, tally)
             ps = self._partition(tp)
             # after the partition's open batch, if any: its records stay ahead, and the
             # next send() starts a new batch (the last one is sealed, full)
