@@ -10,8 +10,9 @@ partition; whole ``batch.size`` batches are encoded together from columns, and w
 stays open until ``linger.ms`` elapses. The sender (``_sender``, the only part that does
 I/O for batches) drains batches whose ``linger.ms`` elapsed (or that are full, or when
 flushing), groups them per leader broker into Produce requests (one batch per partition per
-request) and writes the requests in order on that broker's connection. A batch's header (producer id, epoch, sequence) is written when it is
-sent: a renumbered batch gets a new header over the same encoded records.
+request) and writes the requests in order on that broker's connection. A batch's header
+(producer id, epoch, sequence) is written when it is sent: a renumbered batch gets a new
+header over the same encoded records.
 
 Idempotence (rules 20-21 of docs/semantics.md; the bookkeeping and what each Produce
 answer means are the pure module ``_idempotence``, the producer applies its decisions).
@@ -47,7 +48,7 @@ duplicates instead of being sent again. Sequences are per record, so this holds 
 records are batched, as long as the records after the checkpoint are sent again in the same
 order.
 
-Transactions (rules 10-21; Kafka's ``TransactionManager`` is the model). With
+Transactions (rules 10-21; ``_transactions.TransactionManager``, modelled on Kafka's). With
 ``transactional.id`` the identity comes from ``init_transactions()``: InitProducerId, with
 the transactional id, to the coordinator FindCoordinator (key type 1) names; it fences older
 producers of the id. The state machine (``_transactions.TransactionState``) is Uninitialized
@@ -55,7 +56,7 @@ producers of the id. The state machine (``_transactions.TransactionState``) is U
 transaction can only abort) and FatalError (fenced: every pending future fails, every call
 raises :class:`ProducerFencedError`). The coordinator requests (AddPartitionsToTxn,
 AddOffsetsToTxn, TxnOffsetCommit to the group's coordinator, EndTxn) go one at a time, in
-call order, under ``_txn_lock``, and are retried on CONCURRENT_TRANSACTIONS, load and
+call order, under the manager's lock, and are retried on CONCURRENT_TRANSACTIONS, load and
 NOT_COORDINATOR errors. A partition's first record of a transaction queues it for
 AddPartitionsToTxn; the sender holds the partition's batches until it is added, so the
 broker never sees a transactional batch for a partition outside the transaction (rule 19).
@@ -113,15 +114,11 @@ from samsa.client._accumulator import (
 from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
-    AbortableTransactionError,
     BufferExhaustedError,
     ClosedError,
     ConfigError,
     KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
-    ProducerFencedError,
-    TransactionAbortedError,
     TransactionStateError,
 )
 from samsa.client._idempotence import (
@@ -131,17 +128,9 @@ from samsa.client._idempotence import (
 from samsa.client._partitioner import StickyPartitioner
 from samsa.client._sender import Sender
 from samsa.client._transactions import (
-    ABORTABLE_ADD,
-    ABORTABLE_OFFSETS,
     AsyncResumedTransaction,
-    Outcome,
+    TransactionManager,
     TransactionState,
-    TxnChannel,
-    check_transition,
-    classify,
-    group_metadata,
-    normalize_offsets,
-    txn_retry_timeout,
 )
 from samsa.client._types import (
     ConsumerGroupMetadata,
@@ -255,17 +244,7 @@ class AsyncProducer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
         # --- transactions (see the module docstring) ---
-        self.transaction_timeout_ms = c.int("transaction.timeout.ms")
-        self._txn_state = TransactionState.UNINITIALIZED
-        self._txn_channel = TxnChannel(self.cluster, timeout=txn_retry_timeout(c))
-        self._txn_lock = asyncio.Lock()  # one coordinator request at a time, in order
-        self._txn_added: set[TopicPartition] = set()  # partitions in the open transaction
-        self._txn_new: set[TopicPartition] = set()  # to add before their first batch
-        self._txn_add_task: asyncio.Task[None] | None = None
-        self._txn_started = False  # the coordinator knows the transaction (EndTxn needed)
-        self._txn_error: KafkaError | None = None  # why the transaction must abort
-        self._txn_bump = False  # abort must be followed by an epoch bump (KIP-360)
-        self._txn_op: tuple[str, asyncio.Task[Any]] | None = None  # resumable after a timeout
+        self.txn = TransactionManager(self)
         self.sender = Sender(self)  # last: it reads the settings and state above
 
     @property
@@ -305,7 +284,7 @@ class AsyncProducer:
             return
         if self._started and self._fatal is None:
             open_txn = (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
-            if self._txn_state in open_txn:
+            if self.txn.state in open_txn:
                 # As Kafka's producer does: an unfinished transaction would otherwise stay
                 # open (and block read_committed readers) until transaction.timeout.ms.
                 log.info("aborting the open transaction on close")
@@ -392,9 +371,9 @@ class AsyncProducer:
             return ClosedError("producer not started")
         if (
             self.transactional_id is not None
-            and self._txn_state is not TransactionState.IN_TRANSACTION
+            and self.txn.state is not TransactionState.IN_TRANSACTION
         ):
-            return self._txn_send_error()
+            return self.txn.send_error()
         return None
 
     def append_many(self, items: list[Item]) -> None:
@@ -435,11 +414,11 @@ class AsyncProducer:
 
     def _append_records(self, topic: str, items: list[Item]) -> None:
         """Partition a burst of one topic's records and add them to their batches."""
-        if self.transactional_id is not None and self._txn_state not in (
+        if self.transactional_id is not None and self.txn.state not in (
             TransactionState.IN_TRANSACTION,
             TransactionState.COMMITTING,  # it was sent in the transaction, before commit
         ):
-            self._drop_items(items, self._txn_send_error())
+            self._drop_items(items, self.txn.send_error())
             return
         n = self.cluster.partition_count(topic)
         assert n is not None
@@ -480,7 +459,7 @@ class AsyncProducer:
                 )
                 self._drop_items(take(items, rows), err)
                 if self.transactional_id is not None:
-                    self._txn_fail(err, bump=False)
+                    self.txn.fail(err, bump=False)
                 continue
             self._accumulate(
                 TopicPartition(topic, p),
@@ -538,8 +517,8 @@ class AsyncProducer:
             seq = self._resume.sequences[tp] if resumed and self._resume else 0
             ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
             ps.skip_known = not resumed
-        if self.transactional_id is not None and tp not in self._txn_added:
-            self._txn_add_partition(tp)
+        if self.transactional_id is not None and tp not in self.txn.added:
+            self.txn.add_partition(tp)
         return ps
 
     # --- columnar intake -------------------------------------------------------------------
@@ -729,7 +708,7 @@ class AsyncProducer:
                 tally.failed(bad, len(part_cols))
                 self._release_bytes(int(part_cols.sizes.sum()))
                 if self.transactional_id is not None:
-                    self._txn_fail(bad, bump=False)
+                    self.txn.fail(bad, bump=False)
                 continue
             tp = TopicPartition(topic, p)
             sealed = encode_sealed(tp, part_cols, self.codec, limit, now, tally)
@@ -764,7 +743,7 @@ class AsyncProducer:
                 self._drop_items(waiting, error or self._fatal)  # type: ignore[arg-type]
                 if error is not None and self.transactional_id is not None:
                     # As Java's doSend: a record lost in a transaction makes it abortable.
-                    self._txn_fail(error, bump=False)
+                    self.txn.fail(error, bump=False)
             else:
                 self._append_records(topic, waiting)
         self._batch_done()
@@ -815,7 +794,7 @@ class AsyncProducer:
             log.error("producer failed: %s", err)
             self._fatal = err
         if self.transactional_id is not None:
-            self._txn_state = TransactionState.FATAL_ERROR
+            self.txn.state = TransactionState.FATAL_ERROR
         self._fail_all(err)
 
     def _fail_all(self, err: BaseException) -> None:
@@ -825,6 +804,16 @@ class AsyncProducer:
                 self._release(b)
             ps.pending.clear()
             ps.queue.clear()
+        self._drop_waiting(err)
+        self._wake.set()
+
+    def drop_unsent(self, err: BaseException) -> None:
+        """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
+        for ps in self._partitions.values():
+            while ps.queue:
+                b = ps.queue.popleft()
+                b.fail(err)
+                self._release(b)
         self._drop_waiting(err)
         self._wake.set()
 
@@ -839,7 +828,7 @@ class AsyncProducer:
     @property
     def transaction_state(self) -> TransactionState | None:
         """Where the transaction state machine is (None without ``transactional.id``)."""
-        return self._txn_state if self.transactional_id is not None else None
+        return self.txn.state if self.transactional_id is not None else None
 
     async def init_transactions(self, timeout: float | None = None) -> None:
         """Get the transactional id's producer id and epoch from its coordinator.
@@ -848,24 +837,12 @@ class AsyncProducer:
         (through the coordinator) the transaction one of them left open. After a
         KafkaTimeoutError, call it again to go on waiting for the same request.
         """
-
-        def start() -> None:
-            self._require_txn("init_transactions")
-            self._txn_transition(TransactionState.INITIALIZING, "init_transactions")
-
-        await self._txn_run("init_transactions", start, self._txn_init, timeout)
+        await self.txn.init_transactions(timeout)
 
     def begin_transaction(self) -> None:
         """Start a transaction (local only: the coordinator hears of it with the first
         partition or offsets added)."""
-        self._require_txn("begin_transaction")
-        if self._txn_op is not None:
-            raise TransactionStateError(f"begin_transaction: {self._txn_op[0]} is unfinished")
-        self._txn_transition(TransactionState.IN_TRANSACTION, "begin_transaction")
-        self._txn_added.clear()
-        self._txn_new.clear()
-        self._txn_started = False
-        self._txn_error = None
+        self.txn.begin_transaction()
 
     async def send_offsets_to_transaction(
         self,
@@ -879,56 +856,24 @@ class AsyncProducer:
         offsets of a member fenced by a rebalance) or a bare group id. The offsets become
         visible to ``committed()`` only when the transaction commits.
         """
-        offs = normalize_offsets(offsets)
-        meta = group_metadata(group)
-
-        def start() -> None:
-            self._require_txn("send_offsets_to_transaction")
-            self._require_open("send_offsets_to_transaction")
-
-        await self._txn_run(
-            "send_offsets_to_transaction",
-            start,
-            lambda: self._txn_send_offsets(offs, meta),
-            timeout,
-        )
+        await self.txn.send_offsets_to_transaction(offsets, group, timeout)
 
     async def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush, then commit. Raises AbortableTransactionError if a record or offset of
         the transaction failed (abort then), ProducerFencedError if fenced, and
         KafkaTimeoutError when ``timeout`` passes first (call again to go on waiting)."""
-
-        def start() -> None:
-            self._require_txn("commit_transaction")
-            if self._txn_state is TransactionState.ABORTABLE_ERROR:
-                raise self._txn_send_error()
-            self._txn_transition(TransactionState.COMMITTING, "commit_transaction")
-
-        await self._txn_run("commit_transaction", start, lambda: self._txn_end(True), timeout)
+        await self.txn.commit_transaction(timeout)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """Drop the records not sent yet, wait for those in flight, abort."""
-
-        def start() -> None:
-            self._require_txn("abort_transaction")
-            self._txn_transition(TransactionState.ABORTING, "abort_transaction")
-
-        await self._txn_run("abort_transaction", start, lambda: self._txn_end(False), timeout)
+        await self.txn.abort_transaction(timeout)
 
     async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
         """Flush and hand the open transaction over: another process commits or aborts it
         with ``resume_transaction(config, prepared)``. This producer leaves it open (also
         on close); it must be finished before ``transaction.timeout.ms``, after which the
         coordinator aborts it."""
-
-        def start() -> None:
-            self._require_txn("prepare_transaction")
-            self._require_open("prepare_transaction")
-
-        result: PreparedTransaction = await self._txn_run(
-            "prepare_transaction", start, self._txn_prepare, timeout
-        )
-        return result
+        return await self.txn.prepare_transaction(timeout)
 
     @staticmethod
     async def resume_transaction(
@@ -957,7 +902,7 @@ class AsyncProducer:
         try:
             yield self
         except BaseException:
-            if self._txn_state is not TransactionState.FATAL_ERROR:
+            if self.txn.state is not TransactionState.FATAL_ERROR:
                 with contextlib.suppress(KafkaError, TransactionStateError):
                     await self.abort_transaction()
             raise
@@ -967,233 +912,11 @@ class AsyncProducer:
         """Raise TransactionStateError when a transactional producer has no open transaction."""
         if self.transactional_id is None or self._fatal is not None:
             return
-        if self._txn_state not in (
+        if self.txn.state not in (
             TransactionState.IN_TRANSACTION,
             TransactionState.ABORTABLE_ERROR,  # the record's future fails with the cause
         ):
-            raise self._txn_send_error()
-
-    def _require_txn(self, what: str) -> None:
-        if self.transactional_id is None:
-            raise TransactionStateError(f"{what}: the producer has no transactional.id")
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed or not self._started:
-            raise ClosedError(f"{what}: producer is not running")
-
-    def _require_open(self, what: str) -> None:
-        if self._txn_state is TransactionState.ABORTABLE_ERROR:
-            raise self._txn_send_error()
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
-            raise TransactionStateError(f"{what}: no open transaction ({self._txn_state.value})")
-
-    def _txn_send_error(self) -> BaseException:
-        if self._fatal is not None:
-            return self._fatal
-        if self._txn_state is TransactionState.ABORTABLE_ERROR:
-            cause = self._txn_error
-            code = getattr(cause, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
-            return AbortableTransactionError(code, f"the transaction must be aborted: {cause}")
-        return TransactionStateError(
-            f"no open transaction (state {self._txn_state.value}): call begin_transaction()"
-        )
-
-    def _txn_transition(self, target: TransactionState, what: str) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        check_transition(self._txn_state, target, what)
-        log.debug("transaction state %s -> %s", self._txn_state.value, target.value)
-        self._txn_state = target
-
-    async def _txn_run(
-        self,
-        name: str,
-        start: Callable[[], None],
-        make: Callable[[], Any],
-        timeout: float | None,
-    ) -> Any:
-        """Run one transactional operation as a task that outlives a caller's timeout, so
-        that calling the same method again waits for it instead of starting over (as
-        Kafka's producer does); any other transactional call meanwhile is refused."""
-        op = self._txn_op
-        if op is not None and op[0] != name:
-            raise TransactionStateError(f"{name}: {op[0]} is unfinished; call it again first")
-        if op is None:
-            start()
-            task = asyncio.get_running_loop().create_task(make())
-            # retrieved here if nobody awaits it again after a timeout
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            op = self._txn_op = (name, task)
-        task = op[1]
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout)
-        except TimeoutError:
-            raise KafkaTimeoutError(f"{name} is still running; call it again to wait") from None
-        finally:
-            if task.done() and self._txn_op is op:
-                self._txn_op = None
-
-    def _txn_check(self, code: int, what: str, abortable: frozenset[int] = frozenset()) -> None:
-        """Apply a coordinator's final answer to the state machine; raise if it failed."""
-        outcome, err = classify(code, what, abortable)
-        if err is None:
-            return
-        if outcome is Outcome.FATAL:
-            self._set_fatal(err)
-        else:
-            self._txn_fail(err, bump=outcome is Outcome.ABORTABLE_BUMP)
-        raise err
-
-    def _txn_fail(self, err: BaseException, *, bump: bool) -> None:
-        """The open transaction cannot commit any more: fail what is not sent yet."""
-        if bump:
-            self._txn_bump = True
-        if self._txn_state not in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.COMMITTING,
-            TransactionState.ABORTABLE_ERROR,
-        ):
-            return  # aborting already (or fatal): nothing to change
-        if self._txn_error is None:
-            self._txn_error = err
-        if self._txn_state is not TransactionState.ABORTABLE_ERROR:
-            log.warning("transaction must abort: %s", err)
-            self._txn_state = TransactionState.ABORTABLE_ERROR
-        self._txn_new.clear()
-        self._txn_drop_queued(self._txn_send_error())
-
-    def _txn_drop_queued(self, err: BaseException) -> None:
-        """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
-        for ps in self._partitions.values():
-            while ps.queue:
-                b = ps.queue.popleft()
-                b.fail(err)
-                self._release(b)
-        self._drop_waiting(err)
-        self._wake.set()
-
-    def _txn_add_partition(self, tp: TopicPartition) -> None:
-        self._txn_new.add(tp)
-        if self._txn_add_task is None or self._txn_add_task.done():
-            self._txn_add_task = self._spawn(self._txn_add_partitions())
-
-    async def _txn_add_partitions(self) -> None:
-        """AddPartitionsToTxn for partitions about to get their first batch; the sender
-        holds those batches until their partition is in the transaction."""
-        assert self.transactional_id is not None
-        active = (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
-        try:
-            while self._txn_new and self._txn_state in active:
-                async with self._txn_lock:
-                    # re-checked under the lock: an abort may have run while we waited
-                    if not self._txn_new or self._txn_state not in active:
-                        return
-                    tps = sorted(self._txn_new)
-                    code = await self._txn_channel.add_partitions(
-                        self.transactional_id, self.producer_id, self.epoch, tps
-                    )
-                    if code == 0:
-                        self._txn_added.update(tps)
-                        self._txn_new.difference_update(tps)
-                        self._txn_started = True
-                        self._wake.set()
-                        continue
-                with contextlib.suppress(KafkaError):
-                    self._txn_check(code, "AddPartitionsToTxn", ABORTABLE_ADD)
-                return
-        except KafkaError as exc:
-            # The coordinator stayed unreachable: it may or may not have added them, so
-            # the abort must bump the epoch, which ends whatever it holds (rule 10).
-            self._txn_fail(exc, bump=True)
-        finally:
-            self._wake.set()
-
-    async def _txn_init(self, producer_id: int = -1, epoch: int = -1) -> None:
-        """InitProducerId for the transactional id; with (producer id, epoch) it is the
-        KIP-360 bump of our own current epoch, refused (PRODUCER_FENCED) if we are stale."""
-        assert self.transactional_id is not None
-        try:
-            code, pid, ep = await self._txn_channel.init_producer_id(
-                self.transactional_id, self.transaction_timeout_ms, producer_id, epoch
-            )
-        except KafkaError:
-            if self._txn_state is TransactionState.INITIALIZING and producer_id < 0:
-                self._txn_state = TransactionState.UNINITIALIZED  # may be called again
-            raise
-        if code:
-            _, err = classify(code, "InitProducerId")
-            assert err is not None
-            if not isinstance(err, ProducerFencedError):
-                err = KafkaError(code, "InitProducerId")
-            self._set_fatal(err)
-            raise err
-        # Partitions renumber from 0 under the new identity when next drained.
-        self._idem.producer_id, self._idem.epoch = pid, ep
-        self._txn_bump = False
-        log.info("transactional id %s: producer id %d epoch %d", self.transactional_id, pid, ep)
-        if self._txn_state is TransactionState.INITIALIZING:
-            self._txn_state = TransactionState.READY
-
-    async def _txn_send_offsets(
-        self, offsets: dict[TopicPartition, int], meta: ConsumerGroupMetadata
-    ) -> None:
-        assert self.transactional_id is not None
-        ids = (self.transactional_id, self.producer_id, self.epoch)
-        async with self._txn_lock:
-            try:
-                code = await self._txn_channel.add_offsets(*ids, meta.group_id)
-                self._txn_check(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
-                self._txn_started = True
-                code = await self._txn_channel.txn_offset_commit(*ids, offsets, meta)
-                self._txn_check(code, "TxnOffsetCommit", ABORTABLE_OFFSETS)
-            except KafkaTimeoutError as exc:
-                self._txn_fail(exc, bump=True)  # unknown outcome: see _txn_add_partitions
-                raise
-
-    async def _txn_prepare(self) -> PreparedTransaction:
-        assert self.transactional_id is not None
-        await self.flush()
-        if self._fatal is not None:
-            raise self._fatal
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
-            raise self._txn_send_error()
-        async with self._txn_lock:  # no AddPartitionsToTxn still on its way
-            self._txn_transition(TransactionState.PREPARED, "prepare_transaction")
-        return PreparedTransaction(
-            self.transactional_id, self.producer_id, self.epoch, self._txn_started
-        )
-
-    async def _txn_end(self, commit: bool) -> None:
-        """Commit or abort: flush (commit) or drop what is unsent (abort), EndTxn, then
-        the epoch bump an earlier failure asked for."""
-        assert self.transactional_id is not None
-        if not commit:
-            self._txn_new.clear()
-            self._txn_drop_queued(TransactionAbortedError())
-        # Batches already sent must be resolved first: an unresolved one could land in the
-        # next transaction, and sequences must stay known (unless the epoch changes).
-        await self.flush()
-        if self._fatal is not None:
-            raise self._fatal
-        if commit and self._txn_state is not TransactionState.COMMITTING:
-            raise self._txn_send_error()  # a batch or partition failed during the flush
-        async with self._txn_lock:
-            cause = getattr(self._txn_error, "code", 0)
-            unknown_id = cause == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-            # The coordinator refuses EndTxn for a transaction it never heard of (Empty),
-            # and for a producer id it does not know: then only the bump is left.
-            if self._txn_started and not unknown_id:
-                code = await self._txn_channel.end_txn(
-                    self.transactional_id, self.producer_id, self.epoch, commit
-                )
-                self._txn_check(code, "EndTxn")
-            if not commit and self._txn_bump:
-                await self._txn_init(self.producer_id, self.epoch)
-        self._txn_added.clear()
-        self._txn_new.clear()
-        self._txn_started = False
-        self._txn_error = None
-        self._txn_state = TransactionState.READY
+            raise self.txn.send_error()
 
     # --- helpers for the sync facade ------------------------------------------------------
 

@@ -228,7 +228,7 @@ class Sender:
         )
         if not ready:
             return batch.created + self.linger
-        if self.transactional_id is not None and ps.tp not in self.p._txn_added:
+        if self.transactional_id is not None and ps.tp not in self.p.txn.added:
             return None  # AddPartitionsToTxn first (rule 19); its task wakes the sender
         if not ps.skip_known:
             if ps.tp not in self._checking:
@@ -394,7 +394,7 @@ class Sender:
 
     def _retry(self, b: Batch, ps: _Partition, err: KafkaError) -> None:
         """Back to pending, untouched, for another attempt in sequence order."""
-        if self.p._txn_state is TransactionState.ABORTING and self.p._txn_bump:
+        if self.p.txn.state is TransactionState.ABORTING and self.p.txn.bump:
             # The epoch is bumped after this abort anyway, so an unresolved batch of the
             # aborted transaction need not be resolved: drop it.
             self.fail_batch(b, TransactionAbortedError(), bump=True)
@@ -408,7 +408,7 @@ class Sender:
             if self.transactional_id is not None:
                 # Its sequences left a gap that only a new epoch closes; meanwhile the
                 # transaction lost a record and must not commit.
-                self.p._txn_fail(err, bump=True)
+                self.p.txn.fail(err, bump=True)
             elif not self.p._closing:
                 self.request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
         b.fail(err)
@@ -422,7 +422,7 @@ class Sender:
                 b.fail(expired)
                 self.p._release(b)
                 if self.transactional_id is not None:
-                    self.p._txn_fail(expired, bump=False)
+                    self.p.txn.fail(expired, bump=False)
             for b in ps.expired(now, self.delivery_timeout):
                 d = on_failure(
                     ps,
