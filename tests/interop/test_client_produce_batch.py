@@ -250,3 +250,38 @@ def test_batches_grow_past_batch_size_up_to_what_the_broker_takes(broker_factory
         assert len(sizes) < n // 200
         assert max(sizes) <= limit and max(sizes) > limit // 2, (limit, sizes)
         assert [r.value for r in read_topic(b.bootstrap, topic)] == values.to_pylist()
+
+
+def test_a_produce_request_carries_at_most_max_request_size(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One batch per partition per request, as long as the request stays within
+    max.request.size; the batches that do not fit go in the next request."""
+    from samsa.client._aconn import AsyncConnection
+    from samsa.protocol.messages import ApiKey
+
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 4)
+    carried: list[int] = []
+    real_send = AsyncConnection.send_nowait
+
+    def spy(self: Any, api_key: int, entity: Any, **kw: Any) -> Any:
+        if api_key == ApiKey.PRODUCE:
+            carried.append(sum(len(p.records) for t in entity.topic_data for p in t.partition_data))
+        return real_send(self, api_key, entity, **kw)
+
+    monkeypatch.setattr(AsyncConnection, "send_nowait", spy)
+    n = 2000  # ~240 KB over 4 partitions: 2 batches of ~30 KB per partition
+    limit = 32_768
+
+    async def main() -> BatchMetadata:
+        config = {"bootstrap.servers": bs, "batch.size": 16_384, "max.request.size": limit}
+        async with AsyncProducer(config) as p:
+            await p.wait_metadata(topic)  # the topic's limit is known: 32 KB batches
+            fut = await p.produce_batch(topic, [b"x" * 100] * n, [b"%d" % i for i in range(n)])
+            return await fut
+
+    md = asyncio.run(main())
+    assert md.count == n
+    assert len(carried) >= 8 and max(carried) <= limit, carried
+    assert max(carried) > limit // 2  # full-size batches, one per request

@@ -35,6 +35,7 @@ from samsa.client._transactions import TransactionState
 from samsa.client._types import TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import HEADER_SIZE
 
 if TYPE_CHECKING:
     from samsa.client._producer import AsyncProducer, _Partition
@@ -64,6 +65,7 @@ class Sender:
         self.retry_backoff = producer.retry_backoff
         self.retry_backoff_max = producer.retry_backoff_max
         self.max_block = producer.max_block
+        self.max_request_size = producer.max_request_size
         self._checking: set[TopicPartition] = set()  # resumed partitions being described
 
     async def init_producer_id(self, *, bump: bool = False) -> None:
@@ -174,8 +176,9 @@ class Sender:
                     await self._wait(wake_at - now)
                     continue
                 requests: dict[int, list[Batch]] = {}
+                sizes: dict[int, int] = {}
                 for ps in self.partitions.values():
-                    when = self._ready_batch(ps, now, requests)
+                    when = self._ready_batch(ps, now, requests, sizes)
                     if when is not None:
                         wake_at = min(wake_at, when)
                 for node, batches in requests.items():
@@ -192,9 +195,15 @@ class Sender:
             await asyncio.wait_for(self.p._wake.wait(), timeout)
 
     def _ready_batch(
-        self, ps: _Partition, now: float, requests: dict[int, list[Batch]]
+        self,
+        ps: _Partition,
+        now: float,
+        requests: dict[int, list[Batch]],
+        sizes: dict[int, int],
     ) -> float | None:
-        """Put ps's next sendable batch into ``requests``; return when to look again."""
+        """Put ps's next sendable batch into ``requests`` (``sizes``: their bytes per
+        node, kept within max.request.size: a batch that would not fit goes in the next
+        request, at once); return when to look again."""
         if not ps.pending and not ps.queue:
             return None
         leader = self.cluster.leader(*ps.tp)
@@ -211,8 +220,7 @@ class Sender:
             # Unresolved sequences: one batch at a time, lowest sequence first (rule 20).
             when = ps.retry_ready(retry, now)
             if when is None:
-                requests.setdefault(leader, []).append(retry)
-                return None
+                return self._add(requests, sizes, leader, retry, now)
             return None if when == float("inf") else when
         if self.idempotent and not self.idem.adopt(ps):
             return None  # old-epoch batches still unresolved
@@ -228,6 +236,9 @@ class Sender:
         )
         if not ready:
             return batch.created + self.linger
+        used = sizes.get(leader, 0)
+        if used and used + batch.size + HEADER_SIZE > self.max_request_size:
+            return now  # the next request
         if self.transactional_id is not None and ps.tp not in self.p.txn.added:
             return None  # AddPartitionsToTxn first (rule 19); its task wakes the sender
         if not ps.skip_known:
@@ -242,7 +253,22 @@ class Sender:
             self.p._release(batch)
             return now  # the whole batch was already written; look at the next one
         ps.assign(batch, self.idempotent)
-        requests.setdefault(leader, []).append(batch)
+        return self._add(requests, sizes, leader, batch, now)
+
+    def _add(
+        self,
+        requests: dict[int, list[Batch]],
+        sizes: dict[int, int],
+        node: int,
+        batch: Batch,
+        now: float,
+    ) -> float | None:
+        used = sizes.get(node, 0)
+        size = batch.size + HEADER_SIZE
+        if used and used + size > self.max_request_size:
+            return now  # a retry that does not fit: the next request
+        requests.setdefault(node, []).append(batch)
+        sizes[node] = used + size
         return None
 
     async def _connect(self, node: int) -> None:
