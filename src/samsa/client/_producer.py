@@ -649,6 +649,8 @@ class AsyncProducer:
                         limit = max(self.batch_size, min(self.max_request_size, topic_max))
         except (KafkaError, ValueError) as exc:
             log.info("%s: max.message.bytes unknown (%s); batches of batch.size", topic, exc)
+            if isinstance(exc, KafkaError) and exc.retriable:
+                return  # asked again by the next call
         finally:
             self._learning_limits.discard(topic)
         self._column_limits[topic] = limit
