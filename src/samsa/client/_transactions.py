@@ -390,12 +390,7 @@ class TransactionManager:
         self.op: tuple[str, asyncio.Task[Any]] | None = None  # resumable after a timeout
 
     async def init_transactions(self, timeout: float | None = None) -> None:
-        """Get the transactional id's producer id and epoch from its coordinator.
-
-        This fences every older producer with the same ``transactional.id`` and aborts
-        (through the coordinator) the transaction one of them left open. After a
-        KafkaTimeoutError, call it again to go on waiting for the same request.
-        """
+        """See :meth:`AsyncProducer.init_transactions`."""
 
         def start() -> None:
             self.require_txn("init_transactions")
@@ -404,8 +399,7 @@ class TransactionManager:
         await self.run_op("init_transactions", start, self.init, timeout)
 
     def begin_transaction(self) -> None:
-        """Start a transaction (local only: the coordinator hears of it with the first
-        partition or offsets added)."""
+        """See :meth:`AsyncProducer.begin_transaction`."""
         self.require_txn("begin_transaction")
         if self.op is not None:
             raise TransactionStateError(f"begin_transaction: {self.op[0]} is unfinished")
@@ -421,12 +415,7 @@ class TransactionManager:
         group: str | ConsumerGroupMetadata,
         timeout: float | None = None,
     ) -> None:
-        """Commit a consumer group's ``offsets`` (next offset to read) with the transaction.
-
-        ``group`` is a consumer's :meth:`group_metadata` (the group coordinator then refuses
-        offsets of a member fenced by a rebalance) or a bare group id. The offsets become
-        visible to ``committed()`` only when the transaction commits.
-        """
+        """See :meth:`AsyncProducer.send_offsets_to_transaction`."""
         offs = normalize_offsets(offsets)
         meta = group_metadata(group)
 
@@ -442,9 +431,7 @@ class TransactionManager:
         )
 
     async def commit_transaction(self, timeout: float | None = None) -> None:
-        """Flush, then commit. Raises AbortableTransactionError if a record or offset of
-        the transaction failed (abort then), ProducerFencedError if fenced, and
-        KafkaTimeoutError when ``timeout`` passes first (call again to go on waiting)."""
+        """See :meth:`AsyncProducer.commit_transaction`."""
 
         def start() -> None:
             self.require_txn("commit_transaction")
@@ -455,7 +442,7 @@ class TransactionManager:
         await self.run_op("commit_transaction", start, lambda: self.end(True), timeout)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
-        """Drop the records not sent yet, wait for those in flight, abort."""
+        """See :meth:`AsyncProducer.abort_transaction`."""
 
         def start() -> None:
             self.require_txn("abort_transaction")
@@ -464,10 +451,7 @@ class TransactionManager:
         await self.run_op("abort_transaction", start, lambda: self.end(False), timeout)
 
     async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
-        """Flush and hand the open transaction over: another process commits or aborts it
-        with ``resume_transaction(config, prepared)``. This producer leaves it open (also
-        on close); it must be finished before ``transaction.timeout.ms``, after which the
-        coordinator aborts it."""
+        """See :meth:`AsyncProducer.prepare_transaction`."""
 
         def start() -> None:
             self.require_txn("prepare_transaction")
