@@ -35,7 +35,7 @@ def _offsets(md: BatchMetadata, part: int) -> list[int]:
 
 
 def _config(address: str, **extra: Any) -> dict[str, Any]:
-    return {
+    config = {
         "bootstrap.servers": address,
         "linger.ms": 2,
         "batch.size": 2048,  # many small batches: many requests to hit
@@ -44,6 +44,9 @@ def _config(address: str, **extra: Any) -> dict[str, Any]:
         "delivery.timeout.ms": 60_000,
         **extra,
     }
+    # produce_batch() batches grow up to max.request.size: keep them at batch.size
+    config["max.request.size"] = config["batch.size"]
+    return config
 
 
 @pytest.mark.parametrize(("drop_response", "reset_before"), [(0.15, 0.0), (0.1, 0.1)])

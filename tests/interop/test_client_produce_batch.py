@@ -7,7 +7,8 @@
 * produce() and produce_batch() records keep their order in one partition;
 * a bad column raises in the call and queues nothing; a partition the topic lacks fails only
   those rows; a large call is bounded by buffer.memory;
-* in a transaction, the rows are visible after commit and never after abort.
+* in a transaction, the rows are visible after commit and never after abort;
+* batches grow past batch.size up to the topic's max.message.bytes and max.request.size.
 """
 
 from __future__ import annotations
@@ -216,3 +217,71 @@ def test_resumed_identity_skips_rows_written_after_the_checkpoint(shared_broker:
     assert sum(c for _, c in md.offsets[0]) == 850
     assert md.offsets[0][0][0] == 1150
     assert [r.value for r in read_topic(bs, topic)] == rows
+
+
+def _batch_sizes(data_dir: Any, topic: str) -> list[int]:
+    """Sizes of the record batches in the broker's log of ``topic``'s partition 0."""
+    from samsa.protocol.records import iter_batches
+
+    (part_dir,) = [d for d in data_dir.rglob(f"{topic}-0") if d.is_dir()]
+    sizes = []
+    for seg in sorted(part_dir.glob("*.log")):
+        sizes += [b.size for b in iter_batches(seg.read_bytes())]
+    return sizes
+
+
+def test_batches_grow_past_batch_size_up_to_what_the_broker_takes(broker_factory: Any) -> None:
+    """produce_batch() hands over whole columns: its batches are as large as the topic's
+    max.message.bytes (asked with DescribeConfigs) and max.request.size allow."""
+    b = broker_factory(overrides={"message.max.bytes": "65536"}).start()
+    n = 4000  # ~450 KB: 28 batches of batch.size, 8 of the topic's limit
+    values = pa.array([b"v%099d" % i for i in range(n)])
+    for request_max, limit in ((1_048_576, 65_536), (32_768, 32_768)):
+        topic = _topic(b.bootstrap, 1)
+        config = {
+            "bootstrap.servers": b.bootstrap,
+            "batch.size": 16_384,
+            "max.request.size": request_max,
+        }
+        with Producer(config) as p:
+            md = p.produce_batch(topic, values).result(30)
+        assert md.count == n and md.offsets == {0: [(0, n)]}
+        sizes = _batch_sizes(b.data_dir, topic)
+        assert len(sizes) < n // 200
+        assert max(sizes) <= limit and max(sizes) > limit // 2, (limit, sizes)
+        assert [r.value for r in read_topic(b.bootstrap, topic)] == values.to_pylist()
+
+
+def test_a_produce_request_carries_at_most_max_request_size(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One batch per partition per request, as long as the request stays within
+    max.request.size; the batches that do not fit go in the next request."""
+    from samsa.client._aconn import AsyncConnection
+    from samsa.protocol.messages import ApiKey
+
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 4)
+    carried: list[int] = []
+    real_send = AsyncConnection.send_nowait
+
+    def spy(self: Any, api_key: int, entity: Any, **kw: Any) -> Any:
+        if api_key == ApiKey.PRODUCE:
+            carried.append(sum(len(p.records) for t in entity.topic_data for p in t.partition_data))
+        return real_send(self, api_key, entity, **kw)
+
+    monkeypatch.setattr(AsyncConnection, "send_nowait", spy)
+    n = 2000  # ~240 KB over 4 partitions: 2 batches of ~30 KB per partition
+    limit = 32_768
+
+    async def main() -> BatchMetadata:
+        config = {"bootstrap.servers": bs, "batch.size": 16_384, "max.request.size": limit}
+        async with AsyncProducer(config) as p:
+            await p.wait_metadata(topic)  # the topic's limit is known: 32 KB batches
+            fut = await p.produce_batch(topic, [b"x" * 100] * n, [b"%d" % i for i in range(n)])
+            return await fut
+
+    md = asyncio.run(main())
+    assert md.count == n
+    assert len(carried) >= 8 and max(carried) <= limit, carried
+    assert max(carried) > limit // 2  # full-size batches, one per request

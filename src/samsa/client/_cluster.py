@@ -177,6 +177,11 @@ class Cluster:
         self._connected_once = True
         return conn
 
+    def connected(self, node_id: int) -> AsyncConnection | None:
+        """The open connection to broker ``node_id``, or None (never connects)."""
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
     async def connection(self, node_id: int) -> AsyncConnection:
         """The open connection to broker ``node_id``, connecting if needed."""
         conn = self._conns.get(node_id)

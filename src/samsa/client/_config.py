@@ -30,6 +30,7 @@ PRODUCER: dict[str, Any] = {
     "enable.idempotence": True,
     "linger.ms": 5,
     "batch.size": 16_384,
+    "max.request.size": 1_048_576,  # also bounds a produce_batch() batch (see there)
     "compression.type": "none",
     "delivery.timeout.ms": 120_000,
     "max.in.flight.requests.per.connection": 5,

@@ -7,13 +7,16 @@ bursts (the sync facade hands over everything its callers queued since the last 
 the accumulator (``_accumulator``) partitions a burst at once (murmur2 of the key like the
 Java client, sticky for unkeyed records) and appends it to the open batch of each
 partition; whole ``batch.size`` batches are encoded together from columns, and what is left
-stays open until ``linger.ms`` elapses. One sender task drains batches whose ``linger.ms``
-elapsed (or that are full, or when flushing), groups them per leader broker into Produce
-requests (one batch per partition per request) and writes the requests in order on that
-broker's connection. A batch's header (producer id, epoch, sequence) is written when it is
-sent: a renumbered batch gets a new header over the same encoded records.
+stays open until ``linger.ms`` elapses. The sender (``_sender``, the only part that does
+I/O for batches) drains batches whose ``linger.ms`` elapsed (or that are full, or when
+flushing), groups them per leader broker into Produce requests (one batch per partition per
+request) and writes the requests in order on that broker's connection. A batch's header
+(producer id, epoch, sequence) is written when it is sent: a renumbered batch gets a new
+header over the same encoded records.
 
-Idempotence (rules 20-21 of docs/semantics.md). The producer gets a producer id and epoch
+Idempotence (rules 20-21 of docs/semantics.md; the bookkeeping and what each Produce
+answer means are the pure module ``_idempotence``, the producer applies its decisions).
+The producer gets a producer id and epoch
 from InitProducerId. Each partition keeps, in ``pending``, the batches that have a sequence
 and are not yet acknowledged, ordered by sequence. A batch gets its sequence once, when it is
 first drained, and keeps it, with the same encoded bytes, on every retry. At most
@@ -45,7 +48,7 @@ duplicates instead of being sent again. Sequences are per record, so this holds 
 records are batched, as long as the records after the checkpoint are sent again in the same
 order.
 
-Transactions (rules 10-21; Kafka's ``TransactionManager`` is the model). With
+Transactions (rules 10-21; ``_transactions.TransactionManager``, modelled on Kafka's). With
 ``transactional.id`` the identity comes from ``init_transactions()``: InitProducerId, with
 the transactional id, to the coordinator FindCoordinator (key type 1) names; it fences older
 producers of the id. The state machine (``_transactions.TransactionState``) is Uninitialized
@@ -53,7 +56,7 @@ producers of the id. The state machine (``_transactions.TransactionState``) is U
 transaction can only abort) and FatalError (fenced: every pending future fails, every call
 raises :class:`ProducerFencedError`). The coordinator requests (AddPartitionsToTxn,
 AddOffsetsToTxn, TxnOffsetCommit to the group's coordinator, EndTxn) go one at a time, in
-call order, under ``_txn_lock``, and are retried on CONCURRENT_TRANSACTIONS, load and
+call order, under the manager's lock, and are retried on CONCURRENT_TRANSACTIONS, load and
 NOT_COORDINATOR errors. A partition's first record of a transaction queues it for
 AddPartitionsToTxn; the sender holds the partition's batches until it is added, so the
 broker never sees a transactional batch for a partition outside the transaction (rule 19).
@@ -108,35 +111,26 @@ from samsa.client._accumulator import (
     make_item,
     take,
 )
-from samsa.client._aconn import AsyncConnection
 from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
-    FATAL_PRODUCER_ERRORS,
-    AbortableTransactionError,
     BufferExhaustedError,
     ClosedError,
     ConfigError,
     KafkaConnectionError,
     KafkaError,
-    KafkaTimeoutError,
-    ProducerFencedError,
-    TransactionAbortedError,
     TransactionStateError,
 )
+from samsa.client._idempotence import (
+    Idempotence,
+    PartitionSequences,
+)
 from samsa.client._partitioner import StickyPartitioner
+from samsa.client._sender import Sender
 from samsa.client._transactions import (
-    ABORTABLE_ADD,
-    ABORTABLE_OFFSETS,
     AsyncResumedTransaction,
-    Outcome,
+    TransactionManager,
     TransactionState,
-    TxnChannel,
-    check_transition,
-    classify,
-    group_metadata,
-    normalize_offsets,
-    txn_retry_timeout,
 )
 from samsa.client._types import (
     ConsumerGroupMetadata,
@@ -151,17 +145,6 @@ from samsa.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("samsa.client.producer")
 
-MAX_EPOCH = 32767
-_REFRESH_ERRORS = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-    }
-)
 _Batch = Batch  # the sender's name for it
 __all__ = ["AsyncProducer", "Headers"]
 
@@ -180,47 +163,15 @@ def _settle(fut: asyncio.Future[RecordMetadata], err: BaseException | None, md: 
         fut.set_result(md)
 
 
-class _Partition:
-    __slots__ = (
-        "epoch",
-        "in_flight",
-        "last_acked",
-        "next_seq",
-        "pending",
-        "producer_id",
-        "queue",
-        "skip",
-        "skip_known",
-        "tp",
-    )
+class _Partition(PartitionSequences):
+    """A partition's sequences (see ``_idempotence``) and its batches not yet drained."""
+
+    __slots__ = ("queue", "tp")
 
     def __init__(self, tp: TopicPartition, producer_id: int, epoch: int, next_seq: int) -> None:
+        super().__init__(producer_id, epoch, next_seq)
         self.tp = tp
         self.queue: collections.deque[_Batch] = collections.deque()  # no sequence yet
-        self.pending: list[_Batch] = []  # sequenced, unacknowledged, by sequence
-        self.in_flight = 0
-        self.producer_id = producer_id
-        self.epoch = epoch
-        self.next_seq = next_seq
-        self.last_acked = -1
-        self.skip = 0  # records already written by a previous incarnation (resume)
-        self.skip_known = True
-
-    def reset(self, producer_id: int, epoch: int) -> None:
-        """Renumber the unacknowledged batches from 0 under a new identity."""
-        self.producer_id = producer_id
-        self.epoch = epoch
-        seq = 0
-        for b in self.pending:
-            b.base_sequence = seq
-            b.producer_id = producer_id
-            b.epoch = epoch
-            b.payload = None
-            seq = (seq + b.count) % SEQ_MOD
-        self.next_seq = seq
-        self.last_acked = -1
-        self.skip = 0
-        self.skip_known = True
 
 
 class AsyncProducer:
@@ -244,6 +195,12 @@ class AsyncProducer:
             raise ConfigError("idempotence needs max.in.flight.requests.per.connection in 1..5")
         self.linger = c.seconds("linger.ms")
         self.batch_size = c.int("batch.size")
+        self.max_request_size = c.int("max.request.size")
+        if self.max_request_size < self.batch_size:
+            raise ConfigError("max.request.size must be at least batch.size")
+        # per topic: the largest batch produce_batch() forms (see _column_limit)
+        self._column_limits: dict[str, int] = {}
+        self._learning_limits: set[str] = set()
         self.codec = c.codec()
         self.delivery_timeout = c.seconds("delivery.timeout.ms")
         self.request_timeout = c.seconds("request.timeout.ms")
@@ -259,8 +216,7 @@ class AsyncProducer:
         self._partitioner = StickyPartitioner()
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._awaiting_metadata: dict[str, list[tuple[Any, ...]]] = {}
-        self.producer_id = -1
-        self.epoch = -1
+        self._idem = Idempotence()
         self._resume = state
         if state is not None:
             if not self.idempotent:
@@ -270,11 +226,7 @@ class AsyncProducer:
                     "a transactional producer gets its identity from init_transactions(); "
                     "use prepare_transaction() / resume_transaction() to hand one over"
                 )
-            self.producer_id, self.epoch = state.producer_id, state.epoch
-        self._bump_partitions: set[TopicPartition] = set()
-        self._checking: set[TopicPartition] = set()
-        self._bump_requested = False
-        self._new_id_on_bump = False
+            self._idem = Idempotence(state.producer_id, state.epoch, first_epoch=state.epoch)
         self._fatal: KafkaError | None = None
         self._buffered = 0
         self.released_bytes = 0  # ever given back (monotonic; see _sync.Producer)
@@ -288,21 +240,20 @@ class AsyncProducer:
         self._flushing = 0
         self._closing = False
         self._closed = False
-        self._sender: asyncio.Task[None] | None = None
+        self._sender_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
         # --- transactions (see the module docstring) ---
-        self.transaction_timeout_ms = c.int("transaction.timeout.ms")
-        self._txn_state = TransactionState.UNINITIALIZED
-        self._txn_channel = TxnChannel(self.cluster, timeout=txn_retry_timeout(c))
-        self._txn_lock = asyncio.Lock()  # one coordinator request at a time, in order
-        self._txn_added: set[TopicPartition] = set()  # partitions in the open transaction
-        self._txn_new: set[TopicPartition] = set()  # to add before their first batch
-        self._txn_add_task: asyncio.Task[None] | None = None
-        self._txn_started = False  # the coordinator knows the transaction (EndTxn needed)
-        self._txn_error: KafkaError | None = None  # why the transaction must abort
-        self._txn_bump = False  # abort must be followed by an epoch bump (KIP-360)
-        self._txn_op: tuple[str, asyncio.Task[Any]] | None = None  # resumable after a timeout
+        self.txn = TransactionManager(self)
+        self.sender = Sender(self)  # last: it reads the settings and state above
+
+    @property
+    def producer_id(self) -> int:
+        return self._idem.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._idem.epoch
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -314,10 +265,10 @@ class AsyncProducer:
         if self.transactional_id is not None:
             await self.cluster.refresh([])  # the identity comes with init_transactions()
         elif self.idempotent and self.producer_id < 0:
-            await self._init_producer_id()
+            await self.sender.init_producer_id()
         elif self.idempotent:
             await self.cluster.refresh([])
-        self._sender = asyncio.get_running_loop().create_task(self._run())
+        self._sender_task = asyncio.get_running_loop().create_task(self.sender.run())
         columnar_ready()  # start loading the codec now, while we connect, not mid-burst
 
     async def __aenter__(self) -> AsyncProducer:
@@ -333,7 +284,7 @@ class AsyncProducer:
             return
         if self._started and self._fatal is None:
             open_txn = (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
-            if self._txn_state in open_txn:
+            if self.txn.state in open_txn:
                 # As Kafka's producer does: an unfinished transaction would otherwise stay
                 # open (and block read_committed readers) until transaction.timeout.ms.
                 log.info("aborting the open transaction on close")
@@ -345,10 +296,10 @@ class AsyncProducer:
         self._closed = True
         self._fail_all(ClosedError("producer closed"))
         self._wake.set()
-        if self._sender is not None:
-            self._sender.cancel()
+        if self._sender_task is not None:
+            self._sender_task.cancel()
             with contextlib.suppress(BaseException):
-                await self._sender
+                await self._sender_task
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):
@@ -420,9 +371,9 @@ class AsyncProducer:
             return ClosedError("producer not started")
         if (
             self.transactional_id is not None
-            and self._txn_state is not TransactionState.IN_TRANSACTION
+            and self.txn.state is not TransactionState.IN_TRANSACTION
         ):
-            return self._txn_send_error()
+            return self.txn.send_error()
         return None
 
     def append_many(self, items: list[Item]) -> None:
@@ -463,11 +414,11 @@ class AsyncProducer:
 
     def _append_records(self, topic: str, items: list[Item]) -> None:
         """Partition a burst of one topic's records and add them to their batches."""
-        if self.transactional_id is not None and self._txn_state not in (
+        if self.transactional_id is not None and self.txn.state not in (
             TransactionState.IN_TRANSACTION,
             TransactionState.COMMITTING,  # it was sent in the transaction, before commit
         ):
-            self._drop_items(items, self._txn_send_error())
+            self._drop_items(items, self.txn.send_error())
             return
         n = self.cluster.partition_count(topic)
         assert n is not None
@@ -508,7 +459,7 @@ class AsyncProducer:
                 )
                 self._drop_items(take(items, rows), err)
                 if self.transactional_id is not None:
-                    self._txn_fail(err, bump=False)
+                    self.txn.fail(err, bump=False)
                 continue
             self._accumulate(
                 TopicPartition(topic, p),
@@ -566,8 +517,8 @@ class AsyncProducer:
             seq = self._resume.sequences[tp] if resumed and self._resume else 0
             ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
             ps.skip_known = not resumed
-        if self.transactional_id is not None and tp not in self._txn_added:
-            self._txn_add_partition(tp)
+        if self.transactional_id is not None and tp not in self.txn.added:
+            self.txn.add_partition(tp)
         return ps
 
     # --- columnar intake -------------------------------------------------------------------
@@ -590,8 +541,13 @@ class AsyncProducer:
         ``partition``: None (keys hash as Java's partitioner, unkeyed records are sticky per
         ``batch.size``), one int, or a column of them (None/-1: any). ``headers``: an Arrow
         ``list<struct<key: string, value: binary>>`` column or one mapping/pairs per row.
-        ``timestamps``: ms, one int or a column. Encoded with vectorised code into batches
-        of ``batch.size``, with the same sequences, retries and transactions as send().
+        ``timestamps``: ms, one int or a column. Encoded with vectorised code, with the
+        same sequences, retries and transactions as send(). The caller hands over whole
+        columns, so nothing is gained by waiting for more: a partition's rows of a call form
+        batches as large as the broker takes, ``max.request.size`` or the topic's
+        ``max.message.bytes`` (DescribeConfigs, asked once per topic; ``batch.size``
+        until it answers, or if it cannot), rather than of ``batch.size``, which the
+        sticky partitioner of unkeyed rows still goes by.
         Invalid input raises here and queues nothing. Waits for ``buffer.memory`` space (at
         most ``max.block.ms`` per chunk of the call).
         """
@@ -647,6 +603,58 @@ class AsyncProducer:
                 log.debug("metadata for %s: %s", topic, exc)
             if self.cluster.partition_count(topic) is None:
                 await asyncio.sleep(self.retry_backoff)
+        if topic not in self._column_limits:
+            await self._learn_column_limit(topic)
+
+    async def _learn_column_limit(self, topic: str) -> None:
+        """How large a produce_batch() batch of ``topic`` may be: the topic's
+        max.message.bytes (less what a codec may add to incompressible data), at most
+        max.request.size, at least batch.size. Unknown: batch.size (never refused)."""
+        if topic in self._learning_limits:
+            return
+        self._learning_limits.add(topic)
+        limit = self.batch_size
+        try:
+            conn = await self.cluster.any_connection()
+            if conn.supports(ApiKey.DESCRIBE_CONFIGS):
+                resp = await self.cluster.send(
+                    None,
+                    ApiKey.DESCRIBE_CONFIGS,
+                    (1, 4),
+                    "DescribeConfigsRequest",
+                    lambda v: {
+                        "resources": (
+                            make_request(
+                                ApiKey.DESCRIBE_CONFIGS,
+                                v,
+                                "DescribeConfigsResource",
+                                resource_type=2,  # topic
+                                resource_name=topic,
+                                configuration_keys=("max.message.bytes",),
+                            ),
+                        ),
+                        "include_synonyms": False,
+                        "include_documentation": False,
+                    },
+                    timeout=self.request_timeout,
+                )
+                (res,) = resp.results
+                if res.error_code:
+                    raise KafkaError(int(res.error_code), "DescribeConfigs")
+                for cfg in res.configs:
+                    if cfg.name == "max.message.bytes" and cfg.value:
+                        topic_max = int(cfg.value)
+                        if self.codec:  # lz4's worst case grows a block by 1/255
+                            topic_max -= topic_max // 128 + 1024
+                        limit = max(self.batch_size, min(self.max_request_size, topic_max))
+        except (KafkaError, ValueError) as exc:
+            log.info("%s: max.message.bytes unknown (%s); batches of batch.size", topic, exc)
+            if isinstance(exc, KafkaError) and exc.retriable:
+                return  # asked again by the next call
+        finally:
+            self._learning_limits.discard(topic)
+        self._column_limits[topic] = limit
+        log.debug("%s: produce_batch() batches up to %d bytes", topic, limit)
 
     def append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
         """Partition a chunk of a produce_batch() call, encode it per partition as sealed
@@ -687,6 +695,11 @@ class AsyncProducer:
                 (int(ordered[a]), cols.take(order[a:b])) for a, b in itertools.pairwise(bounds)
             ]
         now = asyncio.get_running_loop().time()
+        limit = self._column_limits.get(topic)
+        if limit is None:  # learnt meanwhile for the next calls
+            limit = self.batch_size
+            if topic not in self._learning_limits:
+                self._spawn(self._learn_column_limit(topic))
         for p, part_cols in groups:
             if p < 0:  # explicit partitions the topic does not have
                 assert part_cols.partitions is not None
@@ -697,10 +710,10 @@ class AsyncProducer:
                 tally.failed(bad, len(part_cols))
                 self._release_bytes(int(part_cols.sizes.sum()))
                 if self.transactional_id is not None:
-                    self._txn_fail(bad, bump=False)
+                    self.txn.fail(bad, bump=False)
                 continue
             tp = TopicPartition(topic, p)
-            sealed = encode_sealed(tp, part_cols, self.codec, self.batch_size, now, tally)
+            sealed = encode_sealed(tp, part_cols, self.codec, limit, now, tally)
             ps = self._partition(tp)
             # after the partition's open batch, if any: its records stay ahead, and the
             # next send() starts a new batch (the last one is sealed, full)
@@ -732,7 +745,7 @@ class AsyncProducer:
                 self._drop_items(waiting, error or self._fatal)  # type: ignore[arg-type]
                 if error is not None and self.transactional_id is not None:
                     # As Java's doSend: a record lost in a transaction makes it abortable.
-                    self._txn_fail(error, bump=False)
+                    self.txn.fail(error, bump=False)
             else:
                 self._append_records(topic, waiting)
         self._batch_done()
@@ -746,210 +759,7 @@ class AsyncProducer:
 
     # --- identity --------------------------------------------------------------------------
 
-    async def _init_producer_id(self, *, bump: bool = False) -> None:
-        """InitProducerId; with ``bump`` (KIP-360, v3+) for a transactional producer.
-        Retried (lost connections, retriable errors) until ``max.block.ms``."""
-
-        async def attempt() -> None:
-            conn = await self.cluster.any_connection()
-            v = conn.version(ApiKey.INIT_PRODUCER_ID, 0, 4)
-            req = make_request(
-                ApiKey.INIT_PRODUCER_ID,
-                v,
-                "InitProducerIdRequest",
-                transactional_id=self.transactional_id,
-                transaction_timeout=self.config.int("transaction.timeout.ms"),
-                producer_id=self.producer_id if bump else -1,
-                producer_epoch=self.epoch if bump else -1,
-            )
-            resp = await conn.request(ApiKey.INIT_PRODUCER_ID, req, version=v)
-            code = int(resp.error_code)
-            if code:
-                raise KafkaError(code, "InitProducerId")
-            self.producer_id = int(resp.producer_id)
-            self.epoch = int(resp.producer_epoch)
-            log.debug("producer id %d epoch %d", self.producer_id, self.epoch)
-
-        await self.cluster.retry(attempt, what="InitProducerId", timeout=self.max_block)
-
-    def _request_bump(self, ps: _Partition, reason: str) -> None:
-        log.info("%s: epoch bump needed (%s)", ps.tp, reason)
-        self._bump_partitions.add(ps.tp)
-        self._bump_requested = True
-
-    async def _bump(self) -> None:
-        """Move to a new epoch (or producer id) and renumber the partitions that need it."""
-        if self._new_id_on_bump or self.epoch >= MAX_EPOCH:
-            self.producer_id, self.epoch = -1, -1
-            await self._init_producer_id()
-            self._new_id_on_bump = False
-        else:
-            self.epoch += 1
-        for tp in self._bump_partitions:
-            ps = self._partitions[tp]
-            ps.reset(self.producer_id, self.epoch)
-        self._bump_partitions.clear()
-        self._bump_requested = False
-
-    async def _check_resumed(self, ps: _Partition, node: int) -> None:
-        """Find how many of a resumed partition's records the previous incarnation wrote.
-        Until that is known (the answer may be lost) nothing of the partition is sent:
-        resending a written record under a new batching could not be recognised."""
-        known = False
-        try:
-
-            async def attempt() -> Any:
-                return await self.cluster.send(
-                    node,
-                    ApiKey.DESCRIBE_PRODUCERS,
-                    (0, 0),
-                    "DescribeProducersRequest",
-                    lambda v: {
-                        "topics": (
-                            make_request(
-                                ApiKey.DESCRIBE_PRODUCERS,
-                                v,
-                                "TopicRequest",
-                                name=ps.tp.topic,
-                                partition_indexes=(ps.tp.partition,),
-                            ),
-                        )
-                    },
-                )
-
-            conn = await self.cluster.connection(node)
-            if not conn.supports(ApiKey.DESCRIBE_PRODUCERS):
-                known = True
-                return
-            resp = await self.cluster.retry(
-                attempt, what="DescribeProducers", timeout=self.request_timeout
-            )
-            part = resp.topics[0].partitions[0]
-            if part.error_code:
-                raise KafkaError(int(part.error_code), "DescribeProducers")
-            for p in part.active_producers:
-                if int(p.producer_id) == ps.producer_id and int(p.producer_epoch) == ps.epoch:
-                    ahead = (int(p.last_sequence) + 1 - ps.next_seq) % SEQ_MOD
-                    if ahead < SEQ_MOD // 2:
-                        ps.skip = ahead
-                        log.info("%s: %d records already written before resume", ps.tp, ahead)
-            known = True
-        except KafkaError as exc:
-            log.info("%s: last written sequence not known yet: %s", ps.tp, exc)
-        finally:
-            ps.skip_known = known
-            self._checking.discard(ps.tp)
-            self._wake.set()
-
     # --- the sender ------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while not self._closed:
-                self._wake.clear()
-                now = loop.time()
-                wake_at = now + 0.5
-                self._expire(now)
-                if self._bump_requested:
-                    if not any(ps.in_flight for ps in self._partitions.values()):
-                        try:
-                            await self._bump()
-                        except KafkaError as exc:
-                            self._set_fatal(exc)
-                            return
-                        continue
-                    await self._wait(wake_at - now)
-                    continue
-                requests: dict[int, list[_Batch]] = {}
-                for ps in self._partitions.values():
-                    when = self._ready_batch(ps, now, requests)
-                    if when is not None:
-                        wake_at = min(wake_at, when)
-                for node, batches in requests.items():
-                    self._send(node, batches)
-                await self._wait(max(0.0, wake_at - loop.time()))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug here must not leave futures hanging forever
-            log.exception("producer sender failed")
-            self._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"sender crashed: {exc}"))
-
-    async def _wait(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-
-    def _ready_batch(
-        self, ps: _Partition, now: float, requests: dict[int, list[_Batch]]
-    ) -> float | None:
-        """Put ps's next sendable batch into ``requests``; return when to look again."""
-        if not ps.pending and not ps.queue:
-            return None
-        leader = self.cluster.leader(*ps.tp)
-        if leader is None:
-            self._spawn(self._refresh_metadata(ps.tp.topic))
-            return now + self.retry_backoff
-        conn = self.cluster._conns.get(leader)
-        if conn is None or conn.closed:
-            self._spawn(self._connect(leader))
-            return now + self.retry_backoff
-        if ps.in_flight >= self.max_in_flight:
-            return None
-        retry = next((b for b in ps.pending if not b.in_flight), None)
-        if retry is not None:
-            # Unresolved sequences: one batch at a time, lowest sequence first (rule 20).
-            if ps.in_flight:
-                return None
-            if retry.retry_at > now:
-                return retry.retry_at
-            requests.setdefault(leader, []).append(retry)
-            return None
-        if self.idempotent and (ps.producer_id, ps.epoch) != (self.producer_id, self.epoch):
-            if ps.pending:
-                return None  # old-epoch batches still unresolved
-            ps.reset(self.producer_id, self.epoch)
-        if not ps.queue:
-            return None
-        batch = ps.queue[0]
-        ready = (
-            batch.full
-            or len(ps.queue) > 1
-            or self._flushing
-            or self._closing
-            or now - batch.created >= self.linger
-        )
-        if not ready:
-            return batch.created + self.linger
-        if self.transactional_id is not None and ps.tp not in self._txn_added:
-            return None  # AddPartitionsToTxn first (rule 19); its task wakes the sender
-        if not ps.skip_known:
-            if ps.tp not in self._checking:
-                self._checking.add(ps.tp)
-                self._spawn(self._check_resumed(ps, leader))
-            return now + 0.5
-        ps.queue.popleft()
-        n = self.cluster.partition_count(ps.tp.topic) or 1
-        self._partitioner.batch_closed(ps.tp.topic, ps.tp.partition, n)
-        if ps.skip and not self._skip_written(ps, batch):
-            return now  # the whole batch was already written; look at the next one
-        if self.idempotent:
-            batch.base_sequence = ps.next_seq
-            batch.producer_id, batch.epoch = ps.producer_id, ps.epoch
-            ps.next_seq = (ps.next_seq + batch.count) % SEQ_MOD
-        ps.pending.append(batch)
-        requests.setdefault(leader, []).append(batch)
-        return None
-
-    def _skip_written(self, ps: _Partition, batch: _Batch) -> bool:
-        """Resolve the records a previous incarnation wrote; False if none is left."""
-        k = min(ps.skip, batch.count)
-        batch.drop_first(k)
-        ps.skip -= k
-        ps.next_seq = (ps.next_seq + k) % SEQ_MOD
-        if not batch.count:
-            self._release(batch)
-            return False
-        return True
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -962,193 +772,6 @@ class AsyncProducer:
         if not task.cancelled() and task.exception() is not None:
             log.debug("producer task failed: %s", task.exception())
         self._wake.set()
-
-    async def _connect(self, node: int) -> None:
-        try:
-            await self.cluster.connection(node)
-        except KafkaError as exc:
-            log.debug("connect to node %d: %s", node, exc)
-            await asyncio.sleep(self.retry_backoff)
-            await self._refresh_metadata(None)
-
-    async def _refresh_metadata(self, topic: str | None) -> None:
-        # One attempt: the sender asks again on its next pass.
-        try:
-            await self.cluster.refresh([topic] if topic else [], timeout=0)
-        except KafkaError as exc:
-            log.debug("metadata refresh: %s", exc)
-            await asyncio.sleep(self.retry_backoff)
-
-    def _send(self, node: int, batches: list[_Batch]) -> None:
-        conn = self.cluster._conns[node]
-        v = conn.version(ApiKey.PRODUCE, 3, 9)
-        by_topic: dict[str, list[Any]] = {}
-        for b in batches:
-            if b.payload is None:
-                b.payload = b.build(
-                    b.producer_id,
-                    b.epoch,
-                    b.base_sequence,
-                    self.transactional_id is not None,
-                    self.codec,
-                )
-            by_topic.setdefault(b.tp.topic, []).append(
-                make_request(
-                    ApiKey.PRODUCE,
-                    v,
-                    "PartitionProduceData",
-                    index=b.tp.partition,
-                    records=b.payload,
-                )
-            )
-            b.in_flight = True
-            b.attempts += 1
-            self._partitions[b.tp].in_flight += 1
-        req = make_request(
-            ApiKey.PRODUCE,
-            v,
-            "ProduceRequest",
-            transactional_id=self.transactional_id,
-            acks=self.acks,
-            timeout=int(self.request_timeout * 1000),
-            topic_data=tuple(
-                make_request(ApiKey.PRODUCE, v, "TopicProduceData", name=t, partition_data=tuple(p))
-                for t, p in by_topic.items()
-            ),
-        )
-        fut = conn.send_nowait(ApiKey.PRODUCE, req, version=v, expect_response=self.acks != 0)
-        self._spawn(self._complete(conn, fut, batches))
-
-    async def _complete(
-        self, conn: AsyncConnection, fut: asyncio.Future[Any], batches: list[_Batch]
-    ) -> None:
-        try:
-            await conn.drain()
-            resp = await conn.wait_response(fut, ApiKey.PRODUCE)
-        except KafkaError as exc:
-            for b in batches:
-                self._landed(b)
-                self._retry(b, exc)
-            return
-        finally:
-            self._wake.set()
-        if resp is None:  # acks=0
-            for b in batches:
-                self._landed(b)
-                self._succeed(b, -1, -1)
-            return
-        results: dict[TopicPartition, Any] = {}
-        for t in resp.responses:
-            for p in t.partition_responses:
-                results[TopicPartition(t.name, int(p.index))] = p
-        for b in batches:
-            self._landed(b)
-            p = results.get(b.tp)
-            if p is None:
-                self._retry(b, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "partition missing"))
-                continue
-            self._handle(b, p)
-
-    def _landed(self, b: _Batch) -> None:
-        b.in_flight = False
-        self._partitions[b.tp].in_flight -= 1
-
-    def _handle(self, b: _Batch, p: Any) -> None:
-        code = int(p.error_code)
-        ps = self._partitions[b.tp]
-        if b not in ps.pending:
-            return  # already failed (fatal error or expiry) while in flight
-        if code == ErrorCode.NONE:
-            append_time = -1
-            if getattr(p, "log_append_time", None) is not None:
-                append_time = int(p.log_append_time.timestamp() * 1000)
-            self._succeed(b, int(p.base_offset), append_time)
-            return
-        if code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-            self._succeed(b, -1, -1)
-            return
-        message = getattr(p, "error_message", None) or ""
-        err = KafkaError(code, message)
-        if code == ErrorCode.PRODUCER_FENCED:
-            err = ProducerFencedError(code, message or "fenced by a newer producer")
-        if code in FATAL_PRODUCER_ERRORS:
-            self._set_fatal(err)
-            return
-        if self.transactional_id is not None:
-            if code == ErrorCode.INVALID_PRODUCER_EPOCH:
-                # The coordinator gave our transactional id a newer epoch: we are a zombie.
-                self._set_fatal(ProducerFencedError(code, message or "producer epoch is stale"))
-                return
-            if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-                # No local epoch bump inside a transaction: the epoch belongs to the
-                # coordinator. The transaction aborts, then InitProducerId bumps (rule 21).
-                self._fail_batch(b, AbortableTransactionError(code, message))
-                return
-        if code in (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID):
-            if ps.pending and ps.pending[0] is b and not self._bump_requested:
-                if b.base_sequence == 0 and b.epoch > 0 and b.epoch != self._first_epoch():
-                    self._new_id_on_bump = True  # the broker did not take our local bump
-                self._request_bump(ps, err.name)
-            self._retry(b, err)
-            return
-        if code == ErrorCode.INVALID_PRODUCER_EPOCH:
-            if b.base_sequence == 0 and b.epoch != self._first_epoch():
-                self._new_id_on_bump = True
-                if not self._bump_requested:
-                    self._request_bump(ps, err.name)
-                self._retry(b, err)
-                return
-            self._set_fatal(ProducerFencedError(code, message or "producer epoch is stale"))
-            return
-        if code in _REFRESH_ERRORS:
-            self._spawn(self._refresh_metadata(b.tp.topic))
-        if err.retriable or code in _REFRESH_ERRORS:
-            self._retry(b, err)
-            return
-        self._fail_batch(b, err)
-
-    def _first_epoch(self) -> int:
-        return self._resume.epoch if self._resume is not None else 0
-
-    def _succeed(self, b: _Batch, base_offset: int, append_time: int) -> None:
-        ps = self._partitions[b.tp]
-        with contextlib.suppress(ValueError):
-            ps.pending.remove(b)
-        if b.base_sequence >= 0:
-            ps.last_acked = b.last_sequence
-        b.succeed(base_offset, append_time, base_offset < 0 and self.acks != 0)
-        self._release(b)
-
-    def _retry(self, b: _Batch, err: KafkaError) -> None:
-        """Back to pending, untouched, for another attempt in sequence order."""
-        ps = self._partitions[b.tp]
-        if b not in ps.pending:
-            return
-        if not self.idempotent and not err.retriable:
-            self._fail_batch(b, err)
-            return
-        if self._txn_state is TransactionState.ABORTING and self._txn_bump:
-            # The epoch is bumped after this abort anyway, so an unresolved batch of the
-            # aborted transaction need not be resolved: drop it.
-            self._fail_batch(b, TransactionAbortedError())
-            return
-        loop = asyncio.get_running_loop()
-        backoff = min(self.retry_backoff * (2 ** max(0, b.attempts - 1)), self.retry_backoff_max)
-        b.retry_at = loop.time() + backoff
-        log.debug("%r: retry after %s", b, err)
-
-    def _fail_batch(self, b: _Batch, err: BaseException) -> None:
-        ps = self._partitions[b.tp]
-        if b in ps.pending:
-            ps.pending.remove(b)
-            if self.transactional_id is not None:
-                # Its sequences left a gap that only a new epoch closes; meanwhile the
-                # transaction lost a record and must not commit.
-                self._txn_fail(err, bump=True)
-            elif self.idempotent and not self._closing:
-                self._request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
-        b.fail(err)
-        self._release(b)
 
     def _release(self, b: _Batch) -> None:
         self._release_bytes(b.size)
@@ -1168,25 +791,12 @@ class AsyncProducer:
             self._outstanding = 0
             self._idle.set()
 
-    def _expire(self, now: float) -> None:
-        for ps in self._partitions.values():
-            while ps.queue and now - ps.queue[0].created > self.delivery_timeout:
-                b = ps.queue.popleft()
-                expired = KafkaTimeoutError("delivery.timeout.ms expired")
-                b.fail(expired)
-                self._release(b)
-                if self.transactional_id is not None:
-                    self._txn_fail(expired, bump=False)
-            for b in list(ps.pending):
-                if not b.in_flight and now - b.created > self.delivery_timeout:
-                    self._fail_batch(b, KafkaTimeoutError("delivery.timeout.ms expired"))
-
     def _set_fatal(self, err: KafkaError) -> None:
         if self._fatal is None:
             log.error("producer failed: %s", err)
             self._fatal = err
         if self.transactional_id is not None:
-            self._txn_state = TransactionState.FATAL_ERROR
+            self.txn.state = TransactionState.FATAL_ERROR
         self._fail_all(err)
 
     def _fail_all(self, err: BaseException) -> None:
@@ -1196,6 +806,16 @@ class AsyncProducer:
                 self._release(b)
             ps.pending.clear()
             ps.queue.clear()
+        self._drop_waiting(err)
+        self._wake.set()
+
+    def drop_unsent(self, err: BaseException) -> None:
+        """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
+        for ps in self._partitions.values():
+            while ps.queue:
+                b = ps.queue.popleft()
+                b.fail(err)
+                self._release(b)
         self._drop_waiting(err)
         self._wake.set()
 
@@ -1210,7 +830,7 @@ class AsyncProducer:
     @property
     def transaction_state(self) -> TransactionState | None:
         """Where the transaction state machine is (None without ``transactional.id``)."""
-        return self._txn_state if self.transactional_id is not None else None
+        return self.txn.state if self.transactional_id is not None else None
 
     async def init_transactions(self, timeout: float | None = None) -> None:
         """Get the transactional id's producer id and epoch from its coordinator.
@@ -1219,24 +839,12 @@ class AsyncProducer:
         (through the coordinator) the transaction one of them left open. After a
         KafkaTimeoutError, call it again to go on waiting for the same request.
         """
-
-        def start() -> None:
-            self._require_txn("init_transactions")
-            self._txn_transition(TransactionState.INITIALIZING, "init_transactions")
-
-        await self._txn_run("init_transactions", start, self._txn_init, timeout)
+        await self.txn.init_transactions(timeout)
 
     def begin_transaction(self) -> None:
         """Start a transaction (local only: the coordinator hears of it with the first
         partition or offsets added)."""
-        self._require_txn("begin_transaction")
-        if self._txn_op is not None:
-            raise TransactionStateError(f"begin_transaction: {self._txn_op[0]} is unfinished")
-        self._txn_transition(TransactionState.IN_TRANSACTION, "begin_transaction")
-        self._txn_added.clear()
-        self._txn_new.clear()
-        self._txn_started = False
-        self._txn_error = None
+        self.txn.begin_transaction()
 
     async def send_offsets_to_transaction(
         self,
@@ -1250,56 +858,24 @@ class AsyncProducer:
         offsets of a member fenced by a rebalance) or a bare group id. The offsets become
         visible to ``committed()`` only when the transaction commits.
         """
-        offs = normalize_offsets(offsets)
-        meta = group_metadata(group)
-
-        def start() -> None:
-            self._require_txn("send_offsets_to_transaction")
-            self._require_open("send_offsets_to_transaction")
-
-        await self._txn_run(
-            "send_offsets_to_transaction",
-            start,
-            lambda: self._txn_send_offsets(offs, meta),
-            timeout,
-        )
+        await self.txn.send_offsets_to_transaction(offsets, group, timeout)
 
     async def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush, then commit. Raises AbortableTransactionError if a record or offset of
         the transaction failed (abort then), ProducerFencedError if fenced, and
         KafkaTimeoutError when ``timeout`` passes first (call again to go on waiting)."""
-
-        def start() -> None:
-            self._require_txn("commit_transaction")
-            if self._txn_state is TransactionState.ABORTABLE_ERROR:
-                raise self._txn_send_error()
-            self._txn_transition(TransactionState.COMMITTING, "commit_transaction")
-
-        await self._txn_run("commit_transaction", start, lambda: self._txn_end(True), timeout)
+        await self.txn.commit_transaction(timeout)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """Drop the records not sent yet, wait for those in flight, abort."""
-
-        def start() -> None:
-            self._require_txn("abort_transaction")
-            self._txn_transition(TransactionState.ABORTING, "abort_transaction")
-
-        await self._txn_run("abort_transaction", start, lambda: self._txn_end(False), timeout)
+        await self.txn.abort_transaction(timeout)
 
     async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
         """Flush and hand the open transaction over: another process commits or aborts it
         with ``resume_transaction(config, prepared)``. This producer leaves it open (also
         on close); it must be finished before ``transaction.timeout.ms``, after which the
         coordinator aborts it."""
-
-        def start() -> None:
-            self._require_txn("prepare_transaction")
-            self._require_open("prepare_transaction")
-
-        result: PreparedTransaction = await self._txn_run(
-            "prepare_transaction", start, self._txn_prepare, timeout
-        )
-        return result
+        return await self.txn.prepare_transaction(timeout)
 
     @staticmethod
     async def resume_transaction(
@@ -1328,7 +904,7 @@ class AsyncProducer:
         try:
             yield self
         except BaseException:
-            if self._txn_state is not TransactionState.FATAL_ERROR:
+            if self.txn.state is not TransactionState.FATAL_ERROR:
                 with contextlib.suppress(KafkaError, TransactionStateError):
                     await self.abort_transaction()
             raise
@@ -1338,233 +914,11 @@ class AsyncProducer:
         """Raise TransactionStateError when a transactional producer has no open transaction."""
         if self.transactional_id is None or self._fatal is not None:
             return
-        if self._txn_state not in (
+        if self.txn.state not in (
             TransactionState.IN_TRANSACTION,
             TransactionState.ABORTABLE_ERROR,  # the record's future fails with the cause
         ):
-            raise self._txn_send_error()
-
-    def _require_txn(self, what: str) -> None:
-        if self.transactional_id is None:
-            raise TransactionStateError(f"{what}: the producer has no transactional.id")
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed or not self._started:
-            raise ClosedError(f"{what}: producer is not running")
-
-    def _require_open(self, what: str) -> None:
-        if self._txn_state is TransactionState.ABORTABLE_ERROR:
-            raise self._txn_send_error()
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
-            raise TransactionStateError(f"{what}: no open transaction ({self._txn_state.value})")
-
-    def _txn_send_error(self) -> BaseException:
-        if self._fatal is not None:
-            return self._fatal
-        if self._txn_state is TransactionState.ABORTABLE_ERROR:
-            cause = self._txn_error
-            code = getattr(cause, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
-            return AbortableTransactionError(code, f"the transaction must be aborted: {cause}")
-        return TransactionStateError(
-            f"no open transaction (state {self._txn_state.value}): call begin_transaction()"
-        )
-
-    def _txn_transition(self, target: TransactionState, what: str) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        check_transition(self._txn_state, target, what)
-        log.debug("transaction state %s -> %s", self._txn_state.value, target.value)
-        self._txn_state = target
-
-    async def _txn_run(
-        self,
-        name: str,
-        start: Callable[[], None],
-        make: Callable[[], Any],
-        timeout: float | None,
-    ) -> Any:
-        """Run one transactional operation as a task that outlives a caller's timeout, so
-        that calling the same method again waits for it instead of starting over (as
-        Kafka's producer does); any other transactional call meanwhile is refused."""
-        op = self._txn_op
-        if op is not None and op[0] != name:
-            raise TransactionStateError(f"{name}: {op[0]} is unfinished; call it again first")
-        if op is None:
-            start()
-            task = asyncio.get_running_loop().create_task(make())
-            # retrieved here if nobody awaits it again after a timeout
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            op = self._txn_op = (name, task)
-        task = op[1]
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout)
-        except TimeoutError:
-            raise KafkaTimeoutError(f"{name} is still running; call it again to wait") from None
-        finally:
-            if task.done() and self._txn_op is op:
-                self._txn_op = None
-
-    def _txn_check(self, code: int, what: str, abortable: frozenset[int] = frozenset()) -> None:
-        """Apply a coordinator's final answer to the state machine; raise if it failed."""
-        outcome, err = classify(code, what, abortable)
-        if err is None:
-            return
-        if outcome is Outcome.FATAL:
-            self._set_fatal(err)
-        else:
-            self._txn_fail(err, bump=outcome is Outcome.ABORTABLE_BUMP)
-        raise err
-
-    def _txn_fail(self, err: BaseException, *, bump: bool) -> None:
-        """The open transaction cannot commit any more: fail what is not sent yet."""
-        if bump:
-            self._txn_bump = True
-        if self._txn_state not in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.COMMITTING,
-            TransactionState.ABORTABLE_ERROR,
-        ):
-            return  # aborting already (or fatal): nothing to change
-        if self._txn_error is None:
-            self._txn_error = err
-        if self._txn_state is not TransactionState.ABORTABLE_ERROR:
-            log.warning("transaction must abort: %s", err)
-            self._txn_state = TransactionState.ABORTABLE_ERROR
-        self._txn_new.clear()
-        self._txn_drop_queued(self._txn_send_error())
-
-    def _txn_drop_queued(self, err: BaseException) -> None:
-        """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
-        for ps in self._partitions.values():
-            while ps.queue:
-                b = ps.queue.popleft()
-                b.fail(err)
-                self._release(b)
-        self._drop_waiting(err)
-        self._wake.set()
-
-    def _txn_add_partition(self, tp: TopicPartition) -> None:
-        self._txn_new.add(tp)
-        if self._txn_add_task is None or self._txn_add_task.done():
-            self._txn_add_task = self._spawn(self._txn_add_partitions())
-
-    async def _txn_add_partitions(self) -> None:
-        """AddPartitionsToTxn for partitions about to get their first batch; the sender
-        holds those batches until their partition is in the transaction."""
-        assert self.transactional_id is not None
-        active = (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
-        try:
-            while self._txn_new and self._txn_state in active:
-                async with self._txn_lock:
-                    # re-checked under the lock: an abort may have run while we waited
-                    if not self._txn_new or self._txn_state not in active:
-                        return
-                    tps = sorted(self._txn_new)
-                    code = await self._txn_channel.add_partitions(
-                        self.transactional_id, self.producer_id, self.epoch, tps
-                    )
-                    if code == 0:
-                        self._txn_added.update(tps)
-                        self._txn_new.difference_update(tps)
-                        self._txn_started = True
-                        self._wake.set()
-                        continue
-                with contextlib.suppress(KafkaError):
-                    self._txn_check(code, "AddPartitionsToTxn", ABORTABLE_ADD)
-                return
-        except KafkaError as exc:
-            # The coordinator stayed unreachable: it may or may not have added them, so
-            # the abort must bump the epoch, which ends whatever it holds (rule 10).
-            self._txn_fail(exc, bump=True)
-        finally:
-            self._wake.set()
-
-    async def _txn_init(self, producer_id: int = -1, epoch: int = -1) -> None:
-        """InitProducerId for the transactional id; with (producer id, epoch) it is the
-        KIP-360 bump of our own current epoch, refused (PRODUCER_FENCED) if we are stale."""
-        assert self.transactional_id is not None
-        try:
-            code, pid, ep = await self._txn_channel.init_producer_id(
-                self.transactional_id, self.transaction_timeout_ms, producer_id, epoch
-            )
-        except KafkaError:
-            if self._txn_state is TransactionState.INITIALIZING and producer_id < 0:
-                self._txn_state = TransactionState.UNINITIALIZED  # may be called again
-            raise
-        if code:
-            _, err = classify(code, "InitProducerId")
-            assert err is not None
-            if not isinstance(err, ProducerFencedError):
-                err = KafkaError(code, "InitProducerId")
-            self._set_fatal(err)
-            raise err
-        # Partitions renumber from 0 under the new identity when next drained.
-        self.producer_id, self.epoch = pid, ep
-        self._txn_bump = False
-        log.info("transactional id %s: producer id %d epoch %d", self.transactional_id, pid, ep)
-        if self._txn_state is TransactionState.INITIALIZING:
-            self._txn_state = TransactionState.READY
-
-    async def _txn_send_offsets(
-        self, offsets: dict[TopicPartition, int], meta: ConsumerGroupMetadata
-    ) -> None:
-        assert self.transactional_id is not None
-        ids = (self.transactional_id, self.producer_id, self.epoch)
-        async with self._txn_lock:
-            try:
-                code = await self._txn_channel.add_offsets(*ids, meta.group_id)
-                self._txn_check(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
-                self._txn_started = True
-                code = await self._txn_channel.txn_offset_commit(*ids, offsets, meta)
-                self._txn_check(code, "TxnOffsetCommit", ABORTABLE_OFFSETS)
-            except KafkaTimeoutError as exc:
-                self._txn_fail(exc, bump=True)  # unknown outcome: see _txn_add_partitions
-                raise
-
-    async def _txn_prepare(self) -> PreparedTransaction:
-        assert self.transactional_id is not None
-        await self.flush()
-        if self._fatal is not None:
-            raise self._fatal
-        if self._txn_state is not TransactionState.IN_TRANSACTION:
-            raise self._txn_send_error()
-        async with self._txn_lock:  # no AddPartitionsToTxn still on its way
-            self._txn_transition(TransactionState.PREPARED, "prepare_transaction")
-        return PreparedTransaction(
-            self.transactional_id, self.producer_id, self.epoch, self._txn_started
-        )
-
-    async def _txn_end(self, commit: bool) -> None:
-        """Commit or abort: flush (commit) or drop what is unsent (abort), EndTxn, then
-        the epoch bump an earlier failure asked for."""
-        assert self.transactional_id is not None
-        if not commit:
-            self._txn_new.clear()
-            self._txn_drop_queued(TransactionAbortedError())
-        # Batches already sent must be resolved first: an unresolved one could land in the
-        # next transaction, and sequences must stay known (unless the epoch changes).
-        await self.flush()
-        if self._fatal is not None:
-            raise self._fatal
-        if commit and self._txn_state is not TransactionState.COMMITTING:
-            raise self._txn_send_error()  # a batch or partition failed during the flush
-        async with self._txn_lock:
-            cause = getattr(self._txn_error, "code", 0)
-            unknown_id = cause == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-            # The coordinator refuses EndTxn for a transaction it never heard of (Empty),
-            # and for a producer id it does not know: then only the bump is left.
-            if self._txn_started and not unknown_id:
-                code = await self._txn_channel.end_txn(
-                    self.transactional_id, self.producer_id, self.epoch, commit
-                )
-                self._txn_check(code, "EndTxn")
-            if not commit and self._txn_bump:
-                await self._txn_init(self.producer_id, self.epoch)
-        self._txn_added.clear()
-        self._txn_new.clear()
-        self._txn_started = False
-        self._txn_error = None
-        self._txn_state = TransactionState.READY
+            raise self.txn.send_error()
 
     # --- helpers for the sync facade ------------------------------------------------------
 

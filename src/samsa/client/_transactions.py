@@ -1,7 +1,8 @@
 """Transactions: the producer's transaction states, coordinator requests, resumed transactions.
 
-The producer (``_producer.py``) drives the state machine; this module holds what does not
-touch its batches: the states and their legal transitions (Kafka's ``TransactionManager``),
+:class:`TransactionManager` (Kafka's) is the producer's state machine: the producer's
+transactional methods delegate to it, and it reaches the producer's batches only through
+the producer (flush, ``drop_unsent``). Besides: the states and their legal transitions,
 how each coordinator error is classified, the request loop to a coordinator (found with
 FindCoordinator, re-found on NOT_COORDINATOR or a lost connection, retried on
 CONCURRENT_TRANSACTIONS and load errors until ``transaction.timeout.ms``, see
@@ -20,23 +21,30 @@ caller gets :class:`ProducerFencedError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
     AbortableTransactionError,
+    ClosedError,
     KafkaError,
+    KafkaTimeoutError,
     ProducerFencedError,
+    TransactionAbortedError,
     TransactionStateError,
 )
 from samsa.client._retry import COORDINATOR_MOVED, deciding_code
 from samsa.client._types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
+
+if TYPE_CHECKING:
+    from samsa.client._producer import AsyncProducer
 
 log = logging.getLogger("samsa.client.transactions")
 
@@ -356,6 +364,315 @@ def normalize_offsets(
     offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
 ) -> dict[TopicPartition, int]:
     return {TopicPartition(*tp): int(off) for tp, off in offsets.items()}
+
+
+class TransactionManager:
+    """The transactional producer's state machine and coordinator requests (Kafka's
+    ``TransactionManager``; see ``_producer``'s module docstring for the protocol). It
+    holds which partitions are in the open transaction, why it must abort, and whether the
+    abort must bump the epoch; it acts on the producer's batches only through the
+    producer (flush, failing what is not sent yet)."""
+
+    def __init__(self, producer: AsyncProducer) -> None:
+        self.p = producer
+        self.transactional_id = producer.transactional_id
+        c = producer.config
+        self.timeout_ms = c.int("transaction.timeout.ms")
+        self.state = TransactionState.UNINITIALIZED
+        self.channel = TxnChannel(producer.cluster, timeout=txn_retry_timeout(c))
+        self.lock = asyncio.Lock()  # one coordinator request at a time, in order
+        self.added: set[TopicPartition] = set()  # partitions in the open transaction
+        self.new: set[TopicPartition] = set()  # to add before their first batch
+        self._add_task: asyncio.Task[None] | None = None
+        self.started = False  # the coordinator knows the transaction (EndTxn needed)
+        self.error: KafkaError | None = None  # why the transaction must abort
+        self.bump = False  # abort must be followed by an epoch bump (KIP-360)
+        self.op: tuple[str, asyncio.Task[Any]] | None = None  # resumable after a timeout
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """See :meth:`AsyncProducer.init_transactions`."""
+
+        def start() -> None:
+            self.require_txn("init_transactions")
+            self.transition(TransactionState.INITIALIZING, "init_transactions")
+
+        await self.run_op("init_transactions", start, self.init, timeout)
+
+    def begin_transaction(self) -> None:
+        """See :meth:`AsyncProducer.begin_transaction`."""
+        self.require_txn("begin_transaction")
+        if self.op is not None:
+            raise TransactionStateError(f"begin_transaction: {self.op[0]} is unfinished")
+        self.transition(TransactionState.IN_TRANSACTION, "begin_transaction")
+        self.added.clear()
+        self.new.clear()
+        self.started = False
+        self.error = None
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group: str | ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """See :meth:`AsyncProducer.send_offsets_to_transaction`."""
+        offs = normalize_offsets(offsets)
+        meta = group_metadata(group)
+
+        def start() -> None:
+            self.require_txn("send_offsets_to_transaction")
+            self.require_open("send_offsets_to_transaction")
+
+        await self.run_op(
+            "send_offsets_to_transaction",
+            start,
+            lambda: self.send_offsets(offs, meta),
+            timeout,
+        )
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """See :meth:`AsyncProducer.commit_transaction`."""
+
+        def start() -> None:
+            self.require_txn("commit_transaction")
+            if self.state is TransactionState.ABORTABLE_ERROR:
+                raise self.send_error()
+            self.transition(TransactionState.COMMITTING, "commit_transaction")
+
+        await self.run_op("commit_transaction", start, lambda: self.end(True), timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """See :meth:`AsyncProducer.abort_transaction`."""
+
+        def start() -> None:
+            self.require_txn("abort_transaction")
+            self.transition(TransactionState.ABORTING, "abort_transaction")
+
+        await self.run_op("abort_transaction", start, lambda: self.end(False), timeout)
+
+    async def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """See :meth:`AsyncProducer.prepare_transaction`."""
+
+        def start() -> None:
+            self.require_txn("prepare_transaction")
+            self.require_open("prepare_transaction")
+
+        result: PreparedTransaction = await self.run_op(
+            "prepare_transaction", start, self.prepare, timeout
+        )
+        return result
+
+    def require_txn(self, what: str) -> None:
+        if self.transactional_id is None:
+            raise TransactionStateError(f"{what}: the producer has no transactional.id")
+        if self.p._fatal is not None:
+            raise self.p._fatal
+        if self.p._closed or not self.p._started:
+            raise ClosedError(f"{what}: producer is not running")
+
+    def require_open(self, what: str) -> None:
+        if self.state is TransactionState.ABORTABLE_ERROR:
+            raise self.send_error()
+        if self.state is not TransactionState.IN_TRANSACTION:
+            raise TransactionStateError(f"{what}: no open transaction ({self.state.value})")
+
+    def send_error(self) -> BaseException:
+        if self.p._fatal is not None:
+            return self.p._fatal
+        if self.state is TransactionState.ABORTABLE_ERROR:
+            cause = self.error
+            code = getattr(cause, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
+            return AbortableTransactionError(code, f"the transaction must be aborted: {cause}")
+        return TransactionStateError(
+            f"no open transaction (state {self.state.value}): call begin_transaction()"
+        )
+
+    def transition(self, target: TransactionState, what: str) -> None:
+        if self.p._fatal is not None:
+            raise self.p._fatal
+        check_transition(self.state, target, what)
+        log.debug("transaction state %s -> %s", self.state.value, target.value)
+        self.state = target
+
+    async def run_op(
+        self,
+        name: str,
+        start: Callable[[], None],
+        make: Callable[[], Any],
+        timeout: float | None,
+    ) -> Any:
+        """Run one transactional operation as a task that outlives a caller's timeout, so
+        that calling the same method again waits for it instead of starting over (as
+        Kafka's producer does); any other transactional call meanwhile is refused."""
+        op = self.op
+        if op is not None and op[0] != name:
+            raise TransactionStateError(f"{name}: {op[0]} is unfinished; call it again first")
+        if op is None:
+            start()
+            task = asyncio.get_running_loop().create_task(make())
+            # retrieved here if nobody awaits it again after a timeout
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            op = self.op = (name, task)
+        task = op[1]
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"{name} is still running; call it again to wait") from None
+        finally:
+            if task.done() and self.op is op:
+                self.op = None
+
+    def check(self, code: int, what: str, abortable: frozenset[int] = frozenset()) -> None:
+        """Apply a coordinator's final answer to the state machine; raise if it failed."""
+        outcome, err = classify(code, what, abortable)
+        if err is None:
+            return
+        if outcome is Outcome.FATAL:
+            self.p._set_fatal(err)
+        else:
+            self.fail(err, bump=outcome is Outcome.ABORTABLE_BUMP)
+        raise err
+
+    def fail(self, err: BaseException, *, bump: bool) -> None:
+        """The open transaction cannot commit any more: fail what is not sent yet."""
+        if bump:
+            self.bump = True
+        if self.state not in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.COMMITTING,
+            TransactionState.ABORTABLE_ERROR,
+        ):
+            return  # aborting already (or fatal): nothing to change
+        if self.error is None:
+            self.error = err
+        if self.state is not TransactionState.ABORTABLE_ERROR:
+            log.warning("transaction must abort: %s", err)
+            self.state = TransactionState.ABORTABLE_ERROR
+        self.new.clear()
+        self.p.drop_unsent(self.send_error())
+
+    def add_partition(self, tp: TopicPartition) -> None:
+        self.new.add(tp)
+        if self._add_task is None or self._add_task.done():
+            self._add_task = self.p._spawn(self._add_partitions())
+
+    async def _add_partitions(self) -> None:
+        """AddPartitionsToTxn for partitions about to get their first batch; the sender
+        holds those batches until their partition is in the transaction."""
+        assert self.transactional_id is not None
+        active = (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
+        try:
+            while self.new and self.state in active:
+                async with self.lock:
+                    # re-checked under the lock: an abort may have run while we waited
+                    if not self.new or self.state not in active:
+                        return
+                    tps = sorted(self.new)
+                    code = await self.channel.add_partitions(
+                        self.transactional_id, self.p.producer_id, self.p.epoch, tps
+                    )
+                    if code == 0:
+                        self.added.update(tps)
+                        self.new.difference_update(tps)
+                        self.started = True
+                        self.p._wake.set()
+                        continue
+                with contextlib.suppress(KafkaError):
+                    self.check(code, "AddPartitionsToTxn", ABORTABLE_ADD)
+                return
+        except KafkaError as exc:
+            # The coordinator stayed unreachable: it may or may not have added them, so
+            # the abort must bump the epoch, which ends whatever it holds (rule 10).
+            self.fail(exc, bump=True)
+        finally:
+            self.p._wake.set()
+
+    async def init(self, producer_id: int = -1, epoch: int = -1) -> None:
+        """InitProducerId for the transactional id; with (producer id, epoch) it is the
+        KIP-360 bump of our own current epoch, refused (PRODUCER_FENCED) if we are stale."""
+        assert self.transactional_id is not None
+        try:
+            code, pid, ep = await self.channel.init_producer_id(
+                self.transactional_id, self.timeout_ms, producer_id, epoch
+            )
+        except KafkaError:
+            if self.state is TransactionState.INITIALIZING and producer_id < 0:
+                self.state = TransactionState.UNINITIALIZED  # may be called again
+            raise
+        if code:
+            _, err = classify(code, "InitProducerId")
+            assert err is not None
+            if not isinstance(err, ProducerFencedError):
+                err = KafkaError(code, "InitProducerId")
+            self.p._set_fatal(err)
+            raise err
+        # Partitions renumber from 0 under the new identity when next drained.
+        self.p._idem.producer_id, self.p._idem.epoch = pid, ep
+        self.bump = False
+        log.info("transactional id %s: producer id %d epoch %d", self.transactional_id, pid, ep)
+        if self.state is TransactionState.INITIALIZING:
+            self.state = TransactionState.READY
+
+    async def send_offsets(
+        self, offsets: dict[TopicPartition, int], meta: ConsumerGroupMetadata
+    ) -> None:
+        assert self.transactional_id is not None
+        ids = (self.transactional_id, self.p.producer_id, self.p.epoch)
+        async with self.lock:
+            try:
+                code = await self.channel.add_offsets(*ids, meta.group_id)
+                self.check(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
+                self.started = True
+                code = await self.channel.txn_offset_commit(*ids, offsets, meta)
+                self.check(code, "TxnOffsetCommit", ABORTABLE_OFFSETS)
+            except KafkaTimeoutError as exc:
+                self.fail(exc, bump=True)  # unknown outcome: see _txn_add_partitions
+                raise
+
+    async def prepare(self) -> PreparedTransaction:
+        assert self.transactional_id is not None
+        await self.p.flush()
+        if self.p._fatal is not None:
+            raise self.p._fatal
+        if self.state is not TransactionState.IN_TRANSACTION:
+            raise self.send_error()
+        async with self.lock:  # no AddPartitionsToTxn still on its way
+            self.transition(TransactionState.PREPARED, "prepare_transaction")
+        return PreparedTransaction(
+            self.transactional_id, self.p.producer_id, self.p.epoch, self.started
+        )
+
+    async def end(self, commit: bool) -> None:
+        """Commit or abort: flush (commit) or drop what is unsent (abort), EndTxn, then
+        the epoch bump an earlier failure asked for."""
+        assert self.transactional_id is not None
+        if not commit:
+            self.new.clear()
+            self.p.drop_unsent(TransactionAbortedError())
+        # Batches already sent must be resolved first: an unresolved one could land in the
+        # next transaction, and sequences must stay known (unless the epoch changes).
+        await self.p.flush()
+        if self.p._fatal is not None:
+            raise self.p._fatal
+        if commit and self.state is not TransactionState.COMMITTING:
+            raise self.send_error()  # a batch or partition failed during the flush
+        async with self.lock:
+            cause = getattr(self.error, "code", 0)
+            unknown_id = cause == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            # The coordinator refuses EndTxn for a transaction it never heard of (Empty),
+            # and for a producer id it does not know: then only the bump is left.
+            if self.started and not unknown_id:
+                code = await self.channel.end_txn(
+                    self.transactional_id, self.p.producer_id, self.p.epoch, commit
+                )
+                self.check(code, "EndTxn")
+            if not commit and self.bump:
+                await self.init(self.p.producer_id, self.p.epoch)
+        self.added.clear()
+        self.new.clear()
+        self.started = False
+        self.error = None
+        self.state = TransactionState.READY
 
 
 class AsyncResumedTransaction:
