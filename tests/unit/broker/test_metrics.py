@@ -17,10 +17,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from _broker import BrokerProcess
-from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, request_label
+from samsa.broker.metrics import (
+    MAX_HTTP_REQUEST_BYTES,
+    BrokerMetrics,
+    http_response,
+    request_label,
+)
 from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode
+from samsa.protocol.hotpath import ProducePartitionResult
 from samsa.protocol.messages import ApiKey
 from samsa.protocol.records import iter_batches
 from samsa.testing import fetch_request, idempotent_batch, init_producer_id, produce_one
@@ -284,3 +290,27 @@ def test_grafana_dashboard_uses_only_exported_metrics(work: Work) -> None:
         assert names, expr
         for name in names:
             assert name in exported, f"{name} (in {expr!r}) is not a metric the broker exports"
+
+
+class _Topics:
+    def __init__(self, names: set[str]) -> None:
+        self.topics = dict.fromkeys(names)
+        self.topics_by_id: dict[object, object] = {}
+
+
+class _FakeBroker:
+    def __init__(self, names: set[str]) -> None:
+        self.topics = _Topics(names)
+
+
+def test_counters_hold_only_existing_topics() -> None:
+    broker = _FakeBroker({"a"})
+    m = BrokerMetrics(broker)  # type: ignore[arg-type]
+    m.produced([("a", [ProducePartitionResult(0, ErrorCode.NONE)])])
+    for i in range(1000):  # names a client made up: no entry each
+        m.produced([(f"made-up-{i}", [ProducePartitionResult(0, ErrorCode.NONE)])])
+    assert m.produce_requests == {"a": 1}
+    broker.topics.topics = dict.fromkeys(["b"])  # "a" deleted, "b" created
+    m.produced([("b", [ProducePartitionResult(0, ErrorCode.NOT_LEADER_OR_FOLLOWER)])])
+    assert m.produce_requests == {"b": 1}
+    assert m.failed_produce == {"b": 1}
