@@ -314,3 +314,25 @@ def test_counters_hold_only_existing_topics() -> None:
     m.produced([("b", [ProducePartitionResult(0, ErrorCode.NOT_LEADER_OR_FOLLOWER)])])
     assert m.produce_requests == {"b": 1}
     assert m.failed_produce == {"b": 1}
+
+
+def test_scrape_connections_are_bounded(work: Work) -> None:
+    # METRICS_MAX_CONNECTIONS (8) connections that say nothing: the next one is closed at once
+    # (without the bound it would wait up to 10 s for a request); once they go, scrapes work.
+    address = ("127.0.0.1", work.metrics_port)
+    idle = [socket.create_connection(address, timeout=10) for _ in range(8)]
+    try:
+        time.sleep(0.2)  # the server has taken them all
+        with socket.create_connection(address, timeout=5) as extra:
+            assert extra.recv(1024) == b""  # closed, not waiting for a request
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            scrape(work.metrics_port)
+            break
+        except (urllib.error.URLError, ConnectionError):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
