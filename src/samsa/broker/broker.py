@@ -29,6 +29,7 @@ from samsa.broker.config import BrokerConfig
 from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.fetch_session import FetchSessionCache
 from samsa.broker.flusher import Flusher
+from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topics import Partition, TopicError, TopicManager
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
@@ -107,7 +108,8 @@ class Broker:
                 raise StartupError(str(exc)) from None
         # KIP-227 incremental fetch sessions (handlers/fetch.py).
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
-        self.flusher = Flusher(on_failure=self._flush_failed)
+        self.metrics = BrokerMetrics(self)  # Prometheus (broker/metrics.py), served if metrics.port
+        self.flusher = Flusher(on_failure=self._flush_failed, on_fsync=self.metrics.fsynced)
         # Why the data directory went offline (see the module docstring); None while serving.
         self.offline: str | None = None
         # Called with the reason when the data directory goes offline (serve() stops).
@@ -311,6 +313,7 @@ class Broker:
         result = partition.log.append(batch, now_ms())
         if result.error == ErrorCode.NONE and not result.duplicate:
             partition.notify()
+        self.metrics.appended(partition, batch, result)
         return result
 
     def write_txn_marker(

@@ -94,6 +94,9 @@ _KAFKA_NAMES: dict[str, str] = {
     "authorizer.class.name": "authorizer_class_name",
     "super.users": "super_users",
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
+    # samsa's own: Prometheus metrics over HTTP (broker/metrics.py).
+    "metrics.port": "metrics_port",
+    "metrics.host": "metrics_host",
 }
 
 
@@ -157,6 +160,7 @@ _RANGES: dict[str, Range] = {
     "max_partitions": Range(1),  # samsa's own
     "max_incremental_fetch_session_cache_slots": Range(0),
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
+    "metrics_port": Range(0, 65535),  # samsa's own; 0: pick a free port
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
@@ -331,6 +335,10 @@ class BrokerConfig:
     authorizer_class_name: str = ""
     super_users: str = ""  # principals separated by ';', e.g. User:admin;User:ops
     allow_everyone_if_no_acl_found: bool = False
+    # samsa's own: serve Prometheus metrics at http://metrics.host:metrics.port/metrics.
+    # None: no metrics endpoint; 0: a free port (logged). metrics.host None: the broker's host.
+    metrics_port: int | None = None
+    metrics_host: str | None = None
 
     @property
     def advertised(self) -> tuple[str, int]:

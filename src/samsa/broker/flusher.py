@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from samsa.log.log import Log
@@ -25,11 +26,16 @@ log = logging.getLogger("samsa.flusher")
 
 
 class Flusher:
-    def __init__(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_failure: Callable[[BaseException], None] | None = None,
+        on_fsync: Callable[[float], None] | None = None,  # seconds of each log's fsync
+    ) -> None:
         self._dirty: set[Log] = set()
         self._next: asyncio.Future[BaseException | None] | None = None
         self._running = False
         self._on_failure = on_failure
+        self._on_fsync = on_fsync
         self.failure: BaseException | None = None  # the first failed round's error
         self.rounds = 0  # fsync rounds run, for tests and benchmarks
 
@@ -59,7 +65,7 @@ class Flusher:
     async def _run(self, logs: set[Log], fut: asyncio.Future[BaseException | None]) -> None:
         outcome: BaseException | None = None
         try:
-            await asyncio.to_thread(_flush_all, logs)
+            await asyncio.to_thread(_flush_all, logs, self._on_fsync)
         except Exception as exc:
             outcome = self.failure = exc
             log.error("fsync failed, never to be retried: %s", exc)
@@ -80,6 +86,9 @@ class Flusher:
             self._start_round()
 
 
-def _flush_all(logs: set[Log]) -> None:
+def _flush_all(logs: set[Log], on_fsync: Callable[[float], None] | None = None) -> None:
     for dirty in logs:
+        started = time.perf_counter()
         dirty.flush()
+        if on_fsync is not None:
+            on_fsync(time.perf_counter() - started)

@@ -81,6 +81,7 @@ from samsa.broker.listeners import (
     parse_listeners,
     server_context,
 )
+from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response
 from samsa.broker.sasl import PlainUsers, SaslSession, credentials_for
 from samsa.log.segment import SEGMENT_FILES, FileSlice
 from samsa.protocol.framing import (
@@ -105,6 +106,8 @@ ACCEPTS_PER_WAKEUP = 64
 # Descriptors kept for what is neither a connection nor a cached segment file: lazy imports,
 # index and snapshot writes, flushes of evicted segments. At least this, or an eighth.
 DESCRIPTOR_RESERVE_MIN = 16
+METRICS_MAX_CONNECTIONS = 8  # concurrent scrapes; Prometheus makes one at a time
+METRICS_READ_TIMEOUT_S = 10.0  # to send a request head, and to take the answer
 
 
 class _Throttled:
@@ -573,7 +576,8 @@ class KafkaConnection(asyncio.Protocol):
             session=session,
             zero_copy=api_key == ApiKey.FETCH and self.zero_copy,
         )
-        result = api.handler(self.broker, ctx, request)
+        started = time.perf_counter()
+        result = self.broker.metrics.timed(api_key, started, api.handler(self.broker, ctx, request))
         if session is not None and api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             self._after_sasl(session, correlation_id, flexible, result)
             return False
@@ -819,6 +823,7 @@ class BrokerServer:
         self._refused_log = _Throttled()
         self._accept_error_log = _Throttled()
         self._budget_log = _Throttled()
+        self._metrics: _MetricsServer | None = None
 
     async def start(self) -> None:
         self.descriptor_limit = limit = raise_descriptor_limit()
@@ -866,6 +871,8 @@ class BrokerServer:
                 port=self.port, advertised_port=self.config.advertised_port or self.port
             )
         self._sweeper = loop.create_task(self._sweep())
+        if self.config.metrics_port is not None:
+            self._metrics = await _MetricsServer.start(self.broker, self.config)
         self.broker.start_background_tasks()
 
     # -- accepting ----------------------------------------------------------------------------
@@ -983,6 +990,8 @@ class BrokerServer:
         self._listening.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._metrics is not None:
+            await self._metrics.stop()
         for task in list(self._setups):
             task.cancel()
         conns = list(self.limits.connections)
@@ -996,6 +1005,60 @@ class BrokerServer:
                 conn.transport.abort()
         await asyncio.sleep(0)  # let the aborts run connection_lost
         self.broker.close()
+
+
+class _MetricsServer:
+    """``GET /metrics`` over HTTP on ``metrics.host:metrics.port`` (broker/metrics.py builds
+    the answers). Bounded like the Kafka listeners: at most ``METRICS_MAX_CONNECTIONS`` at
+    once (others are closed at once), a request head of at most
+    ``MAX_HTTP_REQUEST_BYTES``, read within ``METRICS_READ_TIMEOUT_S``; one answer per
+    connection."""
+
+    def __init__(self, broker: Broker, server: asyncio.Server) -> None:
+        self.broker = broker
+        self.server = server
+        self.port: int = server.sockets[0].getsockname()[1]
+        self.active: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    async def start(cls, broker: Broker, config: BrokerConfig) -> _MetricsServer:
+        host = config.metrics_host or config.host
+        holder: list[_MetricsServer] = []
+
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await holder[0]._serve(reader, writer)
+
+        server = await asyncio.start_server(
+            on_connection, host, config.metrics_port, limit=MAX_HTTP_REQUEST_BYTES
+        )
+        holder.append(cls(broker, server))
+        log.info("metrics on http://%s:%d/metrics", host, holder[0].port)
+        return holder[0]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self.active) >= METRICS_MAX_CONNECTIONS:
+            writer.close()
+            return
+        self.active.add(task)
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), METRICS_READ_TIMEOUT_S)
+            writer.write(http_response(head, self.broker.metrics.exposition))
+            await asyncio.wait_for(writer.drain(), METRICS_READ_TIMEOUT_S)
+        except asyncio.LimitOverrunError:
+            writer.write(http_response(b"", self.broker.metrics.exposition))  # 400
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client is gone or too slow: nothing to answer
+        finally:
+            self.active.discard(task)
+            writer.close()
+
+    async def stop(self) -> None:
+        self.server.close()
+        for task in list(self.active):
+            task.cancel()
+        await self.server.wait_closed()
 
 
 def _endpoints(config: BrokerConfig) -> list[Endpoint]:

@@ -29,11 +29,15 @@ What is kept (as Kafka's cleaner decides, batch by batch, record by record):
 - Batches keep their base offset, producer id, epoch and base sequence: offsets and sequence
   numbers keep their gaps. A batch all of whose records went is removed, except the last
   batch of a producer, kept empty (header only) so its sequence survives a restart.
-- Records of aborted transactions are dropped. A transaction marker is removed only once a
-  cleaning saw no batch of its transaction, and its segment is past the delete horizon.
-- Tombstones (null values) are removed once their segment was cleaned and has not been
-  rewritten for ``delete.retention.ms`` (the file's modification time; Kafka's pre-KIP-534
-  horizon), so a consumer reading to the end in that time sees the delete.
+- Records of aborted transactions are dropped. A transaction marker may go once a cleaning
+  saw no batch of its transaction; it goes at its delete horizon (below).
+- Delete horizon (KIP-534, as Kafka 3.1+): the first cleaning that keeps a batch holding
+  tombstones (null values), or a marker that may go, rewrites it with a *delete horizon* of
+  that cleaning's time plus ``delete.retention.ms``: the batch header's base timestamp holds
+  it, the ``isDeleteHorizonSet`` attribute bit (0x40) says so, and record timestamp deltas
+  are taken from it, so record timestamps are unchanged. The first cleaning at or after the
+  horizon removes the tombstones and the marker. A consumer reading to the end within
+  ``delete.retention.ms`` of the first cleaning therefore sees the delete.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 _CHECKPOINT_VERSION = 0
 MAP_ENTRY_BYTES = 24  # Kafka's SkimpyOffsetMap: a 16-byte key hash and an 8-byte offset
 _AFTER_CRC = struct.Struct(">hiqqqhii")
+DELETE_HORIZON_FLAG = 0x40  # Kafka's isDeleteHorizonSet batch attribute (KIP-534)
+_LONG_MAX = 2**63 - 1  # delete.retention.ms may be that: the horizon saturates
 _BEFORE_CRC = struct.Struct(">qiibI")
 
 
@@ -104,7 +110,6 @@ class _Source:
     base: int
     end: int  # the next segment's base offset
     size: int
-    mtime_ms: int
 
 
 @dataclass(slots=True)
@@ -220,13 +225,20 @@ class _Transactions:
         return True
 
 
-def _rebuild(view: RecordBatchView, records: list[Record]) -> bytes:
+def _rebuild(
+    view: RecordBatchView, records: list[Record], delete_horizon: int | None = None
+) -> bytes:
     """The batch with only ``records``: same base offset, producer, epoch, base sequence and
-    last offset delta (so offsets and sequences keep their gaps); no records: header only."""
+    last offset delta (so offsets and sequences keep their gaps); no records: header only.
+    With ``delete_horizon``, that is the base timestamp, flagged (KIP-534), and the record
+    timestamps are stored relative to it, so they read back unchanged."""
+    attributes, base_timestamp = view.attributes, view.base_timestamp
+    if delete_horizon is not None:
+        attributes, base_timestamp = attributes | DELETE_HORIZON_FLAG, delete_horizon
     body = b"".join(
         encode_record(
             r.offset - view.base_offset,
-            r.timestamp - view.base_timestamp,
+            r.timestamp - base_timestamp,
             r.key,
             r.value,
             r.headers,
@@ -237,9 +249,9 @@ def _rebuild(view: RecordBatchView, records: list[Record]) -> bytes:
         body = compress(view.compression, body)
     after_crc = (
         _AFTER_CRC.pack(
-            view.attributes,
+            attributes,
             view.last_offset_delta,
-            view.base_timestamp,
+            base_timestamp,
             view.max_timestamp,
             view.producer_id,
             view.producer_epoch,
@@ -299,11 +311,7 @@ class LogCleaner:
                 cfg.min_compaction_lag_ms
             ):
                 break
-            try:
-                mtime_ms = seg.path.stat().st_mtime_ns // 1_000_000
-            except FileNotFoundError:
-                return None
-            sources.append(_Source(seg, seg.base_offset, nxt.base_offset, seg.size, mtime_ms))
+            sources.append(_Source(seg, seg.base_offset, nxt.base_offset, seg.size))
         if not sources:
             return None
         checkpoint = max(read_cleaner_checkpoint(plog.directory), plog.log_start_offset)
@@ -327,7 +335,11 @@ class LogCleaner:
         try:
             with open(source.segment.path, "rb") as f:
                 header = f.read(HEADER_SIZE)
-            return RecordBatchView(header).base_timestamp
+            first = RecordBatchView(header)
+            # A delete horizon is no record's time: then the batch's newest record's (Kafka).
+            if first.attributes & DELETE_HORIZON_FLAG:
+                return first.max_timestamp
+            return first.base_timestamp
         except (OSError, ValueError):
             return 2**63 - 1
 
@@ -345,9 +357,7 @@ class LogCleaner:
             )
             return
         to_clean = plan.sources[:mapped]
-        horizon = plan.now_ms - plan.log.config.delete_retention_ms
         txns = _Transactions(plan.aborted)
-        clean_bases = {s.base for s in plan.sources[: plan.first_dirty]}
         directory = plan.log.directory
         for group in self._groups(to_clean, plan.log.config.segment_bytes):
             base, end = group[0].base, group[-1].end
@@ -355,13 +365,10 @@ class LogCleaner:
             fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
                 for source in group:
-                    # Tombstones and markers go only from segments cleaned before, and not
-                    # rewritten for delete.retention.ms.
-                    past_horizon = source.base in clean_bases and source.mtime_ms <= horizon
                     for view in _batches(source.segment.path, source.size, throttle):
                         self._check_stop()
                         self.stats.bytes_read += view.size
-                        data = self._filter(plan, view, offset_map, txns, past_horizon)
+                        data = self._filter(plan, view, offset_map, txns)
                         if data:
                             os.write(fd, data)
                             throttle.account(len(data))
@@ -429,13 +436,19 @@ class LogCleaner:
         view: RecordBatchView,
         offset_map: dict[bytes, int],
         txns: _Transactions,
-        past_horizon: bool,
     ) -> bytes | None:
         """The batch as it is to be written to the cleaned segment, or None if it goes."""
+        horizon = view.base_timestamp if view.attributes & DELETE_HORIZON_FLAG else None
+        past_horizon = horizon is not None and horizon <= plan.now_ms
+        new_horizon = plan.now_ms + plan.log.config.delete_retention_ms
         if view.is_control:
-            if txns.on_marker(view) and past_horizon:
-                self.stats.batches_removed += 1
-                return None
+            if txns.on_marker(view):  # no batch of its transaction left: it goes at its horizon
+                if past_horizon:
+                    self.stats.batches_removed += 1
+                    return None
+                if horizon is None:
+                    plan.kept_markers.add(view.base_offset)
+                    return _rebuild(view, decode_records(view), min(new_horizon, _LONG_MAX))
             plan.kept_markers.add(view.base_offset)
             return view.to_bytes()
         aborted = txns.on_batch(view)
@@ -452,11 +465,13 @@ class LogCleaner:
                 and not (r.value is None and past_horizon)
             ]
             removed = len(all_records) - len(records)
-            if not removed:
-                return view.to_bytes()
+        # Tombstones kept by their first cleaning get their delete horizon.
+        stamp = horizon is None and any(r.value is None for r in records)
+        if records and not removed and not stamp:
+            return view.to_bytes()
         self.stats.records_removed += removed
         if records:
-            return _rebuild(view, records)
+            return _rebuild(view, records, min(new_horizon, _LONG_MAX) if stamp else None)
         if view.producer_id >= 0 and plan.producer_last_offsets.get(view.producer_id) == (
             view.last_offset
         ):

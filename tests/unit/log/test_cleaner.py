@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from samsa.log.cleaner import CleanerConfig, LogCleaner, read_cleaner_checkpoint
+from samsa.log.cleaner import (
+    DELETE_HORIZON_FLAG,
+    CleanerConfig,
+    LogCleaner,
+    read_cleaner_checkpoint,
+)
 from samsa.log.log import Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
@@ -151,7 +156,7 @@ def test_a_producers_last_batch_stays_empty_so_its_sequence_survives(tmp_path: P
 def test_tombstones_stay_for_delete_retention_ms_after_their_first_cleaning(
     tmp_path: Path,
 ) -> None:
-    # The horizon runs from the cleaned file's modification time: use the real clock.
+    # The horizon runs from the first cleaning's time (KIP-534), whatever the clock says.
     now = time.time_ns() // 1_000_000
     log = open_log(tmp_path, delete_retention_ms=HOUR)
     for i in range(10):
@@ -171,6 +176,40 @@ def test_tombstones_stay_for_delete_retention_ms_after_their_first_cleaning(
     assert cleaner.clean(log, now + 2 * HOUR)
     final = latest(read_committed(log))
     assert b"gone" not in final and final[b"kept"] == b"w9"
+
+
+def test_first_cleaning_stamps_the_delete_horizon_in_the_batch_header(tmp_path: Path) -> None:
+    # KIP-534: the batch keeping a tombstone is rewritten with base timestamp = cleaning time +
+    # delete.retention.ms and the isDeleteHorizonSet bit; record timestamps read back as
+    # written; the tombstone goes at the first cleaning at or after that horizon, not before.
+    log = open_log(tmp_path, delete_retention_ms=HOUR)
+    put(log, [(b"gone", b"v")], ts=NOW - 5000)
+    put(log, [(b"gone", None), (b"kept", b"w")], ts=NOW - 4000)
+    for i in range(10):
+        put(log, [(b"other", b"o" * 60 + b"%d" % i)], ts=NOW - 3000)
+    cleaner = LogCleaner()
+    first_cleaning = NOW + 7
+    assert cleaner.clean(log, first_cleaning)
+    (stamped,) = [v for v in batches(log) if any(r.value is None for r in decode_records(v))]
+    assert stamped.attributes & DELETE_HORIZON_FLAG
+    assert stamped.base_timestamp == first_cleaning + HOUR
+    assert stamped.max_timestamp == NOW - 4000
+    assert [r.timestamp for r in decode_records(stamped)] == [NOW - 4000, NOW - 4000]
+    plain = [v for v in batches(log) if v.base_offset != stamped.base_offset]
+    assert not any(v.attributes & DELETE_HORIZON_FLAG for v in plain)  # no tombstone: no stamp
+
+    def clean_at(when: int) -> None:
+        for i in range(10):
+            put(log, [(b"other", b"p" * 60 + b"%d" % i)], ts=NOW)
+        assert cleaner.clean(log, when)
+
+    clean_at(first_cleaning + HOUR - 1)  # one millisecond early
+    assert latest(read_committed(log))[b"gone"] is None
+    again = [v for v in batches(log) if v.base_offset == stamped.base_offset]
+    assert again[0].base_timestamp == first_cleaning + HOUR  # stamped once, never moved
+    clean_at(first_cleaning + HOUR)
+    final = latest(read_committed(log))
+    assert b"gone" not in final and final[b"kept"] == b"w"
 
 
 def test_aborted_data_goes_and_markers_go_once_nothing_of_their_txn_is_left(
@@ -193,15 +232,19 @@ def test_aborted_data_goes_and_markers_go_once_nothing_of_their_txn_is_left(
     assert all(r.value != b"aborted" for v in seen for r in decode_records(v))
     assert [v.is_control for v in seen if v.producer_id in (1, 2)].count(True) == 2
     assert latest(read_committed(log)) == {b"k": b"plain" + b"p" * 60, b"filler": b"f" * 60 + b"7"}
-    # Both producers write again: their old batches are no longer their last, so they go,
-    # and with them, on the cleaning after, their markers.
+    # Both producers write again: their old batches are no longer their last, so they go;
+    # the cleaning after finds their markers guarding nothing and stamps their delete
+    # horizon (KIP-534; delete.retention.ms is 0 here), and the next one removes them.
     put(log, [(b"p1", b"x")], pid=1, seq=1)
     put(log, [(b"p2", b"y")], pid=2, seq=2)
-    for pass_ in range(2):
+    for pass_ in range(3):
         for i in range(8):
             put(log, [(b"filler", b"g" * 60 + b"%d%d" % (pass_, i))])
         assert cleaner.clean(log, NOW)
-    assert not [v for v in batches(log) if v.is_control]
+        markers = [v for v in batches(log) if v.is_control]
+        if pass_ == 1:
+            assert [bool(v.attributes & DELETE_HORIZON_FLAG) for v in markers] == [True, True]
+    assert not markers
     assert len(log.txn_index) == 0
     assert latest(read_committed(log))[b"k"] == b"plain" + b"p" * 60
     # A restart replays producer state from the log: no transaction is left open.

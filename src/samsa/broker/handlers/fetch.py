@@ -53,6 +53,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     )
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
+        broker.metrics.fetched(results)
         return _respond(sessions, ctx.version, sctx, results)
     _release(results)  # not the answer: it waits for more
     return _long_poll(broker, ctx, request, sctx, partitions, wait_ms)
@@ -118,6 +119,7 @@ async def _long_poll(
             _unreadable(broker, ctx, _keys(sctx)),
         )
         if size >= request.min_bytes or errors or not partitions or loop.time() >= deadline:
+            broker.metrics.fetched(results)
             return _respond(broker.fetch_sessions, ctx.version, sctx, results)
         _release(results)
 

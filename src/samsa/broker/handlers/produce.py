@@ -63,6 +63,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     flushed.append((len(results), len(partitions), part.log))
             partitions.append(result)
         results.append((topic.name, partitions))
+    broker.metrics.produced(results)
     if request.acks == 0:
         for plog in to_flush:
             broker.flush(plog)  # a failure takes the data directory offline; nobody to tell
