@@ -74,6 +74,9 @@ _KAFKA_NAMES: dict[str, str] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         "transaction_remove_expired_transaction_cleanup_interval_ms"
     ),
+    # Kafka's finalized feature (KRaft sets it with kafka-features; here a broker setting).
+    "transaction.version": "transaction_version",
+    "transaction.two.phase.commit.enable": "transaction_two_phase_commit_enable",
     # Listeners and security (see broker/listeners.py and broker/sasl.py).
     "listeners": "listeners",
     "advertised.listeners": "advertised_listeners",
@@ -189,6 +192,7 @@ _RANGES: dict[str, Range] = {
     "transactional_id_expiration_ms": Range(1),
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": Range(1),
     "transaction_remove_expired_transaction_cleanup_interval_ms": Range(1),
+    "transaction_version": Range(0, 2),
 }
 
 # Names for settings that have no Kafka property of their own.
@@ -309,6 +313,10 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000  # 7 days
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # 2: transactions v2 (KIP-890 part 2) offered in ApiVersions; 0 or 1 offer TV1 only.
+    transaction_version: int = 2
+    # KIP-939: may producers open two-phase-commit transactions (no timeout)?
+    transaction_two_phase_commit_enable: bool = False
     # Kafka's listener syntax, NAME://HOST:PORT,... (None: one PLAINTEXT listener on
     # host:port, the --host/--port shortcut). Parsed and checked in broker/listeners.py.
     listeners: str | None = None

@@ -8,6 +8,7 @@ Its life is a walk through :class:`TxnState`::
     Empty -> Ongoing -> PrepareCommit -> CompleteCommit -> Ongoing ...
                      -> PrepareAbort  -> CompleteAbort  -> Ongoing ...
              Ongoing -> PrepareEpochFence -> PrepareAbort   (fencing, timeout)
+    Empty | CompleteCommit | CompleteAbort -> PrepareAbort   (TV2: an abort with nothing added)
     Empty | CompleteCommit | CompleteAbort -> Dead          (transactional id expiry)
 
 Each state lists the states it may be entered from (``valid_previous``, as in Kafka); the
@@ -30,6 +31,8 @@ from samsa.coordinator.txn_records import TransactionLogValue
 from samsa.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 MAX_EPOCH = 32767  # int16
+# KIP-939: a two-phase-commit transaction has no timeout; Kafka records it as Integer.MAX_VALUE.
+NO_TIMEOUT_MS = 2_147_483_647
 
 
 class TxnState(enum.Enum):
@@ -84,7 +87,11 @@ _VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # TV2 (KIP-890 part 2): a client may abort with nothing added, since partitions join
+    # implicitly and it cannot know whether any did.
+    S.PREPARE_ABORT: frozenset(
+        {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
+    ),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -116,6 +123,10 @@ class TxnMetadata:
     last_update_timestamp_ms: int = -1
     previous_producer_id: int = NO_PRODUCER_ID  # before a producer-id rotation
     last_producer_epoch: int = NO_PRODUCER_EPOCH  # in memory only (KIP-360 retries)
+    # KIP-890 part 2: 2 when the transaction is ended by a TV2 client (EndTxn v5), whose
+    # completion bumps the epoch; the producer id it rotates to when that bump exhausts it.
+    client_transaction_version: int = 0
+    next_producer_id: int = NO_PRODUCER_ID
 
     def transition(self, to: TxnState) -> None:
         if self.state not in to.valid_previous:
@@ -140,7 +151,14 @@ class TxnMetadata:
             last_update_timestamp_ms=self.last_update_timestamp_ms,
             start_timestamp_ms=self.start_timestamp_ms,
             previous_producer_id=self.previous_producer_id,
+            next_producer_id=self.next_producer_id,
+            client_transaction_version=self.client_transaction_version,
         )
+
+    @property
+    def two_phase(self) -> bool:
+        """A KIP-939 transaction: never aborted for its age."""
+        return self.timeout_ms == NO_TIMEOUT_MS
 
     @classmethod
     def from_value(cls, transactional_id: str, value: TransactionLogValue) -> TxnMetadata:
@@ -158,6 +176,8 @@ class TxnMetadata:
             start_timestamp_ms=value.start_timestamp_ms,
             last_update_timestamp_ms=value.last_update_timestamp_ms,
             previous_producer_id=value.previous_producer_id,
+            client_transaction_version=value.client_transaction_version,
+            next_producer_id=value.next_producer_id,
         )
 
     def copy(self) -> TxnMetadata:
@@ -172,4 +192,6 @@ class TxnMetadata:
             self.last_update_timestamp_ms,
             self.previous_producer_id,
             self.last_producer_epoch,
+            self.client_transaction_version,
+            self.next_producer_id,
         )

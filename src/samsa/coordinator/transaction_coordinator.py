@@ -39,9 +39,21 @@ finds the epoch exhausted and rotates to a fresh producer id from the durable al
 never handed out before. A producer id that only the lost record knew is unknown here, so its
 requests get INVALID_PRODUCER_ID_MAPPING.
 
-KIP-890 part 2 ("bump the epoch at every commit") needs only :meth:`_end_epoch` to return
-``epoch + 1`` for clients speaking TV2 and EndTxn v5 to answer it; the Prepare record then
-carries the new epoch, as the fence path already does.
+Transactions v2 (KIP-890 part 2, rule 34): a TV2 client (EndTxn v5) gets a bumped epoch at
+every commit and abort. The Prepare record carries ``epoch + 1`` (and
+``client_transaction_version`` 2), so the markers fence the finished transaction's epoch on
+every partition, and EndTxn answers with the identity the client uses next. When the bump
+reaches the top epoch, the Prepare record also names a fresh ``next_producer_id`` and the
+Complete record rotates to it at epoch 0. A retry of an EndTxn whose answer was lost carries
+the epoch before the bump and is recognised. Partitions join implicitly: Produce v12 and
+TxnOffsetCommit v5 call ``add_partitions`` themselves (``implicit``), so a TV2 client may also
+abort a transaction to which nothing was added.
+
+Two-phase commit (KIP-939, rule 35): InitProducerId with ``enable_2pc`` records the timeout
+as ``NO_TIMEOUT_MS``, which ``timed_out`` never aborts; with ``keep_prepared_txn`` an Ongoing
+transaction is kept (its epoch bumped, fencing the previous instance) and its identity before
+the bump is returned, so the new instance can commit or abort what the old one prepared, also
+after a coordinator restart (the Ongoing record replays like any other).
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ from samsa.coordinator.transaction import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    NO_TIMEOUT_MS,
     TopicPartition,
     TxnMetadata,
     TxnState,
@@ -116,6 +129,17 @@ class MarkerJob:
 @dataclass(frozen=True, slots=True)
 class InitPidResult:
     error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    # KIP-939 keep_prepared_txn: the kept transaction's identity (-1: none was ongoing).
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    error: ErrorCode
+    # TV2: the identity for the client's next transaction (-1 on error).
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
 
@@ -209,11 +233,17 @@ class TransactionCoordinator:
         timeout_ms: int,
         expected: tuple[int, int] | None,
         now_ms: int,
+        *,
+        enable_2pc: bool = False,
+        keep_prepared: bool = False,
     ) -> TxnOutcome[Any]:
-        """``expected`` is KIP-360's (producer id, epoch) of InitProducerId v3+, or None."""
-        if not transactional_id:
+        """``expected`` is KIP-360's (producer id, epoch) of InitProducerId v3+, or None.
+        ``enable_2pc``/``keep_prepared``: KIP-939 (InitProducerId v6)."""
+        if not transactional_id or (keep_prepared and not enable_2pc):
             return TxnOutcome([], InitPidResult(E.INVALID_REQUEST))
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+        if enable_2pc:
+            timeout_ms = NO_TIMEOUT_MS  # the transaction waits for its external decision
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return TxnOutcome([], InitPidResult(E.INVALID_TRANSACTION_TIMEOUT))
         meta = self.txns.get(transactional_id)
         if meta is None:
@@ -230,6 +260,8 @@ class TransactionCoordinator:
             return TxnOutcome([], InitPidResult(E.PRODUCER_FENCED))
         if meta.state.is_prepare:
             return TxnOutcome([], InitPidResult(E.CONCURRENT_TRANSACTIONS))
+        if meta.state == S.ONGOING and keep_prepared:
+            return self._keep_prepared(meta, expected, now_ms)
         if meta.state == S.ONGOING:
             # Abort the old instance's transaction at a bumped epoch first; the client retries
             # and its retry bumps again (possibly rotating the producer id if exhausted).
@@ -263,8 +295,39 @@ class TransactionCoordinator:
         new.partitions = set()
         new.start_timestamp_ms = -1
         new.last_update_timestamp_ms = now_ms
+        new.client_transaction_version = 0
+        new.next_producer_id = NO_PRODUCER_ID
         return TxnOutcome(
             [self._record(new)], InitPidResult(E.NONE, new.producer_id, new.producer_epoch)
+        )
+
+    def _keep_prepared(
+        self, meta: TxnMetadata, expected: tuple[int, int] | None, now_ms: int
+    ) -> TxnOutcome[Any]:
+        """KIP-939: a new instance takes over the Ongoing (prepared) transaction. The epoch is
+        bumped, so the previous instance is fenced, and the transaction stays open for the
+        new one to commit or abort; the answer names the identity it was prepared under."""
+        if expected is not None and expected != (meta.producer_id, meta.producer_epoch):
+            return TxnOutcome([], InitPidResult(E.PRODUCER_FENCED))
+        if meta.producer_epoch >= MAX_EPOCH - 2:
+            # No epoch left to bump and still end it with a TV2 bump: abort it instead.
+            outcome = self._fence_and_abort(meta, now_ms)
+            outcome.response = InitPidResult(E.CONCURRENT_TRANSACTIONS)
+            return outcome
+        new = meta.copy()
+        new.producer_epoch = meta.producer_epoch + 1
+        new.last_producer_epoch = NO_PRODUCER_EPOCH
+        new.timeout_ms = NO_TIMEOUT_MS
+        new.last_update_timestamp_ms = now_ms
+        return TxnOutcome(
+            [self._record(new)],
+            InitPidResult(
+                E.NONE,
+                new.producer_id,
+                new.producer_epoch,
+                meta.producer_id,
+                meta.producer_epoch,
+            ),
         )
 
     # == AddPartitionsToTxn / AddOffsetsToTxn =====================================================
@@ -276,8 +339,11 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
+        *,
+        implicit: bool = False,
     ) -> TxnOutcome[Any]:
-        """Response: one error code for every partition of the request."""
+        """Response: one error code for every partition of the request. ``implicit``: a TV2
+        Produce v12 / TxnOffsetCommit v5 adding its own partition (KIP-890 part 2)."""
         meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if isinstance(meta, ErrorCode):
             return TxnOutcome([], meta)
@@ -291,6 +357,9 @@ class TransactionCoordinator:
         new = meta.copy()
         if meta.state != S.ONGOING:
             new.start_timestamp_ms = now_ms
+            new.client_transaction_version = 2 if implicit else 0
+        elif implicit:
+            new.client_transaction_version = 2
         new.transition(S.ONGOING)
         new.partitions |= wanted
         new.previous_producer_id = NO_PRODUCER_ID
@@ -306,13 +375,29 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         now_ms: int,
+        *,
+        tv2: bool = False,
+    ) -> TxnOutcome[Any]:
+        """Response: the error code (TV1), or with ``tv2`` (EndTxn v5, KIP-890 part 2) an
+        :class:`EndTxnResult` carrying the identity for the next transaction."""
+        if tv2:
+            return self._end_txn_v2(transactional_id, producer_id, producer_epoch, commit, now_ms)
+        return self._end_txn_v1(transactional_id, producer_id, producer_epoch, commit, now_ms)
+
+    def _end_txn_v1(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
     ) -> TxnOutcome[Any]:
         meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if isinstance(meta, ErrorCode):
             return TxnOutcome([], meta)
         state = meta.state
         if state == S.ONGOING:
-            return self._prepare_end(meta, commit, self._end_epoch(meta), now_ms)
+            return self._prepare_end(meta, commit, meta.producer_epoch, now_ms)
         if state == S.COMPLETE_COMMIT:
             return TxnOutcome([], E.NONE if commit else E.INVALID_TXN_STATE)
         if state == S.COMPLETE_ABORT:
@@ -323,17 +408,93 @@ class TransactionCoordinator:
             return TxnOutcome([], E.INVALID_TXN_STATE if commit else E.CONCURRENT_TRANSACTIONS)
         return TxnOutcome([], E.INVALID_TXN_STATE)  # Empty (nothing to end)
 
-    def _end_epoch(self, meta: TxnMetadata) -> int:
-        """The epoch the Prepare record carries. TV1: unchanged. (KIP-890 part 2: + 1.)"""
-        return meta.producer_epoch
+    def _end_txn_v2(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> TxnOutcome[Any]:
+        """TV2's EndTxn: every commit and abort bumps the epoch (Kafka's rules for a retry:
+        the epoch before the bump, or the last epoch of the producer id rotated away from)."""
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return TxnOutcome([], EndTxnResult(E.INVALID_PRODUCER_ID_MAPPING))
+        state = meta.state
+        retry_on_overflow = (
+            meta.previous_producer_id == producer_id
+            and producer_epoch == MAX_EPOCH - 1
+            and meta.producer_epoch == 0
+        )
+        retry_on_bump = meta.producer_epoch == producer_epoch + 1
+        if state.is_prepare:
+            valid_epoch = retry_on_bump
+        elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid_epoch = (
+                retry_on_bump or retry_on_overflow or producer_epoch == meta.producer_epoch
+            )
+        else:
+            valid_epoch = producer_epoch == meta.producer_epoch
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return TxnOutcome([], EndTxnResult(E.INVALID_PRODUCER_ID_MAPPING))
+        if not valid_epoch or meta.producer_epoch >= MAX_EPOCH:
+            return TxnOutcome([], EndTxnResult(E.PRODUCER_FENCED))
+        is_retry = retry_on_bump or retry_on_overflow
+        current = EndTxnResult(E.NONE, meta.producer_id, meta.producer_epoch)
+        if state == S.ONGOING:
+            return self._prepare_end_v2(meta, commit, now_ms)
+        if state == S.PREPARE_COMMIT:
+            return TxnOutcome(
+                [], EndTxnResult(E.CONCURRENT_TRANSACTIONS if commit else E.INVALID_TXN_STATE)
+            )
+        if state == S.PREPARE_ABORT:
+            return TxnOutcome(
+                [], EndTxnResult(E.INVALID_TXN_STATE if commit else E.CONCURRENT_TRANSACTIONS)
+            )
+        if state == S.COMPLETE_COMMIT and commit:
+            return TxnOutcome([], current if is_retry else EndTxnResult(E.INVALID_TXN_STATE))
+        if state == S.COMPLETE_ABORT and not commit and is_retry:
+            return TxnOutcome([], current)
+        if commit or (state == S.COMPLETE_COMMIT and is_retry):
+            return TxnOutcome([], EndTxnResult(E.INVALID_TXN_STATE))
+        # An abort with nothing added (Empty, or after a completed transaction).
+        return self._prepare_end_v2(meta, commit, now_ms)
+
+    def _prepare_end_v2(self, meta: TxnMetadata, commit: bool, now_ms: int) -> TxnOutcome[Any]:
+        next_pid = NO_PRODUCER_ID
+        if is_epoch_exhausted(meta.producer_epoch):
+            next_pid = self._allocate()  # the bump reaches the top epoch: rotate at completion
+        if meta.state != S.ONGOING:
+            meta = meta.copy()
+            meta.partitions = set()
+            meta.start_timestamp_ms = now_ms  # nothing was added: it starts and ends now
+        outcome = self._prepare_end(
+            meta, commit, meta.producer_epoch + 1, now_ms, tv2=True, next_producer_id=next_pid
+        )
+        if next_pid != NO_PRODUCER_ID:
+            outcome.response = EndTxnResult(E.NONE, next_pid, 0)
+        else:
+            outcome.response = EndTxnResult(E.NONE, meta.producer_id, meta.producer_epoch + 1)
+        return outcome
 
     def _prepare_end(
-        self, meta: TxnMetadata, commit: bool, epoch: int, now_ms: int
+        self,
+        meta: TxnMetadata,
+        commit: bool,
+        epoch: int,
+        now_ms: int,
+        *,
+        tv2: bool = False,
+        next_producer_id: int = NO_PRODUCER_ID,
     ) -> TxnOutcome[Any]:
         new = meta.copy()
         new.transition(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
         new.producer_epoch = epoch
         new.previous_producer_id = NO_PRODUCER_ID
+        new.next_producer_id = next_producer_id
+        if tv2:
+            new.client_transaction_version = 2
         new.last_update_timestamp_ms = now_ms
         return TxnOutcome([self._record(new)], E.NONE, [_job(new)])
 
@@ -363,6 +524,12 @@ class TransactionCoordinator:
         new.transition(S.COMPLETE_COMMIT if job.commit else S.COMPLETE_ABORT)
         new.partitions = set()
         new.last_update_timestamp_ms = now_ms
+        if meta.next_producer_id != NO_PRODUCER_ID:
+            # TV2: the bump reached the top epoch; the client already holds the new id.
+            new.previous_producer_id = meta.producer_id
+            new.producer_id = meta.next_producer_id
+            new.producer_epoch = 0
+            new.next_producer_id = NO_PRODUCER_ID
         return TxnOutcome([self._record(new)], E.NONE)
 
     def fence_lost_state(self, transactional_ids: Iterable[str], now_ms: int) -> TxnOutcome[Any]:
@@ -500,7 +667,9 @@ class TransactionCoordinator:
         return [
             m
             for m in self.txns.values()
-            if m.state == S.ONGOING and m.start_timestamp_ms + m.timeout_ms < now_ms
+            if m.state == S.ONGOING
+            and not m.two_phase  # KIP-939: only its external decision ends it
+            and m.start_timestamp_ms + m.timeout_ms < now_ms
         ]
 
     # == replay ===================================================================================
@@ -552,6 +721,8 @@ class TransactionCoordinator:
                 m.start_timestamp_ms,
                 m.last_update_timestamp_ms,
                 m.previous_producer_id,
+                m.client_transaction_version,
+                m.next_producer_id,
             )
             for tid, m in sorted(self.txns.items())
         }
@@ -563,6 +734,12 @@ class TransactionCoordinator:
     ) -> TxnMetadata | ErrorCode:
         """The id's metadata if the request comes from its current producer, else the error."""
         meta = self.txns.get(transactional_id)
+        if (
+            meta is not None
+            and meta.state.is_prepare
+            and (producer_id, producer_epoch) == (meta.next_producer_id, 0)
+        ):
+            return E.CONCURRENT_TRANSACTIONS  # TV2 rotation under way: the new id waits
         if meta is None or meta.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
         if producer_epoch != meta.producer_epoch:

@@ -41,6 +41,7 @@ from samsa.coordinator.ports import CoordinatorLog
 from samsa.coordinator.runtime import CoordinatorRuntime
 from samsa.coordinator.transaction_coordinator import (
     TXN_TOPIC,
+    EndTxnResult,
     InitPidResult,
     MarkerJob,
     TransactionCoordinator,
@@ -192,10 +193,21 @@ class TransactionCoordinatorRuntime:
     # -- operations (what handlers call) ------------------------------------------------------
 
     def init_producer_id(
-        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected: tuple[int, int] | None,
+        *,
+        enable_2pc: bool = False,
+        keep_prepared: bool = False,
     ) -> InitPidResult:
         outcome = self.coordinator.init_producer_id(
-            transactional_id, timeout_ms, expected, self.clock()
+            transactional_id,
+            timeout_ms,
+            expected,
+            self.clock(),
+            enable_2pc=enable_2pc,
+            keep_prepared=keep_prepared,
         )
         error = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -208,9 +220,16 @@ class TransactionCoordinatorRuntime:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[tuple[str, int]],
+        *,
+        implicit: bool = False,
     ) -> ErrorCode:
         outcome = self.coordinator.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, self.clock()
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            partitions,
+            self.clock(),
+            implicit=implicit,
         )
         error = self._run(outcome)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if error != ErrorCode.NONE else outcome.response
@@ -223,6 +242,17 @@ class TransactionCoordinatorRuntime:
         )
         error = self._run(outcome)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE if error != ErrorCode.NONE else outcome.response
+
+    def end_txn_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        """EndTxn v5 (KIP-890 part 2): the epoch is bumped; the answer names the new one."""
+        outcome = self.coordinator.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, self.clock(), tv2=True
+        )
+        if self._run(outcome) != ErrorCode.NONE:
+            return EndTxnResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return outcome.response  # type: ignore[no-any-return]
 
     def verify(
         self,

@@ -305,7 +305,14 @@ def test_describe_and_list() -> None:
 
 def test_states_and_their_valid_previous_states() -> None:
     assert S.PREPARE_COMMIT.valid_previous == {S.ONGOING}
-    assert S.PREPARE_ABORT.valid_previous == {S.ONGOING, S.PREPARE_EPOCH_FENCE}
+    # TV2 may abort with nothing added (KIP-890 part 2), as Kafka 4 allows.
+    assert S.PREPARE_ABORT.valid_previous == {
+        S.ONGOING,
+        S.PREPARE_EPOCH_FENCE,
+        S.EMPTY,
+        S.COMPLETE_COMMIT,
+        S.COMPLETE_ABORT,
+    }
     assert S.PREPARE_EPOCH_FENCE.valid_previous == {S.ONGOING}
     assert S.DEAD.valid_previous == {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
     assert [s.id for s in S] == [0, 1, 2, 3, 4, 5, 6, 7]

@@ -1,16 +1,18 @@
-"""AddPartitionsToTxn (v0-3, the client form): add partitions to the producer's transaction.
+"""AddPartitionsToTxn: add partitions to the producer's transaction.
 
-Every partition must exist; if one does not, nothing is added: it gets
-UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as in Kafka. Otherwise the
-coordinator's single answer (fencing, concurrent completion, ...) is every partition's.
-The broker-to-broker batched form (v4+, KIP-890 verification) is not served: clients only
-send v0-3, and produce verification is done in-process.
+v0-3 (the client form): every partition must exist; if one does not, nothing is added: it
+gets UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as in Kafka.
+Otherwise the coordinator's single answer (fencing, concurrent completion, ...) is every
+partition's. v4+ is Kafka's batched form (several transactions, ``verify_only`` asks whether
+the partitions are already in the transaction), which Kafka allows only to a principal with
+ClusterAction; samsa's own produce verification is in-process and does not need it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -23,6 +25,8 @@ K = ApiKey.ADD_PARTITIONS_TO_TXN
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
+    if v >= 4:
+        return _batched(broker, ctx, request)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     missing = {tp for tp in wanted if broker.topics.get_partition(*tp) is None}
     errors: dict[tuple[str, int], ErrorCode]
@@ -54,10 +58,78 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             wanted,
         )
         errors = dict.fromkeys(wanted, code)
+    results = _topic_results(v, wanted, errors)
+    return encode_response(
+        K,
+        v,
+        make(
+            K,
+            v,
+            "AddPartitionsToTxnResponse",
+            throttle_time=0,
+            results_by_topic_v3_and_below=results,
+        ),
+    )
+
+
+def _batched(broker: Broker, ctx: RequestContext, request: Any) -> Body:
+    v = ctx.version
+    if not authorized(broker, ctx, Op.CLUSTER_ACTION, Res.CLUSTER, CLUSTER_NAME):
+        top, results = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ()
+    else:
+        top, results = ErrorCode.NONE, tuple(_one_txn(broker, v, t) for t in request.transactions)
+    return encode_response(
+        K,
+        v,
+        make(
+            K,
+            v,
+            "AddPartitionsToTxnResponse",
+            throttle_time=0,
+            error_code=top,
+            results_by_transaction=results,
+        ),
+    )
+
+
+def _one_txn(broker: Broker, v: int, txn: Any) -> Any:
+    wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode]
+    if txn.verify_only:
+        errors = {
+            tp: broker.transactions.verify(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, tp
+            )
+            for tp in wanted
+        }
+    elif any(broker.topics.get_partition(*tp) is None for tp in wanted):
+        errors = {
+            tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if broker.topics.get_partition(*tp) is None
+            else ErrorCode.OPERATION_NOT_ATTEMPTED
+            for tp in wanted
+        }
+    else:
+        code = broker.transactions.add_partitions(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted
+        )
+        errors = dict.fromkeys(wanted, code)
+    return make(
+        K,
+        v,
+        "AddPartitionsToTxnResult",
+        transactional_id=txn.transactional_id,
+        topic_results=_topic_results(v, wanted, errors),
+    )
+
+
+def _topic_results(
+    v: int, wanted: list[tuple[str, int]], errors: dict[tuple[str, int], ErrorCode]
+) -> tuple[Any, ...]:
     by_topic: dict[str, list[int]] = {}
     for topic, p in wanted:
         by_topic.setdefault(topic, []).append(p)
-    results = tuple(
+    return tuple(
         make(
             K,
             v,
@@ -75,15 +147,4 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             ),
         )
         for topic, parts in by_topic.items()
-    )
-    return encode_response(
-        K,
-        v,
-        make(
-            K,
-            v,
-            "AddPartitionsToTxnResponse",
-            throttle_time=0,
-            results_by_topic_v3_and_below=results,
-        ),
     )

@@ -1,4 +1,9 @@
-"""ApiVersions: which APIs and versions this broker serves."""
+"""ApiVersions: which APIs and versions this broker serves, and (v3+) its features.
+
+The one feature is ``transaction.version`` (KIP-890 part 2): supported 0..2, finalized at the
+broker setting of that name. A Java client uses transactions v2 (Produce v12 adding partitions
+implicitly, EndTxn v5 bumping the epoch) only when the finalized level is 2.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,47 @@ def _api_keys(version: int) -> tuple[Any, ...]:
     )
 
 
-def _response(version: int, error: ErrorCode) -> bytes:
+TRANSACTION_VERSION = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+# Kafka's epoch counts feature changes; the level here changes only with a restart.
+FINALIZED_FEATURES_EPOCH = 1
+
+
+def _features(version: int, transaction_version: int) -> dict[str, Any]:
+    if version < 3:
+        return {}
+    supported = ()
+    if version >= 4:  # v3 omits features whose minimum is 0, as Kafka does
+        supported = (
+            make(
+                ApiKey.API_VERSIONS,
+                version,
+                "SupportedFeatureKey",
+                name=TRANSACTION_VERSION,
+                min_version=0,
+                max_version=MAX_TRANSACTION_VERSION,
+            ),
+        )
+    finalized = ()
+    if transaction_version > 0:  # level 0 is the absence of the feature
+        finalized = (
+            make(
+                ApiKey.API_VERSIONS,
+                version,
+                "FinalizedFeatureKey",
+                name=TRANSACTION_VERSION,
+                max_version_level=transaction_version,
+                min_version_level=transaction_version,
+            ),
+        )
+    return {
+        "supported_features": supported,
+        "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+        "finalized_features": finalized,
+    }
+
+
+def _response(version: int, error: ErrorCode, transaction_version: int = 0) -> bytes:
     entity = make(
         ApiKey.API_VERSIONS,
         version,
@@ -34,12 +79,13 @@ def _response(version: int, error: ErrorCode) -> bytes:
         error_code=error,
         api_keys=_api_keys(version),
         throttle_time=0,
+        **_features(version, transaction_version),
     )
     return encode_response(ApiKey.API_VERSIONS, version, entity)
 
 
 def handle(broker: Any, ctx: RequestContext, request: Any) -> Body:
-    return _response(ctx.version, ErrorCode.NONE)
+    return _response(ctx.version, ErrorCode.NONE, broker.config.transaction_version)
 
 
 def unsupported_version_response() -> bytes:

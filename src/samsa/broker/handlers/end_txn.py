@@ -1,6 +1,7 @@
 """EndTxn: commit or abort. Answered once the Prepare record is durable; the markers and the
-Complete record follow in the background (rule 16). TV1 only: the epoch is not bumped, so
-the response's producer id/epoch (v5) are not used."""
+Complete record follow in the background (rule 16). v5 is transactions v2 (rule 34): the
+epoch is bumped at every commit and abort and the response names the client's new producer
+id and epoch; v0-4 (TV1) keep the epoch."""
 
 from __future__ import annotations
 
@@ -18,10 +19,19 @@ K = ApiKey.END_TXN
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
+    pid = epoch = -1
     if not authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # rule 33
+    elif v >= 5:
+        result = broker.transactions.end_txn_v2(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+        code, pid, epoch = result.error, result.producer_id, result.producer_epoch
     else:
         code = broker.transactions.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed
         )
-    return encode_response(K, v, make(K, v, "EndTxnResponse", throttle_time=0, error_code=code))
+    extra = {"producer_id": pid, "producer_epoch": epoch} if v >= 5 else {}
+    return encode_response(
+        K, v, make(K, v, "EndTxnResponse", throttle_time=0, error_code=code, **extra)
+    )

@@ -2,7 +2,10 @@
 
 KIP-360 callers (v3+) that send their current producer id and epoch to bump it get a new
 producer id as well, which is what Kafka does for a non-transactional producer. With a
-transactional id the transaction coordinator answers (epoch bump, fencing, KIP-360).
+transactional id the transaction coordinator answers (epoch bump, fencing, KIP-360), and v6
+may ask for a two-phase-commit producer (KIP-939, rule 35): ``enable_2pc`` only where
+``transaction.two.phase.commit.enable`` is true, ``keep_prepared_txn`` to take over the
+prepared transaction instead of aborting it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ log = logging.getLogger("samsa.init_producer_id")
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
+    ongoing = (-1, -1)
     try:
         # Rule 33: Write on the TransactionalId; without one, IdempotentWrite on the cluster
         # or Write on some topic (Kafka 3+).
@@ -37,8 +41,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             or authorized_any(broker, ctx, Op.WRITE, Res.TOPIC)
         ):
             code, pid, epoch = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, -1, -1
+        elif _wants_2pc(request) and not broker.config.transaction_two_phase_commit_enable:
+            # Kafka's answer when the broker does not allow 2PC transactions.
+            code, pid, epoch = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
         elif txn_id is not None:
-            code, pid, epoch = _transactional(broker, request)
+            code, pid, epoch, ongoing = _transactional(broker, request)
+        elif _wants_2pc(request) or getattr(request, "keep_prepared_txn", False):
+            code, pid, epoch = ErrorCode.INVALID_REQUEST, -1, -1  # 2PC needs a transactional id
         else:
             code, pid, epoch = ErrorCode.NONE, broker.producer_ids.allocate(), 0
         if code == ErrorCode.NONE and broker.authorizer is not None:
@@ -59,17 +68,31 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             error_code=code,
             producer_id=pid,
             producer_epoch=epoch,
+            **(
+                {"ongoing_txn_producer_id": ongoing[0], "ongoing_txn_producer_epoch": ongoing[1]}
+                if v >= 6
+                else {}
+            ),
         ),
     )
 
 
-def _transactional(broker: Broker, request: Any) -> tuple[ErrorCode, int, int]:
+def _wants_2pc(request: Any) -> bool:
+    return bool(getattr(request, "enable2_pc", False))
+
+
+def _transactional(broker: Broker, request: Any) -> tuple[ErrorCode, int, int, tuple[int, int]]:
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):
-        return ErrorCode.INVALID_REQUEST, -1, -1
+        return ErrorCode.INVALID_REQUEST, -1, -1, (-1, -1)
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     result = broker.transactions.init_producer_id(
-        request.transactional_id, timeout_ms, None if pid == -1 else (pid, epoch)
+        request.transactional_id,
+        timeout_ms,
+        None if pid == -1 else (pid, epoch),
+        enable_2pc=_wants_2pc(request),
+        keep_prepared=bool(getattr(request, "keep_prepared_txn", False)),
     )
-    return result.error, result.producer_id, result.producer_epoch
+    ongoing = (result.ongoing_producer_id, result.ongoing_producer_epoch)
+    return result.error, result.producer_id, result.producer_epoch, ongoing

@@ -56,6 +56,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     txn_id if txn_ok else None,
                     owner,
                     may_create,
+                    implicit_add=ctx.version >= 12,
                 )
             if result.error_code == ErrorCode.NONE and to_flush:
                 part = broker.topics.get_partition(topic.name, pdata.index)
@@ -105,6 +106,7 @@ def _append_one(
     transactional_id: str | None = None,
     owner: str | None = None,
     auto_create: bool = True,
+    implicit_add: bool = False,
 ) -> ProducePartitionResult:
     index = pdata.index
     partition = broker.partition_or_error(topic, index, auto_create=auto_create)
@@ -128,6 +130,13 @@ def _append_one(
             )
             return ProducePartitionResult(
                 index, code, error_message="producer id belongs to another principal"
+            )
+    if batch.is_transactional and implicit_add and transactional_id is not None:
+        # Rule 34 (KIP-890 part 2): Produce v12 adds its partition to the transaction itself.
+        code = _implicit_add(broker, transactional_id, batch, (topic, index))
+        if code != ErrorCode.NONE:
+            return ProducePartitionResult(
+                index, code, error_message=f"transactional batch refused: {code.name}"
             )
     if batch.is_transactional:
         # Rule 19 (KIP-890 part 1): only into a partition of the producer's open transaction.
@@ -161,6 +170,21 @@ def _append_one(
     return ProducePartitionResult(
         index, ErrorCode.NONE, result.base_offset, result.log_append_time, plog.log_start_offset
     )
+
+
+def _implicit_add(
+    broker: Broker, transactional_id: str, batch: Any, tp: tuple[str, int]
+) -> ErrorCode:
+    code = broker.transactions.add_partitions(
+        transactional_id, batch.producer_id, batch.producer_epoch, [tp], implicit=True
+    )
+    # As Kafka answers a producer: a fenced epoch is INVALID_PRODUCER_EPOCH; the coordinator
+    # being busy (the previous transaction still completing) is retriable for every client.
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    return code
 
 
 def _may_create(broker: Broker, ctx: RequestContext, topic: str) -> bool:

@@ -1,7 +1,9 @@
 """TxnOffsetCommit: stage a transaction's consumer offsets; the commit marker on the group's
 ``__consumer_offsets`` partition makes them visible, an abort drops them (rule 15). As in
 Kafka, a plain OffsetCommit appended after the staged offsets (before the marker) is newer
-and stays: the commit replaces only offsets earlier in the log (``coordinator/offsets.py``)."""
+and stays: the commit replaces only offsets earlier in the log (``coordinator/offsets.py``).
+v5 is transactions v2 (rule 34): the group's offsets partition joins the transaction here,
+without AddOffsetsToTxn."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from samsa.broker.handlers._base import (
     authorized_names,
     partition_errors,
 )
-from samsa.coordinator.offsets import OffsetToCommit
+from samsa.coordinator.offsets import OFFSETS_TOPIC, OffsetToCommit
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -47,6 +49,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     readable = authorized_names(broker, ctx, Op.READ, Res.TOPIC, {o.topic for o in offsets})
     denied = {(o.topic, o.partition) for o in offsets if o.topic not in readable}
     offsets = [o for o in offsets if o.topic in readable]
+    if v >= 5:
+        code = broker.transactions.add_partitions(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            [(OFFSETS_TOPIC, broker.groups.coordinator.partition_for(request.group_id))],
+            implicit=True,
+        )
+        if code != ErrorCode.NONE:
+            return _refused(v, request, code)
     errors = broker.groups.commit_transactional(
         request.transactional_id,
         request.group_id,
