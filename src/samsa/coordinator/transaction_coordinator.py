@@ -504,8 +504,12 @@ class TransactionCoordinator:
         new = meta.copy()
         new.transition(S.PREPARE_EPOCH_FENCE)  # in memory only, as in Kafka
         if epoch is None:
-            # At the int16 ceiling the epoch cannot grow; the abort still goes through.
-            epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else MAX_EPOCH
+            # TV2 bumps twice, as Kafka does (the fence, then the abort's own bump), so the
+            # fenced client's EndTxn cannot pass for a retry of this abort (that is epoch + 1)
+            # and gets PRODUCER_FENCED. At the int16 ceiling the epoch cannot grow; the abort
+            # still goes through.
+            bump = 2 if meta.client_transaction_version >= 2 else 1
+            epoch = min(meta.producer_epoch + bump, MAX_EPOCH)
         new.last_producer_epoch = NO_PRODUCER_EPOCH  # no retry may resurrect the old epoch
         return self._prepare_end(new, False, epoch, now_ms)
 

@@ -140,6 +140,20 @@ def test_tv2_bump_at_the_top_epoch_rotates_the_producer_id() -> None:
     assert h.add(new_pid, 0, TP0) == E.NONE
 
 
+def test_a_timed_out_tv2_transaction_fences_its_client() -> None:
+    h = Harness()
+    r = h.init()
+    pid, epoch = r.producer_id, r.producer_epoch
+    h.add(pid, epoch, TP0)
+    h.now += 61_000
+    h.apply(h.coord.tick(h.now))
+    assert h.meta.state == S.PREPARE_ABORT
+    h.complete_all()
+    # The client's late EndTxn is not taken for a retry of the timeout's abort.
+    assert h.end2(pid, epoch, True).error == E.PRODUCER_FENCED
+    assert h.end2(pid, epoch, False).error == E.PRODUCER_FENCED
+
+
 def test_tv1_is_unchanged() -> None:
     h = Harness()
     r = h.init()
