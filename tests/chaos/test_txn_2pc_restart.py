@@ -1,4 +1,4 @@
-"""Two-phase commit across a coordinator crash (KIP-939, rule 35): a 2PC producer writes and
+"""Two-phase commit across a coordinator crash (KIP-939, rule 37): a 2PC producer writes and
 prepares (its data is durable, the transaction Ongoing); the broker is SIGKILLed; after the
 restart the replayed transaction is still Ongoing and is not aborted for its age; a new
 instance takes it over with keep_prepared_txn, learns the identity it was prepared under, and

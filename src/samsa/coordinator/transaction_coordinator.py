@@ -39,7 +39,7 @@ finds the epoch exhausted and rotates to a fresh producer id from the durable al
 never handed out before. A producer id that only the lost record knew is unknown here, so its
 requests get INVALID_PRODUCER_ID_MAPPING.
 
-Transactions v2 (KIP-890 part 2, rule 34): a TV2 client (EndTxn v5) gets a bumped epoch at
+Transactions v2 (KIP-890 part 2, rule 36): a TV2 client (EndTxn v5) gets a bumped epoch at
 every commit and abort. The Prepare record carries ``epoch + 1`` (and
 ``client_transaction_version`` 2), so the markers fence the finished transaction's epoch on
 every partition, and EndTxn answers with the identity the client uses next. When the bump
@@ -49,7 +49,7 @@ the epoch before the bump and is recognised. Partitions join implicitly: Produce
 TxnOffsetCommit v5 call ``add_partitions`` themselves (``implicit``), so a TV2 client may also
 abort a transaction to which nothing was added.
 
-Two-phase commit (KIP-939, rule 35): InitProducerId with ``enable_2pc`` records the timeout
+Two-phase commit (KIP-939, rule 37): InitProducerId with ``enable_2pc`` records the timeout
 as ``NO_TIMEOUT_MS``, which ``timed_out`` never aborts; with ``keep_prepared_txn`` an Ongoing
 transaction is kept (its epoch bumped, fencing the previous instance) and its identity before
 the bump is returned, so the new instance can commit or abort what the old one prepared, also

@@ -1,5 +1,5 @@
-"""Raw-protocol tests of transactions v2 (KIP-890 part 2, rule 34) and two-phase commit
-(KIP-939, rule 35): the transaction.version feature, Produce v12 and TxnOffsetCommit v5 adding
+"""Raw-protocol tests of transactions v2 (KIP-890 part 2, rule 36) and two-phase commit
+(KIP-939, rule 37): the transaction.version feature, Produce v12 and TxnOffsetCommit v5 adding
 partitions implicitly, EndTxn v5's epoch bump, TV1 unchanged, InitProducerId v6, the
 ListTransactions duration filter and AddPartitionsToTxn's batched form."""
 

@@ -1,4 +1,4 @@
-"""Transactions v2 (KIP-890 part 2, rule 34) and two-phase commit (KIP-939, rule 35) in the
+"""Transactions v2 (KIP-890 part 2, rule 36) and two-phase commit (KIP-939, rule 37) in the
 transaction coordinator's state machine; every record goes through its bytes and a rebuilt
 coordinator must hold the same state."""
 

@@ -56,7 +56,7 @@ from samsa.protocol.messages import ApiKey
 APIS: dict[int, Api] = {
     a.key: a
     for a in (
-        Api(ApiKey.PRODUCE, 3, 12, produce.handle),  # v12: transactions v2 (rule 34)
+        Api(ApiKey.PRODUCE, 3, 12, produce.handle),  # v12: transactions v2 (rule 36)
         Api(ApiKey.FETCH, 4, 16, fetch.handle),
         Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),
         Api(ApiKey.METADATA, 0, 13, metadata.handle),
@@ -67,7 +67,7 @@ APIS: dict[int, Api] = {
         Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle),
         Api(ApiKey.CREATE_TOPICS, 2, 7, create_topics.handle),
         Api(ApiKey.DELETE_TOPICS, 1, 6, delete_topics.handle),
-        Api(ApiKey.INIT_PRODUCER_ID, 0, 6, init_producer_id.handle),  # v6: KIP-939 (rule 35)
+        Api(ApiKey.INIT_PRODUCER_ID, 0, 6, init_producer_id.handle),  # v6: KIP-939 (rule 37)
         Api(ApiKey.DESCRIBE_CONFIGS, 1, 4, describe_configs.handle),
         Api(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs.handle),
         Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, incremental_alter_configs.handle),
@@ -87,7 +87,7 @@ APIS: dict[int, Api] = {
         Api(ApiKey.DELETE_GROUPS, 0, 2, delete_groups.handle),
         Api(ApiKey.OFFSET_DELETE, 0, 0, offset_delete.handle),
         # Transactions: EndTxn v5 / TxnOffsetCommit v5 are transactions v2 (KIP-890 part 2,
-        # rule 34); AddPartitionsToTxn v4+ is Kafka's batched, ClusterAction-only form.
+        # rule 36); AddPartitionsToTxn v4+ is Kafka's batched, ClusterAction-only form.
         Api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, add_partitions_to_txn.handle),
         Api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, add_offsets_to_txn.handle),
         Api(ApiKey.END_TXN, 0, 5, end_txn.handle),

@@ -1,5 +1,5 @@
 """EndTxn: commit or abort. Answered once the Prepare record is durable; the markers and the
-Complete record follow in the background (rule 16). v5 is transactions v2 (rule 34): the
+Complete record follow in the background (rule 16). v5 is transactions v2 (rule 36): the
 epoch is bumped at every commit and abort and the response names the client's new producer
 id and epoch; v0-4 (TV1) keep the epoch."""
 

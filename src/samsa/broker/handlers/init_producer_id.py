@@ -3,7 +3,7 @@
 KIP-360 callers (v3+) that send their current producer id and epoch to bump it get a new
 producer id as well, which is what Kafka does for a non-transactional producer. With a
 transactional id the transaction coordinator answers (epoch bump, fencing, KIP-360), and v6
-may ask for a two-phase-commit producer (KIP-939, rule 35): ``enable_2pc`` only where
+may ask for a two-phase-commit producer (KIP-939, rule 37): ``enable_2pc`` only where
 ``transaction.two.phase.commit.enable`` is true, ``keep_prepared_txn`` to take over the
 prepared transaction instead of aborting it.
 """

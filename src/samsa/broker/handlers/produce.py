@@ -132,7 +132,7 @@ def _append_one(
                 index, code, error_message="producer id belongs to another principal"
             )
     if batch.is_transactional and implicit_add and transactional_id is not None:
-        # Rule 34 (KIP-890 part 2): Produce v12 adds its partition to the transaction itself.
+        # Rule 36 (KIP-890 part 2): Produce v12 adds its partition to the transaction itself.
         code = _implicit_add(broker, transactional_id, batch, (topic, index))
         if code != ErrorCode.NONE:
             return ProducePartitionResult(

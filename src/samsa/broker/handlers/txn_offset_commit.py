@@ -2,7 +2,7 @@
 ``__consumer_offsets`` partition makes them visible, an abort drops them (rule 15). As in
 Kafka, a plain OffsetCommit appended after the staged offsets (before the marker) is newer
 and stays: the commit replaces only offsets earlier in the log (``coordinator/offsets.py``).
-v5 is transactions v2 (rule 34): the group's offsets partition joins the transaction here,
+v5 is transactions v2 (rule 36): the group's offsets partition joins the transaction here,
 without AddOffsetsToTxn."""
 
 from __future__ import annotations
