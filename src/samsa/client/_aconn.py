@@ -51,6 +51,8 @@ class AsyncConnection:
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # Finalized feature levels (ApiVersions v3+), e.g. transaction.version.
+        self.features: dict[str, int] = {}
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: collections.OrderedDict[int, tuple[int, int, asyncio.Future[Any]]] = (
@@ -114,6 +116,10 @@ class AsyncConnection:
             self.api_versions = {
                 int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys
             }
+            if getattr(resp, "finalized_features_epoch", -1) >= 0:
+                self.features = {
+                    str(f.name): int(f.max_version_level) for f in resp.finalized_features
+                }
             return
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "broker refused ApiVersions v0 and v3")
 

@@ -38,6 +38,9 @@ PRODUCER: dict[str, Any] = {
     "buffer.memory": 32 * 1024 * 1024,
     "transactional.id": None,
     "transaction.timeout.ms": 60_000,
+    # KIP-939: two-phase-commit transactions (no timeout; resume_transaction takes the
+    # prepared one over with InitProducerId keep_prepared_txn). The broker must allow it.
+    "transaction.two.phase.commit.enable": False,
     "partitioner": "murmur2_random",
 }
 

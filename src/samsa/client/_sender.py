@@ -290,7 +290,8 @@ class Sender:
     def _send(self, node: int, batches: list[Batch]) -> None:
         conn = self.cluster.connected(node)
         assert conn is not None  # checked by ready_batch in the same pass
-        v = conn.version(ApiKey.PRODUCE, 3, 9)
+        # Transactions v2: Produce v12 adds each partition to the transaction itself.
+        v = conn.version(ApiKey.PRODUCE, 3, 12 if self.p.txn.tv2 else 9)
         by_topic: dict[str, list[Any]] = {}
         for b in batches:
             if b.payload is None:

@@ -186,24 +186,49 @@ class TxnChannel:
     # --- the transactional requests ----------------------------------------------------------
 
     async def init_producer_id(
-        self, transactional_id: str, timeout_ms: int, producer_id: int, epoch: int
-    ) -> tuple[int, int, int]:
-        """InitProducerId; (producer id, epoch) = (-1, -1) unless bumping (KIP-360)."""
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int,
+        epoch: int,
+        *,
+        two_phase: bool = False,
+        keep_prepared: bool = False,
+    ) -> tuple[int, int, int, tuple[int, int]]:
+        """InitProducerId; (producer id, epoch) = (-1, -1) unless bumping (KIP-360).
+        ``two_phase``/``keep_prepared``: KIP-939 (v6), which also answers the kept
+        transaction's (producer id, epoch), (-1, -1) when none was open."""
+        kip939 = {"enable2_pc": two_phase, "keep_prepared_txn": keep_prepared}
         resp, code = await self.call(
             KEY_TRANSACTION,
             transactional_id,
             ApiKey.INIT_PRODUCER_ID,
-            (0, 5),
+            (6, 6) if two_phase else (0, 5),
             "InitProducerIdRequest",
             lambda v: {
                 "transactional_id": transactional_id,
                 "transaction_timeout": timeout_ms,
                 "producer_id": producer_id,
                 "producer_epoch": epoch,
+                **(kip939 if v >= 6 else {}),
             },
             lambda r: (int(r.error_code),),
         )
-        return code, int(resp.producer_id), int(resp.producer_epoch)
+        ongoing = (
+            int(getattr(resp, "ongoing_txn_producer_id", -1)),
+            int(getattr(resp, "ongoing_txn_producer_epoch", -1)),
+        )
+        return code, int(resp.producer_id), int(resp.producer_epoch), ongoing
+
+    async def transaction_version(self, transactional_id: str) -> int:
+        """2 when the transaction coordinator offers transactions v2 (KIP-890 part 2): the
+        finalized feature at level 2 and the request versions that carry it."""
+        conn = await self.cluster.coordinator(KEY_TRANSACTION, transactional_id)
+        level = conn.features.get("transaction.version", 0)
+        ends = conn.api_versions.get(ApiKey.END_TXN, (0, 0))[1]
+        produces = conn.api_versions.get(ApiKey.PRODUCE, (0, 0))[1]
+        offsets = conn.api_versions.get(ApiKey.TXN_OFFSET_COMMIT, (0, 0))[1]
+        return 2 if level >= 2 and ends >= 5 and produces >= 12 and offsets >= 5 else 1
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, tps: list[TopicPartition]
@@ -274,6 +299,8 @@ class TxnChannel:
         epoch: int,
         offsets: Mapping[TopicPartition, int],
         group: ConsumerGroupMetadata,
+        *,
+        tv2: bool = False,
     ) -> int:
         by_topic: dict[str, list[tuple[int, int]]] = {}
         for tp, off in offsets.items():
@@ -316,11 +343,12 @@ class TxnChannel:
 
         # To the group's coordinator, not the transaction's: the offsets are staged in the
         # group until the transaction's marker reaches the offsets partition.
+        # v5 (TV2) adds the group's offsets partition to the transaction: no AddOffsetsToTxn.
         _, code = await self.call(
             KEY_GROUP,
             group.group_id,
             ApiKey.TXN_OFFSET_COMMIT,
-            (0, 3),
+            (5, 5) if tv2 else (0, 3),
             "TxnOffsetCommitRequest",
             fields,
             codes,
@@ -328,14 +356,21 @@ class TxnChannel:
         return code
 
     async def end_txn(
-        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
-    ) -> int:
-        # v5 would opt into KIP-890 part 2 (an epoch bump at every commit); this is TV1.
-        _, code = await self.call(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        *,
+        tv2: bool = False,
+    ) -> tuple[int, int, int]:
+        """EndTxn; (code, producer id, epoch). v5 (TV2) bumps the epoch and answers the
+        identity for the next transaction; TV1 keeps it (returned unchanged)."""
+        resp, code = await self.call(
             KEY_TRANSACTION,
             transactional_id,
             ApiKey.END_TXN,
-            (0, 3),
+            (5, 5) if tv2 else (0, 3),
             "EndTxnRequest",
             lambda v: {
                 "transactional_id": transactional_id,
@@ -345,7 +380,9 @@ class TxnChannel:
             },
             lambda r: (int(r.error_code),),
         )
-        return code
+        if tv2 and code == 0:
+            return code, int(resp.producer_id), int(resp.producer_epoch)
+        return code, producer_id, epoch
 
 
 def txn_retry_timeout(c: Config) -> float:
@@ -378,6 +415,8 @@ class TransactionManager:
         self.transactional_id = producer.transactional_id
         c = producer.config
         self.timeout_ms = c.int("transaction.timeout.ms")
+        self.two_phase = c.bool("transaction.two.phase.commit.enable")  # KIP-939
+        self.tv2 = False  # transactions v2 (KIP-890 part 2), decided at init
         self.state = TransactionState.UNINITIALIZED
         self.channel = TxnChannel(producer.cluster, timeout=txn_retry_timeout(c))
         self.lock = asyncio.Lock()  # one coordinator request at a time, in order
@@ -552,6 +591,11 @@ class TransactionManager:
         self.p.drop_unsent(self.send_error())
 
     def add_partition(self, tp: TopicPartition) -> None:
+        if self.tv2:  # Produce v12 adds the partition with its first batch
+            self.added.add(tp)
+            self.started = True
+            self.p._wake.set()
+            return
         self.new.add(tp)
         if self._add_task is None or self._add_task.done():
             self._add_task = self.p._spawn(self._add_partitions())
@@ -592,9 +636,16 @@ class TransactionManager:
         KIP-360 bump of our own current epoch, refused (PRODUCER_FENCED) if we are stale."""
         assert self.transactional_id is not None
         try:
-            code, pid, ep = await self.channel.init_producer_id(
-                self.transactional_id, self.timeout_ms, producer_id, epoch
+            code, pid, ep, _ = await self.channel.init_producer_id(
+                self.transactional_id,
+                self.timeout_ms,
+                producer_id,
+                epoch,
+                two_phase=self.two_phase,
             )
+            if not code:
+                version = await self.channel.transaction_version(self.transactional_id)
+                self.tv2 = version >= 2
         except KafkaError:
             if self.state is TransactionState.INITIALIZING and producer_id < 0:
                 self.state = TransactionState.UNINITIALIZED  # may be called again
@@ -620,10 +671,11 @@ class TransactionManager:
         ids = (self.transactional_id, self.p.producer_id, self.p.epoch)
         async with self.lock:
             try:
-                code = await self.channel.add_offsets(*ids, meta.group_id)
-                self.check(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
+                if not self.tv2:  # TV2: TxnOffsetCommit v5 adds the offsets partition
+                    code = await self.channel.add_offsets(*ids, meta.group_id)
+                    self.check(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
                 self.started = True
-                code = await self.channel.txn_offset_commit(*ids, offsets, meta)
+                code = await self.channel.txn_offset_commit(*ids, offsets, meta, tv2=self.tv2)
                 self.check(code, "TxnOffsetCommit", ABORTABLE_OFFSETS)
             except KafkaTimeoutError as exc:
                 self.fail(exc, bump=True)  # unknown outcome: see _txn_add_partitions
@@ -661,13 +713,19 @@ class TransactionManager:
             unknown_id = cause == ErrorCode.INVALID_PRODUCER_ID_MAPPING
             # The coordinator refuses EndTxn for a transaction it never heard of (Empty),
             # and for a producer id it does not know: then only the bump is left.
-            if self.started and not unknown_id:
-                code = await self.channel.end_txn(
-                    self.transactional_id, self.p.producer_id, self.p.epoch, commit
+            # TV2: EndTxn's own bump is the one an abortable error asks for (an abort
+            # with nothing added is allowed); TV1 needs InitProducerId for it (KIP-360).
+            tv2_bump = self.tv2 and not commit and self.bump
+            if (self.started or tv2_bump) and not unknown_id:
+                code, pid, ep = await self.channel.end_txn(
+                    self.transactional_id, self.p.producer_id, self.p.epoch, commit, tv2=self.tv2
                 )
                 self.check(code, "EndTxn")
-            if not commit and self.bump:
+                # TV2: the epoch moved on (sequences restart under the new identity).
+                self.p._idem.producer_id, self.p._idem.epoch = pid, ep
+            if not commit and self.bump and not (tv2_bump and not unknown_id):
                 await self.init(self.p.producer_id, self.p.epoch)
+            self.bump = False
         self.added.clear()
         self.new.clear()
         self.started = False
@@ -700,6 +758,11 @@ class AsyncResumedTransaction:
         self.producer_id = producer_id
         self.epoch = epoch
         self.started = started
+        # KIP-939: take the prepared transaction over with InitProducerId keep_prepared_txn
+        # (fencing its producer) instead of ending it under the identity it was prepared with.
+        self.two_phase = c.bool("transaction.two.phase.commit.enable")
+        self.tv2 = False
+        self._gone = False  # 2PC: the prepared transaction is no longer open
         timeout = txn_retry_timeout(c)
         self.cluster = Cluster.from_config(c, api_timeout=timeout)
         self._channel = TxnChannel(self.cluster, timeout=timeout)
@@ -720,6 +783,30 @@ class AsyncResumedTransaction:
 
     async def start(self) -> None:
         await self.cluster.refresh([])
+        if self.two_phase:
+            await self._take_over()
+
+    async def _take_over(self) -> None:
+        code, pid, epoch, ongoing = await self._channel.init_producer_id(
+            self.transactional_id,
+            60_000,  # not used for a 2PC transaction (no timeout)
+            -1,
+            -1,
+            two_phase=True,
+            keep_prepared=True,
+        )
+        self._raise(code, "InitProducerId")
+        if self.started and ongoing != (self.producer_id, self.epoch):
+            # Ended meanwhile (or never prepared under this identity): not ours to decide.
+            self._gone = True
+            log.warning(
+                "transaction of %s prepared as %s is no longer open (open: %s)",
+                self.transactional_id,
+                (self.producer_id, self.epoch),
+                ongoing,
+            )
+        self.producer_id, self.epoch = pid, epoch
+        self.tv2 = await self._channel.transaction_version(self.transactional_id) >= 2
 
     async def __aenter__(self) -> AsyncResumedTransaction:
         await self.start()
@@ -745,12 +832,19 @@ class AsyncResumedTransaction:
         if self._done is not None:
             raise TransactionStateError("the transaction has already ended")
         meta = group_metadata(group)
+        if self._gone:
+            raise ProducerFencedError(
+                ErrorCode.PRODUCER_FENCED, "the transaction is no longer open"
+            )
         async with self._lock:
             ids = (self.transactional_id, self.producer_id, self.epoch)
-            code = await self._channel.add_offsets(*ids, meta.group_id)
-            self._raise(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
+            if not self.tv2:  # TV2: TxnOffsetCommit v5 adds the offsets partition
+                code = await self._channel.add_offsets(*ids, meta.group_id)
+                self._raise(code, "AddOffsetsToTxn", ABORTABLE_OFFSETS)
             self.started = True
-            code = await self._channel.txn_offset_commit(*ids, normalize_offsets(offsets), meta)
+            code = await self._channel.txn_offset_commit(
+                *ids, normalize_offsets(offsets), meta, tv2=self.tv2
+            )
             self._raise(code, "TxnOffsetCommit", ABORTABLE_OFFSETS)
 
     async def commit(self) -> None:
@@ -767,9 +861,13 @@ class AsyncResumedTransaction:
                         f"the transaction was already {'committed' if self._done else 'aborted'}"
                     )
                 return
-            if self.started:
-                code = await self._channel.end_txn(
-                    self.transactional_id, self.producer_id, self.epoch, commit
+            if self._gone and commit:
+                raise ProducerFencedError(
+                    ErrorCode.PRODUCER_FENCED, "the prepared transaction is no longer open"
+                )
+            if self.started and not self._gone:
+                code, _, _ = await self._channel.end_txn(
+                    self.transactional_id, self.producer_id, self.epoch, commit, tv2=self.tv2
                 )
                 self._raise(code, "EndTxn")
             self._done = commit
