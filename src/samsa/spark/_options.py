@@ -59,6 +59,7 @@ _PRODUCER_KEYS = _CLIENT_COMMON | {
     "max.block.ms",
     "buffer.memory",
     "transaction.timeout.ms",
+    "transaction.two.phase.commit.enable",  # KIP-939: the task-to-driver hand-off by 2PC
 }
 # kafka.* settings that only make sense for the JVM client and are harmless to ignore.
 _IGNORED = {"security.protocol": {"plaintext"}}

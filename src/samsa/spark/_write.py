@@ -17,6 +17,11 @@ Protocol (exactly-once, the default)
   Otherwise the marker ``batch id + 1`` is added to the same transaction with
   ``send_offsets_to_transaction`` and the transaction commits: output and marker become
   visible together or not at all.
+* With ``kafka.transaction.two.phase.commit.enable=true`` (KIP-939, on brokers that allow it)
+  the hand-off is Kafka's two-phase commit: the tasks' transactions have no timeout, and the
+  driver takes each over with InitProducerId ``keep_prepared_txn`` (which fences the task and
+  checks that the transaction is the one the task prepared) instead of ending it under the
+  task's identity, the protocol Kafka 4.1+ clusters accept.
 * ``abort`` aborts the transactions it is given, and fences the transactional ids of the
   tasks that reported nothing so that no transaction stays open holding back the last stable
   offset until its timeout.
@@ -276,6 +281,12 @@ def _common(opts: SinkOptions) -> dict[str, Any]:
     return {k: v for k, v in opts.client.items() if k in keep}
 
 
+def _txn_common(opts: SinkOptions) -> dict[str, Any]:
+    """The driver's transactional settings: with 2PC, it takes the tasks' transactions over."""
+    key = "transaction.two.phase.commit.enable"
+    return {**_common(opts), **({key: opts.client[key]} if key in opts.client else {})}
+
+
 _ALREADY_ENDED = frozenset({ErrorCode.INVALID_TXN_STATE, ErrorCode.PRODUCER_FENCED})
 
 
@@ -284,7 +295,7 @@ async def _finish(
 ) -> None:
     assert msg.transactional_id is not None
     prepared = PreparedTransaction(msg.transactional_id, msg.producer_id, msg.epoch, msg.started)
-    txn = await AsyncProducer.resume_transaction(_common(opts), prepared)
+    txn = await AsyncProducer.resume_transaction(_txn_common(opts), prepared)
     try:
         if not commit:
             try:
@@ -364,7 +375,7 @@ async def _abort_async(opts: SinkOptions, messages: Sequence[SinkCommit | None])
 
 async def _fence(opts: SinkOptions, tid: str) -> None:
     """InitProducerId for ``tid``: the coordinator aborts its open transaction, if any."""
-    p = AsyncProducer({**_common(opts), "transactional.id": tid})
+    p = AsyncProducer({**_txn_common(opts), "transactional.id": tid})
     try:
         await p.start()
         await p.init_transactions(timeout=30)
