@@ -36,6 +36,10 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/coordinator/test_txn_offsets_order.py",
     ),
     "Consumer groups of the consumer protocol": ("tests/unit/coordinator/test_consumer_group.py",),
+    "Transactions v2 and two-phase commit": (
+        "tests/unit/coordinator/test_txn_v2_2pc.py",
+        "tests/unit/broker/test_txn_v2_2pc_protocol.py",
+    ),
     "Coordinators and replay": (
         "tests/unit/coordinator/test_lost_state.py",
         "tests/unit/coordinator/test_txn_runtime.py",

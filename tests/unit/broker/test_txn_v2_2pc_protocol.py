@@ -1,7 +1,8 @@
 """Raw-protocol tests of transactions v2 (KIP-890 part 2, rule 36) and two-phase commit
 (KIP-939, rule 37): the transaction.version feature, Produce v12 and TxnOffsetCommit v5 adding
 partitions implicitly, EndTxn v5's epoch bump, TV1 unchanged, InitProducerId v6, the
-ListTransactions duration filter and AddPartitionsToTxn's batched form."""
+ListTransactions duration filter and AddPartitionsToTxn's batched form. Rules:
+docs/semantics.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Transactions v2 (KIP-890 part 2, rule 36) and two-phase commit (KIP-939, rule 37) in the
 transaction coordinator's state machine; every record goes through its bytes and a rebuilt
-coordinator must hold the same state."""
+coordinator must hold the same state. Rules: docs/semantics.md."""
 
 from __future__ import annotations
 
