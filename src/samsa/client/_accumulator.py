@@ -70,6 +70,10 @@ RECORD_OVERHEAD = 24  # bytes of framing per record, an upper bound for small re
 # the per-record encoder ~1.4 us a row; hashing ~60 us a call against ~1.2 us a key).
 COLUMNAR_ENCODE_MIN = 128
 COLUMNAR_HASH_MIN = 64
+# Zigzag varints of [-_VARINT_MAX, _VARINT_MAX), as bytes, at v + _VARINT_MAX: the
+# per-record encoder of plain records (no headers) looks its varints up (~0.3 us a record
+# against ~0.95 us for encode_record; ~280 KB once per process).
+_VARINT_MAX = 1 << 12
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 HeaderTuple = tuple[tuple[str, bytes | None], ...]
@@ -350,18 +354,56 @@ def encode_columns(
     stamps: list[int] = timestamps.tolist()
     for a, b in _split(sizes, max_batch_bytes - HEADER_SIZE):
         base_ts = stamps[a]
-        body = b"".join(
-            encode_record(
-                i - a,
-                stamps[i] - base_ts,
-                keys[i],
-                values[i],
-                (headers[i] or ()) if headers is not None else (),
+        if headers is None or headers[a:b].count(None) == b - a:
+            body = _encode_plain(values, keys, stamps, a, b)
+        else:
+            body = b"".join(
+                encode_record(i - a, stamps[i] - base_ts, keys[i], values[i], headers[i] or ())
+                for i in range(a, b)
             )
-            for i in range(a, b)
-        )
         out.append(Encoded(compress(codec, body), a, b - a, base_ts, max(stamps[a:b])))
     return out
+
+
+def _make_varints() -> list[bytes]:
+    out = []
+    for v in range(-_VARINT_MAX, _VARINT_MAX):
+        z = (v << 1) ^ (v >> 63)
+        b = bytearray()
+        while z >= 0x80:
+            b.append((z & 0x7F) | 0x80)
+            z >>= 7
+        b.append(z)
+        out.append(bytes(b))
+    return out
+
+
+_VARINTS = _make_varints()
+
+
+def _encode_plain(
+    values: Sequence[bytes | None], keys: Sequence[bytes | None], stamps: list[int], a: int, b: int
+) -> bytes:
+    """The records section of rows [a, b) without headers, as encode_record writes it:
+    length, attributes (0), timestamp and offset deltas, key, value, header count (0). The
+    varints come from a table; a record with a field beyond it takes encode_record."""
+    V, M = _VARINTS, _VARINT_MAX
+    parts: list[bytes] = []
+    put = parts.extend
+    base_ts = stamps[a]
+    for i in range(a, b):
+        key, value = keys[i], values[i]
+        td, od = stamps[i] - base_ts, i - a
+        kl = -1 if key is None else len(key)
+        vl = -1 if value is None else len(value)
+        n = 2 + kl + vl  # attributes, header count, the key and value bytes (-1: none)
+        if -M <= td < M and od < M and n < M - 16:
+            tdb, odb, klb, vlb = V[td + M], V[od + M], V[kl + M], V[vl + M]
+            n += len(tdb) + len(odb) + len(klb) + len(vlb) + (kl < 0) + (vl < 0)
+            put((V[n + M], b"\0", tdb, odb, klb, key or b"", vlb, value or b"", b"\0"))
+        else:
+            parts.append(encode_record(od, td, key, value))
+    return b"".join(parts)
 
 
 # --- batches -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from samsa.client._accumulator import (
     COLUMNAR_ENCODE_MIN,
     COLUMNAR_HASH_MIN,
     Batch,
+    _encode_plain,
     assign_partitions,
     columnar_ready,
     group_by_partition,
@@ -25,6 +26,7 @@ from samsa.protocol.records import (
     Compression,
     RecordBatchView,
     decode_records,
+    encode_record,
     validate_produce_batch,
 )
 
@@ -299,3 +301,32 @@ def test_log_append_time_replaces_the_record_timestamp() -> None:
     b.succeed(9, 123456, False)
     ((_, md),) = sinks.calls[0]
     assert md is not None and (md.offset, md.timestamp) == (9, 123456)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_records_encode_as_encode_record_writes_them(seed: int) -> None:
+    # Records without headers take the table-driven encoder; a field beyond its table (a
+    # value of 5000+ bytes, timestamps seconds apart, a batch of 5000 rows) is encoded by
+    # encode_record within the same section. The bytes must be encode_record's either way.
+    rng = random.Random(seed)
+    n = rng.choice([3, 100, 5000])
+    values = [
+        None if i % 11 == 3 else rng.randbytes(rng.choice([0, 1, 63, 64, 100, 8200]))
+        for i in range(n)
+    ]
+    keys = [None if i % 4 == 0 else rng.randbytes(rng.choice([0, 8, 70])) for i in range(n)]
+    base = 1_700_000_000_000
+    stamps = [base + rng.choice([0, 1, -64, 63, 4095, -4097, 100_000]) for _ in range(n)]
+    got = _encode_plain(values, keys, stamps, 0, n)
+    want = b"".join(encode_record(i, stamps[i] - stamps[0], keys[i], values[i]) for i in range(n))
+    assert got == want
+    # and a batch sealed from these rows (the per-record path: no headers) decodes to them
+    rows = {
+        "values": values[:100],
+        "keys": keys[:100],
+        "timestamps": stamps[:100],
+        "headers": None,
+        "sizes": [record_size(v, k, None) for v, k in zip(values[:100], keys[:100], strict=True)],
+    }
+    payload = _open(rows).build(1, 0, 0, False, Compression.NONE)
+    assert _decoded(payload) == _expected(rows, 0, len(rows["values"]))
