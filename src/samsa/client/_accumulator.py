@@ -435,6 +435,7 @@ class Batch:
         "producer_id",
         "retry_at",
         "section",
+        "sink_rows",
         "sinks",
         "size",
         "sizes",
@@ -450,7 +451,10 @@ class Batch:
         self.size = 0
         self.full = False  # sealed, or no record may be added any more
         self.done = False
-        self.sinks: list[tuple[int, Sink]] = []  # (row, sink), rows ascending
+        # the rows that have a sink, ascending, and their sinks: two lists, not a tuple per
+        # row (a tuple holding a sink is one more object for the GC to walk, per record)
+        self.sink_rows: list[int] = []
+        self.sinks: list[Sink] = []
         self.handle: Tally | None = None  # a produce_batch() call owning every record
         # open: the columns
         self.values: list[bytes | None] = []
@@ -512,7 +516,13 @@ class Batch:
         elif self.headers is not None:
             self.headers.extend(itertools.repeat(None, len(values)))
         if sinks is not None:
-            self.sinks.extend((base + i, s) for i, s in enumerate(sinks) if s is not None)
+            if None in sinks:
+                rows = [i for i, s in enumerate(sinks) if s is not None]
+                self.sink_rows.extend([base + i for i in rows])
+                self.sinks.extend([sinks[i] for i in rows])  # type: ignore[misc]
+            else:
+                self.sink_rows.extend(range(base, base + len(sinks)))
+                self.sinks.extend(sinks)  # type: ignore[arg-type]
         self.sizes.extend(sizes)
         self.count += len(values)
         self.size += sum(sizes)
@@ -545,8 +555,9 @@ class Batch:
         self.timestamps = self.timestamps[cut:].copy()
         if self.headers is not None:
             del self.headers[:cut]
-        k = bisect.bisect_left(self.sinks, cut, key=operator.itemgetter(0))
-        self.sinks = [(i - cut, s) for i, s in self.sinks[k:]]
+        k = bisect.bisect_left(self.sink_rows, cut)
+        self.sink_rows = [i - cut for i in self.sink_rows[k:]]
+        del self.sinks[:k]
         self.count = rest
         self.size = sum(self.sizes)
         self.created = now  # the rest waits linger.ms from now, as a new batch would
@@ -561,9 +572,10 @@ class Batch:
         b.first_ts, b.max_ts = e.first_ts, e.max_ts
         b.size = sum(self.sizes[e.first : end])
         b.full = True
-        lo = bisect.bisect_left(self.sinks, e.first, key=operator.itemgetter(0))
-        hi = bisect.bisect_left(self.sinks, end, key=operator.itemgetter(0))
-        b.sinks = [(i - e.first, s) for i, s in self.sinks[lo:hi]]
+        lo = bisect.bisect_left(self.sink_rows, e.first)
+        hi = bisect.bisect_left(self.sink_rows, end)
+        b.sink_rows = [i - e.first for i in self.sink_rows[lo:hi]]
+        b.sinks = self.sinks[lo:hi]
         assert self.timestamps is not None
         b.timestamps = self.timestamps[e.first : end].copy() if b.sinks else None
         b.values, b.keys, b.sizes, b.headers = [], [], [], None
@@ -615,14 +627,15 @@ class Batch:
         assert self.timestamps is not None
         if self.handle is not None:
             self.handle.landed(self.tp.partition, -1, k)
-        for i, sink in self.sinks:
-            if i < k:
-                _deliver(
-                    sink,
-                    None,
-                    RecordMetadata(*self.tp, -1, int(self.timestamps[i]), duplicate=True),
-                )
-        self.sinks = [(i - k, s) for i, s in self.sinks if i >= k]
+        kept = bisect.bisect_left(self.sink_rows, k)
+        for i, sink in zip(self.sink_rows[:kept], self.sinks[:kept], strict=True):
+            _deliver(
+                sink,
+                None,
+                RecordMetadata(*self.tp, -1, int(self.timestamps[i]), duplicate=True),
+            )
+        self.sink_rows = [i - k for i in self.sink_rows[kept:]]
+        del self.sinks[:kept]
         dropped = sum(self.sizes[:k])
         del self.values[:k], self.keys[:k], self.sizes[:k]
         self.timestamps = self.timestamps[k:]
@@ -662,7 +675,24 @@ class Batch:
         topic, partition = self.tp
         assert self.timestamps is not None
         ts = self.timestamps.tolist()
-        for i, sink in self.sinks:
+        first = self.sinks[0]
+        # (count compares by ==, which for the sinks made here is identity)
+        if isinstance(first, RowSink) and self.sinks.count(first) == len(self.sinks):
+            # one call for the batch: no RecordMetadata held per record until delivered
+            try:
+                first.landed_rows(
+                    topic,
+                    partition,
+                    base_offset,
+                    self.sink_rows,
+                    ts if append_time < 0 else None,
+                    append_time,
+                    duplicate,
+                )
+            except Exception:  # as _deliver: never the producer's problem
+                log.exception("delivery callback failed")
+            return
+        for i, sink in zip(self.sink_rows, self.sinks, strict=True):
             md = RecordMetadata(
                 topic,
                 partition,
@@ -678,8 +708,35 @@ class Batch:
         self.done = True
         if self.handle is not None:
             self.handle.failed(err, self.count)
-        for _i, sink in self.sinks:
+        for sink in self.sinks:
             _deliver(sink, err, None)
+
+
+class RowSink:
+    """A sink that also takes a whole batch's records at once: :meth:`Batch.succeed` calls
+    :meth:`landed_rows` instead of the sink once per record when every record of the batch
+    has this sink (the sync producer's delivery callbacks: one queue entry per batch, and
+    the RecordMetadata made only when the callback is served)."""
+
+    __slots__ = ()
+
+    def __call__(self, err: BaseException | None, md: RecordMetadata | None) -> None:
+        raise NotImplementedError
+
+    def landed_rows(
+        self,
+        topic: str,
+        partition: int,
+        base_offset: int,
+        rows: list[int],
+        timestamps: list[int] | None,
+        append_time: int,
+        duplicate: bool,
+    ) -> None:
+        """Rows ``rows`` of a batch written at ``base_offset`` (-1: no offset), each with its
+        timestamp in ``timestamps`` (indexed by row), or all ``append_time`` (log append
+        time) when ``timestamps`` is None."""
+        raise NotImplementedError
 
 
 def _deliver(sink: Sink, err: BaseException | None, md: RecordMetadata | None) -> None:

@@ -29,6 +29,7 @@ from samsa.client._accumulator import (
     BatchMetadata,
     Columns,
     Item,
+    RowSink,
     Tally,
     columnar_ready,
     fail_items,
@@ -72,15 +73,6 @@ log = logging.getLogger("samsa.client.producer")
 _MAX_UNSERVED_CALLBACKS = 100_000
 
 
-def _queue_callback(
-    put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
-    cb: DeliveryCallback,
-    err: BaseException | None,
-    md: RecordMetadata | None,
-) -> None:
-    put((cb, err, md))
-
-
 def _settle_future(
     cf: concurrent.futures.Future[RecordMetadata],
     put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
@@ -95,6 +87,76 @@ def _settle_future(
             cf.set_result(md)  # type: ignore[arg-type]
     if cb is not None:
         put((cb, err, md))
+
+
+class _Landed:
+    """The records of one batch for one delivery callback, served from poll() one by one
+    (``next``: the first not served yet)."""
+
+    __slots__ = ("append_time", "base", "duplicate", "next", "partition", "rows", "stamps", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        base: int,
+        rows: list[int],
+        stamps: list[int] | None,
+        append_time: int,
+        duplicate: bool,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.base = base
+        self.rows = rows
+        self.stamps = stamps
+        self.append_time = append_time
+        self.duplicate = duplicate
+        self.next = 0
+
+    def metadata(self, row: int) -> RecordMetadata:
+        return RecordMetadata(
+            self.topic,
+            self.partition,
+            self.base + row if self.base >= 0 else -1,
+            self.stamps[row] if self.stamps is not None else self.append_time,
+            duplicate=self.duplicate,
+        )
+
+
+class _CallbackSink(RowSink):
+    """produce(on_delivery=cb)'s sink, one per callback: it queues the outcome for poll(),
+    a whole batch's records as one entry (see :class:`RowSink`)."""
+
+    __slots__ = ("callback", "counted", "put")
+
+    def __init__(
+        self,
+        callback: DeliveryCallback,
+        put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
+        counted: Callable[[int], None],
+    ) -> None:
+        self.callback = callback
+        self.put = put
+        self.counted = counted
+
+    def __call__(self, err: BaseException | None, md: RecordMetadata | None) -> None:
+        self.counted(1)
+        self.put((self.callback, err, md))
+
+    def landed_rows(
+        self,
+        topic: str,
+        partition: int,
+        base_offset: int,
+        rows: list[int],
+        timestamps: list[int] | None,
+        append_time: int,
+        duplicate: bool,
+    ) -> None:
+        self.counted(len(rows))
+        landed = _Landed(topic, partition, base_offset, rows, timestamps, append_time, duplicate)
+        self.put((self.callback, None, landed))
 
 
 class _Chunk:
@@ -255,6 +317,13 @@ class Producer(_Facade[AsyncProducer]):
         core.on_release = self._released
         self._transactional = core.transactional_id is not None
         self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
+        # Delivery callbacks: one sink per callback (no object per record); outcomes queued
+        # (records; loop thread only) against served (under _poll_lock) bound what waits.
+        self._sinks: dict[DeliveryCallback, _CallbackSink] = {}
+        self._queued_outcomes = 0
+        self._served = 0
+        self._serving: tuple[DeliveryCallback, _Landed] | None = None
+        self._poll_lock = threading.RLock()
         self._closed = False
         # produce()'s fast path: open and not transactional (close() clears it)
         self._fast = not self._transactional
@@ -275,9 +344,9 @@ class Producer(_Facade[AsyncProducer]):
         Blocks while ``buffer.memory`` is full, at most ``max.block.ms``, then raises
         :class:`BufferExhaustedError`; an invalid record raises TypeError/ValueError here.
         """
-        # The common case first, inline: bytes value and key (or no key), nothing else, from
-        # the owner thread; one tuple and one list append, no lock, no call into asyncio
-        # unless the loop thread has no drain coming.
+        # The common case first, inline: bytes value and key (or no key), at most a delivery
+        # callback, from the owner thread; one tuple and one list append, no lock, no call
+        # into asyncio unless the loop thread has no drain coming.
         tk = type(key)
         if (
             self._fast
@@ -287,14 +356,19 @@ class Producer(_Facade[AsyncProducer]):
             and partition is None
             and timestamp is None
             and headers is None
-            and on_delivery is None
             and topic
             and get_ident() == self._owner
         ):
             size = RECORD_OVERHEAD + len(value) + (len(key) if tk is bytes else 0)
+            if on_delivery is None:
+                item: Item = (topic, value, key, size, None)
+            else:
+                item = (topic, value, key, size, (None, None, None, self._sink(on_delivery)))
+                if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
+                    self.poll()  # nobody polls: serve them here rather than hold them all
             queued = self._queued + size
             if queued + self._queued_other - self._core.released_bytes <= self._buffer_memory:
-                self._inbox.append((topic, value, key, size, None))
+                self._inbox.append(item)
                 self._queued = queued
                 if not self._scheduled:
                     self._scheduled = True
@@ -306,11 +380,25 @@ class Producer(_Facade[AsyncProducer]):
             self._core.check_can_send()
         sink = None
         if on_delivery is not None:
-            sink = functools.partial(_queue_callback, self._callbacks.put, on_delivery)
-            if self._callbacks.qsize() >= _MAX_UNSERVED_CALLBACKS:
+            sink = self._sink(on_delivery)
+            if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
                 self.poll()  # nobody polls: serve them here rather than hold them all
         item = make_item(topic, value, key, partition, timestamp, headers, sink)
         self._enqueue(item, item[3])
+
+    def _sink(self, callback: DeliveryCallback) -> _CallbackSink:
+        try:
+            sink = self._sinks.get(callback)
+        except TypeError:  # an unhashable callable: a sink of its own
+            return _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
+        if sink is None:
+            sink = _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
+            if len(self._sinks) < 64:  # a new callable per record: not kept
+                self._sinks[callback] = sink
+        return sink
+
+    def _count_outcomes(self, n: int) -> None:
+        self._queued_outcomes += n  # loop thread only
 
     def send(
         self,
@@ -497,22 +585,43 @@ class Producer(_Facade[AsyncProducer]):
                 chunk.tally.failed(err, chunk.tally.remaining)
 
     def poll(self, timeout: float = 0.0) -> int:
-        """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one."""
-        served = 0
-        try:
-            item = self._callbacks.get(timeout=timeout) if timeout > 0 else None
-        except queue.Empty:
-            return 0
-        while True:
-            if item is None:
-                try:
-                    item = self._callbacks.get_nowait()
-                except queue.Empty:
-                    return served
-            cb, err, md = item
-            cb(err, md)
-            served += 1
-            item = None
+        """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one.
+        A callback that raises stops poll() there; the next poll() goes on after it."""
+        with self._poll_lock:
+            served = 0
+            if self._serving is not None:
+                served += self._serve_landed(*self._serving)
+            try:
+                item = self._callbacks.get(timeout=timeout) if timeout > 0 and not served else None
+            except queue.Empty:
+                return 0
+            while True:
+                if item is None:
+                    try:
+                        item = self._callbacks.get_nowait()
+                    except queue.Empty:
+                        return served
+                cb, err, md = item
+                item = None
+                if type(md) is _Landed:
+                    served += self._serve_landed(cb, md)
+                else:
+                    self._served += 1
+                    served += 1
+                    cb(err, md)
+
+    def _serve_landed(self, cb: DeliveryCallback, landed: _Landed) -> int:
+        """A batch's callbacks, in order (under _poll_lock); if one raises, the rest wait in
+        _serving for the next poll()."""
+        self._serving = (cb, landed)
+        rows = landed.rows
+        start = landed.next
+        for k in range(start, len(rows)):
+            landed.next = k + 1
+            self._served += 1
+            cb(None, landed.metadata(rows[k]))
+        self._serving = None
+        return len(rows) - start
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for every queued record's outcome and serve callbacks; returns how many

@@ -11,6 +11,7 @@ from samsa.client._accumulator import (
     COLUMNAR_ENCODE_MIN,
     COLUMNAR_HASH_MIN,
     Batch,
+    RowSink,
     _encode_plain,
     assign_partitions,
     columnar_ready,
@@ -330,3 +331,43 @@ def test_plain_records_encode_as_encode_record_writes_them(seed: int) -> None:
     }
     payload = _open(rows).build(1, 0, 0, False, Compression.NONE)
     assert _decoded(payload) == _expected(rows, 0, len(rows["values"]))
+
+
+class _Rows(RowSink):
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, err: BaseException | None, md: RecordMetadata | None) -> None:
+        self.calls.append(("one", err, md))
+
+    def landed_rows(self, *args: Any) -> None:
+        self.calls.append(("rows", *args))
+
+
+@pytest.mark.parametrize("append_time", [-1, 1_800_000_000_000])
+def test_a_batch_whose_records_share_a_row_sink_is_delivered_in_one_call(
+    append_time: int,
+) -> None:
+    rows = _rows(300, seed=3)
+    shared = _Rows()
+    b = _open(rows, [shared if i % 2 else None for i in range(300)])
+    b.seal_full(2048, Compression.NONE, 1.0)  # the sealed part keeps its sinks, rebased
+    b.succeed(500, append_time, False)
+    ((kind, *args),) = shared.calls
+    assert kind == "rows"
+    topic, partition, base, got_rows, stamps, at, dup = args
+    assert (topic, partition, base, at, dup) == ("t", 3, 500, append_time, False)
+    first = 300 - b.count  # the rows left open after the sealed batches
+    assert got_rows == [i - first for i in range(first, 300) if i % 2]
+    if append_time < 0:
+        assert [stamps[r] for r in got_rows] == [rows["timestamps"][first + r] for r in got_rows]
+    else:
+        assert stamps is None
+    # two different sinks in a batch: each record gets its own call, with its metadata
+    mixed, other = _Rows(), _Rows()
+    b = _open(rows, [mixed if i % 2 else other for i in range(300)])
+    b.succeed(0, -1, False)
+    assert len(mixed.calls) == 150 and len(other.calls) == 150
+    assert [md.offset for _, _, md in mixed.calls] == list(range(1, 300, 2))

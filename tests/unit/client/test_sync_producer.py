@@ -5,12 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
 import pytest
 
-from samsa.client import Admin, ClosedError, Producer
+from samsa.client import Admin, ClosedError, Producer, RecordMetadata, _sync
 from samsa.testing import read_topic
 
 _FRESH = """
@@ -90,3 +91,86 @@ def test_produce_after_close_raises_and_queues_nothing(shared_broker: Any) -> No
     with pytest.raises(ClosedError):
         p.produce(topic, b"after", b"k")  # the fast path's case: bytes value and key
     assert [r.value for r in read_topic(shared_broker.bootstrap, topic)] == [b"before"]
+
+
+def test_delivery_callbacks_get_each_records_offset_once_in_order(shared_broker: Any) -> None:
+    # Many records per batch with one callback (served a batch at a time), interleaved with
+    # records of a second callback (then per record), unkeyed and keyed.
+    topic = _topic(shared_broker.bootstrap, 2)
+    n = 5_000
+    seen: dict[str, list[tuple[int, int, int]]] = {"a": [], "b": []}
+
+    def cb_a(err: BaseException | None, md: RecordMetadata | None) -> None:
+        assert err is None and md is not None
+        seen["a"].append((int(md.topic == topic), md.partition, md.offset))
+
+    def cb_b(err: BaseException | None, md: RecordMetadata | None) -> None:
+        assert err is None and md is not None
+        seen["b"].append((int(md.topic == topic), md.partition, md.offset))
+
+    with Producer({"bootstrap.servers": shared_broker.bootstrap}) as p:
+        for i in range(n):
+            cb = cb_b if i % 1000 < 10 else cb_a
+            p.produce(topic, b"%d" % i, None if i % 3 == 0 else b"k%d" % (i % 10), on_delivery=cb)
+        assert p.flush(60) == 0
+    got = {
+        (r.partition, r.offset): int(r.value) for r in read_topic(shared_broker.bootstrap, topic)
+    }
+    assert len(got) == n
+    for name, want in (
+        ("a", [i for i in range(n) if i % 1000 >= 10]),
+        ("b", [i for i in range(n) if i % 1000 < 10]),
+    ):
+        calls = seen[name]
+        assert all(ok for ok, _, _ in calls)
+        # each record's callback once, with the offset the record has in the log
+        assert sorted(got[(p, o)] for _, p, o in calls) == want
+
+
+def test_a_raising_callback_stops_poll_and_the_next_poll_goes_on(shared_broker: Any) -> None:
+    topic = _topic(shared_broker.bootstrap, 1)
+    offsets: list[int] = []
+
+    def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
+        assert md is not None
+        offsets.append(md.offset)
+        if md.offset in (3, 7):
+            raise RuntimeError(f"callback failed at {md.offset}")
+
+    with Producer({"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 50}) as p:
+        for i in range(10):
+            p.produce(topic, b"v%d" % i, b"k", on_delivery=cb)
+        with pytest.raises(RuntimeError, match="at 3"):
+            p.flush(30)  # all ten in one batch: the failure stops serving at offset 3
+        assert offsets == [0, 1, 2, 3]
+        with pytest.raises(RuntimeError, match="at 7"):
+            p.poll()
+        assert p.poll() == 2
+        assert p.poll() == 0
+    assert offsets == list(range(10))  # every callback once, in order
+
+
+def test_unserved_callbacks_are_bounded_when_nobody_polls(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # produce(on_delivery=...) serves callbacks itself once this many records' outcomes wait
+    monkeypatch.setattr(_sync, "_MAX_UNSERVED_CALLBACKS", 500)
+    topic = _topic(shared_broker.bootstrap, 1)
+    calls = 0
+    most_waiting = 0
+
+    def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
+        nonlocal calls
+        calls += 1
+
+    with Producer({"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 1}) as p:
+        for i in range(5_000):
+            p.produce(topic, b"x", on_delivery=cb)
+            if i % 100 == 0:
+                time.sleep(0.002)  # let some land
+            most_waiting = max(most_waiting, p._queued_outcomes - p._served)
+        assert calls > 0  # served without poll() or flush()
+        p.flush(30)
+    assert calls == 5_000
+    # at most the bound, plus what lands between two produce() calls (a batch or so)
+    assert most_waiting < 500 + 1_000
