@@ -35,6 +35,8 @@ from samsa.client._accumulator import (
     fail_items,
     make_columns,
     make_item,
+    register_sink,
+    unregister_sink,
 )
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
 from samsa.client._consumer import AsyncConsumer
@@ -320,9 +322,10 @@ class Producer(_Facade[AsyncProducer]):
         core.on_release = self._released
         self._transactional = core.transactional_id is not None
         self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
-        # Delivery callbacks: one sink per callback (no object per record); outcomes queued
-        # (records; loop thread only) against served (under _poll_lock) bound what waits.
-        self._sinks: dict[DeliveryCallback, _CallbackSink] = {}
+        # Delivery callbacks: one sink per callback, records carry its handle (no object per
+        # record); outcomes queued (records; loop thread only) against served (under
+        # _poll_lock) bound what waits.
+        self._sinks: dict[DeliveryCallback, int] = {}
         self._queued_outcomes = 0
         self._served = 0
         self._serving: tuple[DeliveryCallback, _Landed] | None = None
@@ -389,16 +392,21 @@ class Producer(_Facade[AsyncProducer]):
         item = make_item(topic, value, key, partition, timestamp, headers, sink)
         self._enqueue(item, item[3])
 
-    def _sink(self, callback: DeliveryCallback) -> _CallbackSink:
+    def _sink(self, callback: DeliveryCallback) -> _CallbackSink | int:
+        """The sink of a record with this callback: the handle of the callback's sink (made
+        once), or a sink of its own for an unhashable callable or beyond 64 callables (a
+        new callable per record: not kept)."""
         try:
-            sink = self._sinks.get(callback)
-        except TypeError:  # an unhashable callable: a sink of its own
+            handle = self._sinks.get(callback)
+        except TypeError:
             return _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
-        if sink is None:
-            sink = _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
-            if len(self._sinks) < 64:  # a new callable per record: not kept
-                self._sinks[callback] = sink
-        return sink
+        if handle is not None:
+            return handle
+        sink = _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
+        if len(self._sinks) >= 64:
+            return sink
+        handle = self._sinks[callback] = register_sink(sink)
+        return handle
 
     def _count_outcomes(self, n: int) -> None:
         self._queued_outcomes += n  # loop thread only
@@ -749,6 +757,8 @@ class Producer(_Facade[AsyncProducer]):
         finally:
             self._lt.stop()
             self.poll()
+            for handle in self._sinks.values():  # every record is resolved by now
+                unregister_sink(handle)
 
 
 class ResumedTransaction(_Facade[AsyncResumedTransaction]):

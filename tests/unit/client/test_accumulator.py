@@ -19,6 +19,8 @@ from samsa.client._accumulator import (
     make_item,
     normalize_headers,
     record_size,
+    register_sink,
+    unregister_sink,
 )
 from samsa.client._partitioner import partition_for_key
 from samsa.client._types import RecordMetadata, TopicPartition
@@ -352,7 +354,8 @@ def test_a_batch_whose_records_share_a_row_sink_is_delivered_in_one_call(
 ) -> None:
     rows = _rows(300, seed=3)
     shared = _Rows()
-    b = _open(rows, [shared if i % 2 else None for i in range(300)])
+    handle = register_sink(shared)  # records carry the handle, an int
+    b = _open(rows, [handle if i % 2 else None for i in range(300)])
     b.seal_full(2048, Compression.NONE, 1.0)  # the sealed part keeps its sinks, rebased
     b.succeed(500, append_time, False)
     ((kind, *args),) = shared.calls
@@ -367,7 +370,16 @@ def test_a_batch_whose_records_share_a_row_sink_is_delivered_in_one_call(
         assert stamps is None
     # two different sinks in a batch: each record gets its own call, with its metadata
     mixed, other = _Rows(), _Rows()
-    b = _open(rows, [mixed if i % 2 else other for i in range(300)])
+    hm, ho = register_sink(mixed), register_sink(other)
+    b = _open(rows, [hm if i % 2 else ho for i in range(300)])
     b.succeed(0, -1, False)
     assert len(mixed.calls) == 150 and len(other.calls) == 150
     assert [md.offset for _, _, md in mixed.calls] == list(range(1, 300, 2))
+    # and a failure reaches each record's sink through its handle
+    b = _open(rows, [hm if i % 2 else None for i in range(300)])
+    b.fail(RuntimeError("lost"))
+    assert len(mixed.calls) == 300 and all(
+        isinstance(e, RuntimeError) for _, e, _ in mixed.calls[150:]
+    )
+    for h in (handle, hm, ho):
+        unregister_sink(h)
