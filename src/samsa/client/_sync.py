@@ -119,15 +119,6 @@ class _Landed:
         self.duplicate = duplicate
         self.next = 0
 
-    def metadata(self, row: int) -> RecordMetadata:
-        return RecordMetadata(
-            self.topic,
-            self.partition,
-            self.base + row if self.base >= 0 else -1,
-            self.stamps[row] if self.stamps is not None else self.append_time,
-            duplicate=self.duplicate,
-        )
-
 
 class _CallbackSink(RowSink):
     """produce(on_delivery=cb)'s sink, one per callback: it queues the outcome for poll(),
@@ -632,13 +623,28 @@ class Producer(_Facade[AsyncProducer]):
     def _serve_landed(self, cb: DeliveryCallback, landed: _Landed) -> int:
         """A batch's callbacks, in order (under _poll_lock); if one raises, the rest wait in
         _serving for the next poll()."""
-        self._serving = (cb, landed)
         rows = landed.rows
-        start = landed.next
-        for k in range(start, len(rows)):
+        start = k = landed.next
+        if start >= len(rows):
+            self._serving = None
+            return 0
+        self._serving = (cb, landed)
+        topic, partition, base, stamps = landed.topic, landed.partition, landed.base, landed.stamps
+        at, dup = landed.append_time, landed.duplicate
+        try:
+            for k in range(start, len(rows)):  # k is read after the loop
+                row = rows[k]
+                md = RecordMetadata(
+                    topic,
+                    partition,
+                    base + row if base >= 0 else -1,
+                    stamps[row] if stamps is not None else at,
+                    duplicate=dup,
+                )
+                cb(None, md)
+        finally:  # the callback of row k ran (or raised): served
             landed.next = k + 1
-            self._served += 1
-            cb(None, landed.metadata(rows[k]))
+            self._served += k + 1 - start
         self._serving = None
         return len(rows) - start
 
