@@ -316,7 +316,7 @@ class Producer(_Facade[AsyncProducer]):
         # Delivery callbacks: one sink per callback, records carry its handle (no object per
         # record); outcomes queued (records; loop thread only) against served (under
         # _poll_lock) bound what waits.
-        self._sinks: dict[DeliveryCallback, int] = {}
+        self._sinks: dict[DeliveryCallback, tuple[None, None, None, int]] = {}  # extras
         self._queued_outcomes = 0
         self._served = 0
         self._serving: tuple[DeliveryCallback, _Landed] | None = None
@@ -360,7 +360,10 @@ class Producer(_Facade[AsyncProducer]):
             if on_delivery is None:
                 item: Item = (topic, value, key, size, None)
             else:
-                item = (topic, value, key, size, (None, None, None, self._sink(on_delivery)))
+                try:  # a known callback: its record extras, made once
+                    item = (topic, value, key, size, self._sinks[on_delivery])
+                except (KeyError, TypeError):
+                    item = (topic, value, key, size, (None, None, None, self._sink(on_delivery)))
                 if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
                     self.poll()  # nobody polls: serve them here rather than hold them all
             queued = self._queued + size
@@ -388,15 +391,16 @@ class Producer(_Facade[AsyncProducer]):
         once), or a sink of its own for an unhashable callable or beyond 64 callables (a
         new callable per record: not kept)."""
         try:
-            handle = self._sinks.get(callback)
+            extras = self._sinks.get(callback)
         except TypeError:
             return _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
-        if handle is not None:
-            return handle
+        if extras is not None:
+            return extras[3]
         sink = _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
         if len(self._sinks) >= 64:
             return sink
-        handle = self._sinks[callback] = register_sink(sink)
+        handle = register_sink(sink)
+        self._sinks[callback] = (None, None, None, handle)
         return handle
 
     def _count_outcomes(self, n: int) -> None:
@@ -763,8 +767,8 @@ class Producer(_Facade[AsyncProducer]):
         finally:
             self._lt.stop()
             self.poll()
-            for handle in self._sinks.values():  # every record is resolved by now
-                unregister_sink(handle)
+            for extras in self._sinks.values():  # every record is resolved by now
+                unregister_sink(extras[3])
 
 
 class ResumedTransaction(_Facade[AsyncResumedTransaction]):
