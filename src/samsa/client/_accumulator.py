@@ -888,6 +888,29 @@ class Columns:
         )
 
 
+def plain_columns(items: Sequence[Item], now_ms: int) -> Columns | None:
+    """A burst of one topic's plain records (intake items with no partition, timestamp,
+    headers or sink; checked already) as the columns of the columnar intake, or None if
+    the burst is not that. The sizes are the items' own, so buffer.memory's accounting
+    gives back exactly what the caller counted."""
+    n = len(items)
+    if not n or list(map(EXTRAS, items)).count(None) != n:
+        return None
+    if len(set(map(TOPIC, items))) != 1:
+        return None
+    import pyarrow as pa
+
+    keys = list(map(KEY, items))
+    return Columns(
+        pa.array(list(map(VALUE, items)), pa.large_binary()),
+        None if keys.count(None) == n else pa.array(keys, pa.large_binary()),
+        np.full(n, now_ms, np.int64),
+        None,
+        None,
+        np.fromiter(map(SIZE, items), np.int64, n),
+    )
+
+
 def make_columns(values: Any, keys: Any, partition: Any, headers: Any, timestamps: Any) -> Columns:
     """Check a ``produce_batch()`` call on the caller's thread (bad input raises here and
     nothing is queued) and convert its columns to Arrow once."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from samsa.client import Admin, ClosedError, Producer, RecordMetadata, _sync
+from samsa.client import Admin, ClosedError, Producer, RecordMetadata, _sync, partition_for_key
 from samsa.testing import read_topic
 
 _FRESH = """
@@ -200,3 +200,76 @@ def test_flush_waits_for_a_backlog_handed_over_in_chained_drains(
             assert p.flush(30) == 0
             assert done == 2_000 * (rounds + 1)  # every record delivered when flush returns
     assert len(read_topic(shared_broker.bootstrap, topic)) == 10_000
+
+
+def test_a_large_burst_of_plain_records_takes_the_columnar_intake_in_order(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Records queued while the loop thread is busy reach it as one burst; plain ones go the
+    # columnar way, records with a callback the per-record way, in one partition's order.
+    monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 500)
+    topic = _topic(shared_broker.bootstrap, 3)
+    acked: list[int] = []
+
+    def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
+        assert err is None and md is not None
+        acked.append(md.offset)
+
+    with Producer({"bootstrap.servers": shared_broker.bootstrap}) as p:
+        columnar = 0
+        real = p._core.append_columns
+
+        def spy(*args: Any) -> None:
+            nonlocal columnar
+            columnar += 1
+            real(*args)
+
+        monkeypatch.setattr(p._core, "append_columns", spy)
+        p.produce(topic, b"-1", partition=0)
+        p.flush(30)  # the topic's metadata known (records wait for it the per-record way)
+        for phase in range(4):
+            hold = threading.Event()
+            p._lt.call(hold.wait, 10)  # the loop thread busy: the records pile up
+            for i in range(1_000):
+                n = phase * 1_000 + i
+                key = None if n % 4 == 0 else b"k%d" % (n % 13)
+                p.produce(topic, b"%d" % n, key, on_delivery=cb if phase == 2 else None)
+            hold.set()
+            p._wait_inbox_drained()  # one burst per phase
+        assert p.flush(30) == 0
+    assert columnar == 3  # the phases without a callback
+    assert len(acked) == 1_000
+    last: dict[int, int] = {}
+    for r in read_topic(shared_broker.bootstrap, topic):
+        n = int(r.value)
+        if n < 0:
+            continue
+        assert r.key == (None if n % 4 == 0 else b"k%d" % (n % 13))
+        if r.key is not None:
+            assert r.partition == partition_for_key(r.key, 3)
+        assert last.get(r.partition, -1) < n  # each partition in produce() order
+        last[r.partition] = n
+    assert len(last) == 3
+
+
+def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: Any) -> None:
+    # Woken at every batch's release, the caller would queue a batch's worth of records at a
+    # time; it waits for a quarter of buffer.memory, then queues that much in one go.
+    topic = _topic(shared_broker.bootstrap, 2)
+    memory = 256 * 1024
+    config = {"bootstrap.servers": shared_broker.bootstrap, "buffer.memory": memory}
+    with Producer(config) as p:
+        bursts: list[int] = []
+        real = p._core.append_many
+
+        def spy(items: list[Any]) -> None:
+            bursts.append(sum(item[3] for item in items))
+            real(items)
+
+        p._core.append_many = spy  # type: ignore[method-assign]
+        for i in range(30_000):
+            p.produce(topic, b"v" * 100, b"k%d" % (i % 50))
+        assert p.flush(30) == 0
+    # (measured: median ~84 KB; ~32 KB when the caller is woken at every release)
+    big = sorted(bursts)[len(bursts) // 2]
+    assert big >= memory // 5, (big, len(bursts))
