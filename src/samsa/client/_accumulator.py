@@ -627,7 +627,7 @@ class Batch:
             self._unseal()
         assert self.timestamps is not None
         if self.handle is not None:
-            self.handle.landed(self.tp.partition, -1, k)
+            self.handle.landed(self.tp.partition, -1, k, -1, True)
         kept = bisect.bisect_left(self.sink_rows, k)
         for i, sink in zip(self.sink_rows[:kept], self.sinks[:kept], strict=True):
             _deliver(
@@ -670,7 +670,7 @@ class Batch:
             return
         self.done = True
         if self.handle is not None:
-            self.handle.landed(self.tp.partition, base_offset, self.count)
+            self.handle.landed(self.tp.partition, base_offset, self.count, append_time, duplicate)
         if not self.sinks:
             return
         topic, partition = self.tp
@@ -730,7 +730,7 @@ class RowSink:
         topic: str,
         partition: int,
         base_offset: int,
-        rows: list[int],
+        rows: Sequence[int],
         timestamps: list[int] | None,
         append_time: int,
         duplicate: bool,
@@ -758,6 +758,10 @@ def register_sink(sink: RowSink) -> int:
 
 def unregister_sink(handle: int) -> None:
     _row_sinks.pop(handle, None)
+
+
+def row_sink(handle: int) -> RowSink | None:
+    return _row_sinks.get(handle)
 
 
 def _deliver(sink: Sink, err: BaseException | None, md: RecordMetadata | None) -> None:
@@ -821,7 +825,16 @@ class Tally:
         if count == 0:
             self._finish()
 
-    def landed(self, partition: int, base_offset: int, count: int) -> None:
+    def landed(
+        self,
+        partition: int,
+        base_offset: int,
+        count: int,
+        append_time: int = -1,
+        duplicate: bool = False,
+    ) -> None:
+        """``count`` records written at ``base_offset`` (-1: none given) with the batch's
+        log append time (-1: CreateTime) and duplicate flag (for subclasses)."""
         if base_offset < 0:
             self.without_offset += count
         else:
@@ -889,12 +902,17 @@ class Columns:
 
 
 def plain_columns(items: Sequence[Item], now_ms: int) -> Columns | None:
-    """A burst of one topic's plain records (intake items with no partition, timestamp,
-    headers or sink; checked already) as the columns of the columnar intake, or None if
-    the burst is not that. The sizes are the items' own, so buffer.memory's accounting
-    gives back exactly what the caller counted."""
+    """A burst of one topic's plain records (intake items with no partition, timestamp or
+    headers, and all the same extras: none, or one shared sink's) as the columns of the
+    columnar intake, or None if the burst is not that. The sizes are the items' own, so
+    buffer.memory's accounting gives back exactly what the caller counted."""
     n = len(items)
-    if not n or list(map(EXTRAS, items)).count(None) != n:
+    if not n:
+        return None
+    extras = items[0][4]
+    if extras is not None and extras[:3] != (None, None, None):
+        return None
+    if list(map(EXTRAS, items)).count(extras) != n:  # identity first: a shared tuple
         return None
     if len(set(map(TOPIC, items))) != 1:
         return None

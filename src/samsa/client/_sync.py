@@ -21,7 +21,7 @@ import threading
 import time
 import typing
 from _thread import get_ident
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from samsa.client._accumulator import (
@@ -37,6 +37,7 @@ from samsa.client._accumulator import (
     make_item,
     plain_columns,
     register_sink,
+    row_sink,
     unregister_sink,
 )
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
@@ -114,7 +115,7 @@ class _Landed:
         topic: str,
         partition: int,
         base: int,
-        rows: list[int],
+        rows: Sequence[int],
         stamps: list[int] | None,
         append_time: int,
         duplicate: bool,
@@ -154,7 +155,7 @@ class _CallbackSink(RowSink):
         topic: str,
         partition: int,
         base_offset: int,
-        rows: list[int],
+        rows: Sequence[int],
         timestamps: list[int] | None,
         append_time: int,
         duplicate: bool,
@@ -162,6 +163,40 @@ class _CallbackSink(RowSink):
         self.counted(len(rows))
         landed = _Landed(topic, partition, base_offset, rows, timestamps, append_time, duplicate)
         self.put((self.callback, None, landed))
+
+
+class _CallbackTally(Tally):
+    """A columnar burst whose records share one delivery callback: each run of records
+    written (a batch) is queued for poll() as one entry, as a batch's RowSink delivery is;
+    the records of one partition are in offset order, so a run's records are its offsets.
+    Every record of the burst has the same timestamp (``now``), unless the batch's log
+    append time replaces it."""
+
+    __slots__ = ("_now", "_sink")
+
+    def __init__(self, topic: str, count: int, sink: _CallbackSink, now: int) -> None:
+        super().__init__(topic, count, _no_outcome)
+        self._sink = sink
+        self._now = now
+
+    def landed(
+        self,
+        partition: int,
+        base_offset: int,
+        count: int,
+        append_time: int = -1,
+        duplicate: bool = False,
+    ) -> None:
+        super().landed(partition, base_offset, count)
+        at = append_time if append_time >= 0 else self._now
+        self._sink.landed_rows(
+            self.topic, partition, base_offset, range(count), None, at, duplicate
+        )
+
+    def failed(self, err: BaseException, count: int) -> None:
+        super().failed(err, count)
+        for _ in range(count):
+            self._sink(err, None)
 
 
 class _Chunk:
@@ -624,10 +659,19 @@ class Producer(_Facade[AsyncProducer]):
             or topic in core._awaiting_metadata
         ):
             return False
-        cols = plain_columns(items, time.time_ns() // 1_000_000)
+        now = time.time_ns() // 1_000_000
+        cols = plain_columns(items, now)
         if cols is None:
             return False
-        core.append_columns(topic, cols, Tally(topic, len(items), _no_outcome))
+        extras = items[0][4]
+        if extras is None:
+            tally = Tally(topic, len(items), _no_outcome)
+        else:  # one delivery callback for every record: per-record outcomes from the runs
+            sink = row_sink(extras[3])
+            if not isinstance(sink, _CallbackSink):
+                return False
+            tally = _CallbackTally(topic, len(items), sink, now)
+        core.append_columns(topic, cols, tally)
         return True
 
     def _append_columns(self, chunk: _Chunk) -> None:

@@ -205,15 +205,16 @@ def test_flush_waits_for_a_backlog_handed_over_in_chained_drains(
 def test_a_large_burst_of_plain_records_takes_the_columnar_intake_in_order(
     shared_broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Records queued while the loop thread is busy reach it as one burst; plain ones go the
-    # columnar way, records with a callback the per-record way, in one partition's order.
+    # Records queued while the loop thread is busy reach it as one burst, which goes the
+    # columnar way (with a shared callback too), in each partition's order; the callback
+    # gets every record's partition and offset once.
     monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 500)
     topic = _topic(shared_broker.bootstrap, 3)
-    acked: list[int] = []
+    acked: list[tuple[int, int]] = []
 
     def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
-        assert err is None and md is not None
-        acked.append(md.offset)
+        assert err is None and md is not None and md.topic == topic
+        acked.append((md.partition, md.offset))
 
     with Producer({"bootstrap.servers": shared_broker.bootstrap}) as p:
         columnar = 0
@@ -237,19 +238,23 @@ def test_a_large_burst_of_plain_records_takes_the_columnar_intake_in_order(
             hold.set()
             p._wait_inbox_drained()  # one burst per phase
         assert p.flush(30) == 0
-    assert columnar == 3  # the phases without a callback
+    assert columnar == 4
     assert len(acked) == 1_000
     last: dict[int, int] = {}
+    phase2: set[tuple[int, int]] = set()
     for r in read_topic(shared_broker.bootstrap, topic):
         n = int(r.value)
         if n < 0:
             continue
+        if 2_000 <= n < 3_000:
+            phase2.add((r.partition, r.offset))
         assert r.key == (None if n % 4 == 0 else b"k%d" % (n % 13))
         if r.key is not None:
             assert r.partition == partition_for_key(r.key, 3)
         assert last.get(r.partition, -1) < n  # each partition in produce() order
         last[r.partition] = n
     assert len(last) == 3
+    assert set(acked) == phase2  # each callback record's own partition and offset
 
 
 def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: Any) -> None:
@@ -273,3 +278,24 @@ def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: An
     # (measured: median ~84 KB; ~32 KB when the caller is woken at every release)
     big = sorted(bursts)[len(bursts) // 2]
     assert big >= memory // 5, (big, len(bursts))
+
+
+def test_a_callback_burst_queues_one_entry_per_batch_with_its_time() -> None:
+    queued: list[tuple[Any, Any, Any]] = []
+    counted: list[int] = []
+
+    def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
+        raise AssertionError("served by poll(), not here")
+
+    sink = _sync._CallbackSink(cb, queued.append, counted.append)
+    tally = _sync._CallbackTally("t", 6, sink, 1_000)
+    tally.landed(2, 10, 3)  # CreateTime: the burst's timestamp
+    tally.landed(0, 7, 1, 5_000, False)  # the broker's log append time wins
+    tally.failed(RuntimeError("x"), 2)
+    assert counted == [3, 1, 1, 1] and tally.remaining == 0
+    (c1, e1, a), (c2, e2, b), (c3, e3, m3), (c4, e4, m4) = queued
+    assert (c1, c2, c3, c4) == (cb, cb, cb, cb)
+    assert (e1, e2, m3, m4) == (None, None, None, None)
+    assert isinstance(e3, RuntimeError) and isinstance(e4, RuntimeError)
+    assert (a.partition, a.base, list(a.rows), a.append_time) == (2, 10, [0, 1, 2], 1_000)
+    assert (b.partition, b.base, list(b.rows), b.append_time) == (0, 7, [0], 5_000)
