@@ -3,6 +3,9 @@
 Rows (100-byte values, 8-byte keys, one topic of 4 partitions on a fresh samsa broker):
 
 - producer, per record: ``produce()`` in a loop, then ``flush()``; both idempotent, acks=all.
+  Again with a delivery callback per record (``on_delivery``, served in ``flush()``/``poll()``
+  by both clients; it counts the records acknowledged), and again with samsa's ``batch.size``
+  at 1,000,000 bytes (librdkafka's default; samsa's is Java's 16 KB).
 - producer, columnar: ``Producer.produce_batch`` of Arrow columns (100,000 rows a call; samsa
   only; shown when the client has it), against confluent-kafka's per-record producer; with
   samsa's default ``batch.size`` (16 KB, Java's) and with 1,000,000 bytes (librdkafka's
@@ -48,10 +51,14 @@ def _key(i: int) -> bytes:
 # --- children: one measurement each, a JSON line on stdout ---------------------------------
 
 
-def _produce_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+def _produce_samsa(
+    bootstrap: str, topic: str, n: int, cap: float, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     from samsa.client import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", **(extra or {})}
+    )
     try:
         t0 = time.perf_counter()
         for i in range(n):
@@ -61,6 +68,32 @@ def _produce_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, 
     finally:
         p.close()
     return {"records": n - left, "seconds": dt, "capped": left > 0}
+
+
+def _produce_big_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    return _produce_samsa(bootstrap, topic, n, cap, {"batch.size": 1_000_000})
+
+
+def _produce_cb_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    from samsa.client import Producer
+
+    acked = 0
+
+    def on_delivery(err: Any, md: Any) -> None:
+        nonlocal acked
+        if err is None:
+            acked += 1
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            p.produce(topic, VALUE, _key(i), on_delivery=on_delivery)
+        p.flush(cap)
+        dt = time.perf_counter() - t0
+    finally:
+        p.close()
+    return {"records": acked, "seconds": dt, "capped": acked < n}
 
 
 def _produce_batch_samsa(
@@ -122,6 +155,32 @@ def _produce_ck(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any
     return {"records": n - left, "seconds": dt, "capped": left > 0}
 
 
+def _produce_cb_ck(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+    import confluent_kafka
+
+    acked = 0
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        nonlocal acked
+        if err is None:
+            acked += 1
+
+    p = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+    )
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, VALUE, _key(i), on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(cap)
+    dt = time.perf_counter() - t0
+    return {"records": acked, "seconds": dt, "capped": acked < n}
+
+
 def _consume_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
     from samsa.client import Consumer, TopicPartition
 
@@ -167,10 +226,12 @@ def _consume_ck(bootstrap: str, topic: str, n: int, cap: float, **extra: Any) ->
         {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False, **extra}
     )
     try:
-        c.assign([
-            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-            for p in range(_partitions(topic))
-        ])
+        c.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(_partitions(topic))
+            ]
+        )
         got = 0
         t0 = time.perf_counter()
         while got < n and time.perf_counter() - t0 < cap:
@@ -200,6 +261,9 @@ def _partitions(_topic: str) -> int:
 
 CHILDREN = {
     "produce-samsa": _produce_samsa,
+    "produce-cb-samsa": _produce_cb_samsa,
+    "produce-cb-ck": _produce_cb_ck,
+    "produce-big-samsa": _produce_big_samsa,
     "produce-batch-samsa": _produce_batch_samsa,
     "produce-batch-big-samsa": _produce_batch_big_samsa,
     "produce-ck": _produce_ck,
@@ -247,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", choices=("producer", "consumer"), help="run only these rows (both clients)"
     )
+    ap.add_argument("--match", help="run only the rows whose name contains this text")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -259,17 +324,27 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         # (row, samsa role, confluent-kafka role, what the samsa role reads or writes)
         ("producer, per record", "produce-samsa", "produce-ck"),
+        ("producer, per record, on_delivery", "produce-cb-samsa", "produce-cb-ck"),
+        ("producer, per record, batch.size 1 MB", "produce-big-samsa", "produce-ck"),
         ("producer, columnar (produce_batch)", "produce-batch-samsa", "produce-ck"),
         ("producer, columnar, batch.size 1 MB", "produce-batch-big-samsa", "produce-ck"),
         ("consumer, consume()", "consume-samsa", "consume-ck"),
         ("consumer, consume_arrow()", "consume-arrow-samsa", "consume-ck"),
-        ("consumer, consume() [ck: fetch.queue.backoff.ms=0]", "consume-samsa",
-         "consume-ck-nobackoff"),
-        ("consumer, consume_arrow() [ck: fetch.queue.backoff.ms=0]", "consume-arrow-samsa",
-         "consume-ck-nobackoff"),
+        (
+            "consumer, consume() [ck: fetch.queue.backoff.ms=0]",
+            "consume-samsa",
+            "consume-ck-nobackoff",
+        ),
+        (
+            "consumer, consume_arrow() [ck: fetch.queue.backoff.ms=0]",
+            "consume-arrow-samsa",
+            "consume-ck-nobackoff",
+        ),
     ]
     if args.only:
         rows = [r for r in rows if r[0].startswith(args.only)]
+    if args.match:
+        rows = [r for r in rows if args.match in r[0]]
     results: dict[str, list[dict[str, Any]]] = {}
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="samsa-bench-client-") as tmp:
@@ -277,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             bs = broker.bootstrap
             # Both consumers read one topic, filled once by confluent-kafka: the same bytes.
             read_topic = "read"
-            if args.only != "producer":
+            if any(sr.startswith("consume") for _row, sr, _cr in rows):
                 create_topic(bs, read_topic)
                 fill = run_child("produce-ck", bs, read_topic, n, args.cap)
                 if fill["capped"]:
@@ -298,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                             continue  # a reader in two rows runs once per repeat
                         if key in results and results[key] and results[key][0].get("missing"):
                             continue
-                        results.setdefault(key, []).append(
-                            run_child(role, bs, topic, n, args.cap)
-                        )
+                        results.setdefault(key, []).append(run_child(role, bs, topic, n, args.cap))
     total = time.perf_counter() - t_start
 
     def summary(role: str) -> tuple[float, float, bool] | str:
@@ -311,9 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         return (statistics.median(rates), max(r["peak_rss_mb"] for r in runs),
                 any(r["capped"] for r in runs))  # fmt: skip
 
-    print(f"\nsamsa client vs confluent-kafka {_ck_version()}, one samsa broker, {n:,} "
-          f"records of 100 B (8 B keys), 4 partitions, median of {args.repeat}; "
-          f"{os.cpu_count()} cores\n")
+    print(
+        f"\nsamsa client vs confluent-kafka {_ck_version()}, one samsa broker, {n:,} "
+        f"records of 100 B (8 B keys), 4 partitions, median of {args.repeat}; "
+        f"{os.cpu_count()} cores\n"
+    )
     print("| path | samsa rec/s | samsa MB/s | samsa peak RSS | confluent-kafka rec/s "
           "| ck peak RSS | samsa / ck |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")

@@ -431,7 +431,8 @@ class AsyncProducer:
         explicit = ts = hdrs = sinks = None
         if extras.count(None) != len(extras):
             none = (None, None, None, None)
-            explicit, stamps, hdrs, sinks = zip(*(e or none for e in extras), strict=True)
+            filled = [e or none for e in extras]  # four columns, no object per row (as above)
+            explicit, stamps, hdrs, sinks = ([e[k] for e in filled] for k in range(4))
             if stamps.count(None) != len(stamps):
                 ts = [now if t is None else t for t in stamps]
             if hdrs.count(None) == len(hdrs):

@@ -20,7 +20,8 @@ import queue
 import threading
 import time
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from _thread import get_ident
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from samsa.client._accumulator import (
@@ -28,10 +29,16 @@ from samsa.client._accumulator import (
     BatchMetadata,
     Columns,
     Item,
+    RowSink,
     Tally,
+    columnar_ready,
     fail_items,
     make_columns,
     make_item,
+    plain_columns,
+    register_sink,
+    row_sink,
+    unregister_sink,
 )
 from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
 from samsa.client._consumer import AsyncConsumer
@@ -68,15 +75,17 @@ BatchCallback = Callable[[BaseException | None, BatchMetadata], None]
 log = logging.getLogger("samsa.client.producer")
 # produce(on_delivery=...) serves callbacks itself beyond this many, if nobody polls
 _MAX_UNSERVED_CALLBACKS = 100_000
+# A burst of at least this many plain records takes the columnar intake (_append_plain):
+# below it, its fixed cost per call (~1 ms for 4 partitions) and the short batch it leaves
+# per partition cost more than the per-record path saves
+_COLUMNAR_MIN = 8_192
+# Records handed to the core per loop callback (see _drain_inbox): 16k, 32k and unbounded
+# were within noise of each other (on a loaded 2-core machine), 16k a little ahead.
+_DRAIN_MAX = 16_384
 
 
-def _queue_callback(
-    put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
-    cb: DeliveryCallback,
-    err: BaseException | None,
-    md: RecordMetadata | None,
-) -> None:
-    put((cb, err, md))
+def _no_outcome(err: BaseException | None, md: BatchMetadata) -> None:
+    """produce() without on_delivery: nobody to tell (as confluent-kafka)."""
 
 
 def _settle_future(
@@ -93,6 +102,101 @@ def _settle_future(
             cf.set_result(md)  # type: ignore[arg-type]
     if cb is not None:
         put((cb, err, md))
+
+
+class _Landed:
+    """The records of one batch for one delivery callback, served from poll() one by one
+    (``next``: the first not served yet)."""
+
+    __slots__ = ("append_time", "base", "duplicate", "next", "partition", "rows", "stamps", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        base: int,
+        rows: Sequence[int],
+        stamps: list[int] | None,
+        append_time: int,
+        duplicate: bool,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.base = base
+        self.rows = rows
+        self.stamps = stamps
+        self.append_time = append_time
+        self.duplicate = duplicate
+        self.next = 0
+
+
+class _CallbackSink(RowSink):
+    """produce(on_delivery=cb)'s sink, one per callback: it queues the outcome for poll(),
+    a whole batch's records as one entry (see :class:`RowSink`)."""
+
+    __slots__ = ("callback", "counted", "put")
+
+    def __init__(
+        self,
+        callback: DeliveryCallback,
+        put: Callable[[tuple[DeliveryCallback, Any, Any]], None],
+        counted: Callable[[int], None],
+    ) -> None:
+        self.callback = callback
+        self.put = put
+        self.counted = counted
+
+    def __call__(self, err: BaseException | None, md: RecordMetadata | None) -> None:
+        self.counted(1)
+        self.put((self.callback, err, md))
+
+    def landed_rows(
+        self,
+        topic: str,
+        partition: int,
+        base_offset: int,
+        rows: Sequence[int],
+        timestamps: list[int] | None,
+        append_time: int,
+        duplicate: bool,
+    ) -> None:
+        self.counted(len(rows))
+        landed = _Landed(topic, partition, base_offset, rows, timestamps, append_time, duplicate)
+        self.put((self.callback, None, landed))
+
+
+class _CallbackTally(Tally):
+    """A columnar burst whose records share one delivery callback: each run of records
+    written (a batch) is queued for poll() as one entry, as a batch's RowSink delivery is;
+    the records of one partition are in offset order, so a run's records are its offsets.
+    Every record of the burst has the same timestamp (``now``), unless the batch's log
+    append time replaces it."""
+
+    __slots__ = ("_now", "_sink")
+
+    def __init__(self, topic: str, count: int, sink: _CallbackSink, now: int) -> None:
+        super().__init__(topic, count, _no_outcome)
+        self._sink = sink
+        self._now = now
+
+    def landed(
+        self,
+        partition: int,
+        base_offset: int,
+        count: int,
+        append_time: int = -1,
+        duplicate: bool = False,
+    ) -> None:
+        super().landed(partition, base_offset, count)
+        at = append_time if append_time >= 0 else self._now
+        self._sink.landed_rows(
+            self.topic, partition, base_offset, range(count), None, at, duplicate
+        )
+
+    def failed(self, err: BaseException, count: int) -> None:
+        super().failed(err, count)
+        for _ in range(count):
+            self._sink(err, None)
 
 
 class _Chunk:
@@ -221,28 +325,50 @@ class Producer(_Facade[AsyncProducer]):
     def __init__(
         self, config: dict[str, Any] | None = None, *, state: ProducerState | None = None
     ) -> None:
+        columnar_ready()  # load the codec (pyarrow, numpy) while we connect...
         self._lt, self._core = start_client(
             "samsa-producer", lambda: AsyncProducer(config, state=state)
         )
+        # ...and return once it is loaded: an import running behind the first produce()
+        # calls fights them for the GIL (measured: ~0.3 s of CPU that starved the loop
+        # thread, which then sent nothing until flush(); 200k records went at 0.6x the rate
+        # they go at with the codec loaded)
+        columnar_ready(wait=True)
         core = self._core
-        # Producing threads append to the inbox under _lock (which also guards _queued);
-        # the loop thread takes items without it (see _drain_inbox), so a producing
-        # thread never waits for the loop thread.
+        # Producing threads append to the inbox; the loop thread takes items without a lock
+        # (see _drain_inbox), so a producing thread never waits for the loop thread. The
+        # thread that made the producer (the owner) appends without a lock as well: a lock
+        # per record was 40% of produce()'s cost. Other threads count what they queue under
+        # _lock, which also guards _chunks.
+        self._owner = threading.get_ident()
         self._lock = threading.Lock()
         self._inbox: list[Item] = []
         self._chunks = 0  # produce_batch() chunks in the inbox (under _lock)
         self._scheduled = False
-        # buffer.memory: bytes ever queued here (under _lock) against bytes the core ever
-        # released (core.released_bytes, loop thread); the difference is what is held.
+        # buffer.memory: bytes ever queued here against bytes the core ever released
+        # (core.released_bytes, loop thread); the difference is what is held. Each counter
+        # has one writer: _queued the owner thread, _queued_other whoever holds _lock.
         self._queued = 0
+        self._queued_other = 0
         self._buffer_memory = core.buffer_memory
         self._max_block = core.max_block
         self._space = threading.Event()
         self._want_space = False
+        self._wake_below = 0  # what a blocked caller waits for (see _wait_for_space)
         core.on_release = self._released
         self._transactional = core.transactional_id is not None
         self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
+        # Delivery callbacks: one sink per callback, records carry its handle (no object per
+        # record); outcomes queued (records; loop thread only) against served (under
+        # _poll_lock) bound what waits.
+        self._sinks: dict[DeliveryCallback, tuple[None, None, None, int]] = {}  # extras
+        self._queued_outcomes = 0
+        self._served = 0
+        self._serving: tuple[DeliveryCallback, _Landed] | None = None
+        self._poll_lock = threading.RLock()
         self._closed = False
+        # produce()'s fast path: open and not transactional (close() clears it)
+        self._fast = not self._transactional
 
     def produce(
         self,
@@ -260,40 +386,70 @@ class Producer(_Facade[AsyncProducer]):
         Blocks while ``buffer.memory`` is full, at most ``max.block.ms``, then raises
         :class:`BufferExhaustedError`; an invalid record raises TypeError/ValueError here.
         """
+        # The common case first, inline: bytes value and key (or no key), at most a delivery
+        # callback, from the owner thread; one tuple and one list append, no lock, no call
+        # into asyncio unless the loop thread has no drain coming.
+        tk = type(key)
+        if (
+            self._fast
+            and type(value) is bytes
+            and (tk is bytes or key is None)
+            and type(topic) is str
+            and partition is None
+            and timestamp is None
+            and headers is None
+            and topic
+            and get_ident() == self._owner
+        ):
+            size = RECORD_OVERHEAD + len(value) + (len(key) if tk is bytes else 0)
+            if on_delivery is None:
+                item: Item = (topic, value, key, size, None)
+            else:
+                try:  # a known callback: its record extras, made once
+                    item = (topic, value, key, size, self._sinks[on_delivery])
+                except (KeyError, TypeError):
+                    item = (topic, value, key, size, (None, None, None, self._sink(on_delivery)))
+                if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
+                    self.poll()  # nobody polls: serve them here rather than hold them all
+            queued = self._queued + size
+            if queued + self._queued_other - self._core.released_bytes <= self._buffer_memory:
+                self._inbox.append(item)
+                self._queued = queued
+                if not self._scheduled:
+                    self._scheduled = True
+                    self._lt.call(self._drain_inbox)
+                return
         if self._closed:
             raise ClosedError("producer is closed")
         if self._transactional:
             self._core.check_can_send()
-        if (
-            type(topic) is str
-            and (value is None or type(value) is bytes)
-            and (key is None or type(key) is bytes)
-            and partition is None
-            and timestamp is None
-            and headers is None
-            and on_delivery is None
-            and topic
-        ):  # the common case, checked inline
-            size = RECORD_OVERHEAD + len(value or b"") + len(key or b"")
-            item: Item = (topic, value, key, size, None)
-        else:
-            sink = None
-            if on_delivery is not None:
-                sink = functools.partial(_queue_callback, self._callbacks.put, on_delivery)
-                if self._callbacks.qsize() >= _MAX_UNSERVED_CALLBACKS:
-                    self.poll()  # nobody polls: serve them here rather than hold them all
-            item = make_item(topic, value, key, partition, timestamp, headers, sink)
-            size = item[3]
-        # _enqueue, inlined: this is the per-record path
-        if self._queued - self._core.released_bytes + size > self._buffer_memory:
-            self._wait_for_space(size)
-        with self._lock:
-            self._inbox.append(item)
-            self._queued += size
-            scheduled = self._scheduled
-            self._scheduled = True
-        if not scheduled:
-            self._lt.call(self._drain_inbox)
+        sink = None
+        if on_delivery is not None:
+            sink = self._sink(on_delivery)
+            if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
+                self.poll()  # nobody polls: serve them here rather than hold them all
+        item = make_item(topic, value, key, partition, timestamp, headers, sink)
+        self._enqueue(item, item[3])
+
+    def _sink(self, callback: DeliveryCallback) -> _CallbackSink | int:
+        """The sink of a record with this callback: the handle of the callback's sink (made
+        once), or a sink of its own for an unhashable callable or beyond 64 callables (a
+        new callable per record: not kept)."""
+        try:
+            extras = self._sinks.get(callback)
+        except TypeError:
+            return _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
+        if extras is not None:
+            return extras[3]
+        sink = _CallbackSink(callback, self._callbacks.put, self._count_outcomes)
+        if len(self._sinks) >= 64:
+            return sink
+        handle = register_sink(sink)
+        self._sinks[callback] = (None, None, None, handle)
+        return handle
+
+    def _count_outcomes(self, n: int) -> None:
+        self._queued_outcomes += n  # loop thread only
 
     def send(
         self,
@@ -362,10 +518,11 @@ class Producer(_Facade[AsyncProducer]):
                 tally.failed(exc, len(cols))
                 raise
         chunks = core.column_chunks(cols)
+        owner = get_ident() == self._owner
         for i, chunk in enumerate(chunks):
             size = int(chunk.sizes.sum())
             try:
-                if self._queued - core.released_bytes + size > self._buffer_memory:
+                if self._held() + size > self._buffer_memory:
                     self._wait_for_space(min(size, self._buffer_memory))
             except KafkaError as exc:
                 self._lt.call(tally.failed, exc, sum(len(c) for c in chunks[i:]))
@@ -374,57 +531,90 @@ class Producer(_Facade[AsyncProducer]):
             with self._lock:
                 self._chunks += 1  # before the append: a drain that sees it sees the count
                 self._inbox.append(_Chunk(topic, chunk, tally))  # type: ignore[arg-type]
-                self._queued += size
-                scheduled = self._scheduled
-                self._scheduled = True
-            if not scheduled:
-                self._lt.call(self._drain_inbox)
+                if owner:
+                    self._queued += size
+                else:
+                    self._queued_other += size
+            self._schedule()
         return cf
 
     def _enqueue(self, item: Item, size: int) -> None:
-        if self._queued - self._core.released_bytes + size > self._buffer_memory:
+        if self._held() + size > self._buffer_memory:
             self._wait_for_space(size)
-        with self._lock:
+        if get_ident() == self._owner:
             self._inbox.append(item)
             self._queued += size
-            scheduled = self._scheduled
+        else:
+            with self._lock:
+                self._inbox.append(item)
+                self._queued_other += size
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # Unlocked: two threads may both schedule a drain (harmless, the second finds less
+        # or nothing); none can miss one, as a flag seen set was set by a thread whose
+        # drain resets it, and takes the inbox, only after this thread's append.
+        if not self._scheduled:
             self._scheduled = True
-        if not scheduled:
             self._lt.call(self._drain_inbox)
 
+    def _held(self) -> int:
+        """Bytes queued and not yet released (a concurrent producing thread's record in
+        flight may be missing: the bound can be passed by one record per thread)."""
+        return self._queued + self._queued_other - self._core.released_bytes
+
     def _wait_for_space(self, size: int) -> None:
-        """Block until the producer holds less than buffer.memory, up to max.block.ms."""
-        if size > self._buffer_memory:
+        """Block until the producer holds less than buffer.memory, up to max.block.ms.
+
+        Once blocked, the caller waits for a quarter of buffer.memory to be free (or for
+        what the record needs, if more), not just for this record's bytes: it then queues a
+        burst the loop thread takes in a few calls, rather than the few hundred records a
+        batch's release makes room for, each burst paying the intake's fixed costs. At
+        max.block.ms a record that fits is still taken."""
+        memory = self._buffer_memory
+        if size > memory:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                f"the record is {size} bytes when serialized, more than buffer.memory "
-                f"({self._buffer_memory})",
+                f"the record is {size} bytes when serialized, more than buffer.memory ({memory})",
             )
+        wake_below = memory - max(size, memory // 4)
         deadline = time.monotonic() + self._max_block
         while True:
             self._space.clear()
+            self._wake_below = wake_below
             self._want_space = True
-            if self._queued - self._core.released_bytes + size <= self._buffer_memory:
+            if self._held() <= wake_below:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BufferExhaustedError(self._buffer_memory, self._max_block)
+                if self._held() + size <= memory:
+                    return
+                raise BufferExhaustedError(memory, self._max_block)
             # the core sets _space when it releases; the timeout only bounds a lost wakeup
             self._space.wait(min(remaining, 0.05))
 
     def _released(self) -> None:
-        """The core gave bytes back (loop thread): wake a caller blocked in produce."""
-        if self._want_space:
+        """The core gave bytes back (loop thread): wake a caller blocked in produce once
+        what it waits for is free."""
+        if self._want_space and self._held() <= self._wake_below:
             self._want_space = False
             self._space.set()
 
-    def _drain_inbox(self) -> None:
-        # Reset the flag first: an item appended after it schedules another drain, one
-        # appended before it is taken below. Slicing and deleting the first n are single
-        # operations under the GIL, so an append meanwhile lands after them, kept.
-        self._scheduled = False
+    def _drain_inbox(self, chained: bool = True) -> None:
+        """Hand the inbox to the core, at most _DRAIN_MAX items a call: with more, the call
+        chains another after whatever the loop has ready, so the sender ships the first
+        batches of a large backlog while the rest is encoded (the broker works meanwhile)."""
         inbox = self._inbox
         n = len(inbox)
+        if n > _DRAIN_MAX and chained:
+            n = _DRAIN_MAX
+            self._lt.loop.call_soon(self._drain_inbox)  # the flag stays set: ours to reset
+        else:
+            # Reset the flag first: an item appended after it schedules another drain, one
+            # appended before it is taken below.
+            self._scheduled = False
+        # Slicing and deleting the first n are single operations under the GIL, so an
+        # append meanwhile lands after them, kept.
         items = inbox[:n]
         del inbox[:n]
         if not items:
@@ -447,12 +637,42 @@ class Producer(_Facade[AsyncProducer]):
 
     def _append_many(self, items: list[Item]) -> None:
         try:
+            if len(items) >= _COLUMNAR_MIN and self._append_plain(items):
+                return
             self._core.append_many(items)
         except Exception as exc:  # a bug here must not leave records unresolved
             log.exception("producer intake failed")
             err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
             self._core._set_fatal(err)
             fail_items(items, err)
+
+    def _append_plain(self, items: list[Item]) -> bool:
+        """A large burst of plain records of one topic (the caller ahead of the loop
+        thread) goes the columnar way: hashed, grouped and encoded a column at a time into
+        sealed batches, as produce_batch's rows (per partition, the last batch may be short:
+        the next burst starts another). False: not such a burst, nothing done."""
+        core = self._core
+        topic = items[0][0]
+        if (
+            self._transactional
+            or core.cluster.partition_count(topic) is None
+            or topic in core._awaiting_metadata
+        ):
+            return False
+        now = time.time_ns() // 1_000_000
+        cols = plain_columns(items, now)
+        if cols is None:
+            return False
+        extras = items[0][4]
+        if extras is None:
+            tally = Tally(topic, len(items), _no_outcome)
+        else:  # one delivery callback for every record: per-record outcomes from the runs
+            sink = row_sink(extras[3])
+            if not isinstance(sink, _CallbackSink):
+                return False
+            tally = _CallbackTally(topic, len(items), sink, now)
+        core.append_columns(topic, cols, tally)
+        return True
 
     def _append_columns(self, chunk: _Chunk) -> None:
         try:
@@ -465,22 +685,58 @@ class Producer(_Facade[AsyncProducer]):
                 chunk.tally.failed(err, chunk.tally.remaining)
 
     def poll(self, timeout: float = 0.0) -> int:
-        """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one."""
-        served = 0
-        try:
-            item = self._callbacks.get(timeout=timeout) if timeout > 0 else None
-        except queue.Empty:
+        """Serve delivery callbacks; waits up to ``timeout`` seconds for the first one.
+        A callback that raises stops poll() there; the next poll() goes on after it."""
+        with self._poll_lock:
+            served = 0
+            if self._serving is not None:
+                served += self._serve_landed(*self._serving)
+            try:
+                item = self._callbacks.get(timeout=timeout) if timeout > 0 and not served else None
+            except queue.Empty:
+                return 0
+            while True:
+                if item is None:
+                    try:
+                        item = self._callbacks.get_nowait()
+                    except queue.Empty:
+                        return served
+                cb, err, md = item
+                item = None
+                if type(md) is _Landed:
+                    served += self._serve_landed(cb, md)
+                else:
+                    self._served += 1
+                    served += 1
+                    cb(err, md)
+
+    def _serve_landed(self, cb: DeliveryCallback, landed: _Landed) -> int:
+        """A batch's callbacks, in order (under _poll_lock); if one raises, the rest wait in
+        _serving for the next poll()."""
+        rows = landed.rows
+        start = k = landed.next
+        if start >= len(rows):
+            self._serving = None
             return 0
-        while True:
-            if item is None:
-                try:
-                    item = self._callbacks.get_nowait()
-                except queue.Empty:
-                    return served
-            cb, err, md = item
-            cb(err, md)
-            served += 1
-            item = None
+        self._serving = (cb, landed)
+        topic, partition, base, stamps = landed.topic, landed.partition, landed.base, landed.stamps
+        at, dup = landed.append_time, landed.duplicate
+        try:
+            for k in range(start, len(rows)):  # k is read after the loop
+                row = rows[k]
+                md = RecordMetadata(
+                    topic,
+                    partition,
+                    base + row if base >= 0 else -1,
+                    stamps[row] if stamps is not None else at,
+                    duplicate=dup,
+                )
+                cb(None, md)
+        finally:  # the callback of row k ran (or raised): served
+            landed.next = k + 1
+            self._served += k + 1 - start
+        self._serving = None
+        return len(rows) - start
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for every queued record's outcome and serve callbacks; returns how many
@@ -503,8 +759,9 @@ class Producer(_Facade[AsyncProducer]):
         return inbox + self._lt.run_sync(self._core.queued_records)
 
     def _wait_inbox_drained(self) -> None:
-        # call_soon order: once this runs, every earlier _drain_inbox has run.
-        self._lt.run_sync(lambda: None)
+        """Until the core has every record queued before this call (a chained drain may
+        still be pending: hand over the rest now, on the loop thread)."""
+        self._lt.run_sync(functools.partial(self._drain_inbox, False))
 
     def state(self) -> ProducerState:
         """Producer id, epoch and next sequence per partition; call after flush()."""
@@ -588,6 +845,7 @@ class Producer(_Facade[AsyncProducer]):
     def close(self, timeout: float | None = 30.0) -> None:
         if self._closed:
             return
+        self._fast = False
         self._closed = True
         try:
             self._wait_inbox_drained()
@@ -595,6 +853,8 @@ class Producer(_Facade[AsyncProducer]):
         finally:
             self._lt.stop()
             self.poll()
+            for extras in self._sinks.values():  # every record is resolved by now
+                unregister_sink(extras[3])
 
 
 class ResumedTransaction(_Facade[AsyncResumedTransaction]):

@@ -11,12 +11,16 @@ from samsa.client._accumulator import (
     COLUMNAR_ENCODE_MIN,
     COLUMNAR_HASH_MIN,
     Batch,
+    RowSink,
+    _encode_plain,
     assign_partitions,
     columnar_ready,
     group_by_partition,
     make_item,
     normalize_headers,
     record_size,
+    register_sink,
+    unregister_sink,
 )
 from samsa.client._partitioner import partition_for_key
 from samsa.client._types import RecordMetadata, TopicPartition
@@ -25,6 +29,7 @@ from samsa.protocol.records import (
     Compression,
     RecordBatchView,
     decode_records,
+    encode_record,
     validate_produce_batch,
 )
 
@@ -299,3 +304,82 @@ def test_log_append_time_replaces_the_record_timestamp() -> None:
     b.succeed(9, 123456, False)
     ((_, md),) = sinks.calls[0]
     assert md is not None and (md.offset, md.timestamp) == (9, 123456)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_records_encode_as_encode_record_writes_them(seed: int) -> None:
+    # Records without headers take the table-driven encoder; a field beyond its table (a
+    # value of 5000+ bytes, timestamps seconds apart, a batch of 5000 rows) is encoded by
+    # encode_record within the same section. The bytes must be encode_record's either way.
+    rng = random.Random(seed)
+    n = rng.choice([3, 100, 5000])
+    values = [
+        None if i % 11 == 3 else rng.randbytes(rng.choice([0, 1, 63, 64, 100, 8200]))
+        for i in range(n)
+    ]
+    keys = [None if i % 4 == 0 else rng.randbytes(rng.choice([0, 8, 70])) for i in range(n)]
+    base = 1_700_000_000_000
+    stamps = [base + rng.choice([0, 1, -64, 63, 4095, -4097, 100_000]) for _ in range(n)]
+    got = _encode_plain(values, keys, stamps, 0, n)
+    want = b"".join(encode_record(i, stamps[i] - stamps[0], keys[i], values[i]) for i in range(n))
+    assert got == want
+    # and a batch sealed from these rows (the per-record path: no headers) decodes to them
+    rows = {
+        "values": values[:100],
+        "keys": keys[:100],
+        "timestamps": stamps[:100],
+        "headers": None,
+        "sizes": [record_size(v, k, None) for v, k in zip(values[:100], keys[:100], strict=True)],
+    }
+    payload = _open(rows).build(1, 0, 0, False, Compression.NONE)
+    assert _decoded(payload) == _expected(rows, 0, len(rows["values"]))
+
+
+class _Rows(RowSink):
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, err: BaseException | None, md: RecordMetadata | None) -> None:
+        self.calls.append(("one", err, md))
+
+    def landed_rows(self, *args: Any) -> None:
+        self.calls.append(("rows", *args))
+
+
+@pytest.mark.parametrize("append_time", [-1, 1_800_000_000_000])
+def test_a_batch_whose_records_share_a_row_sink_is_delivered_in_one_call(
+    append_time: int,
+) -> None:
+    rows = _rows(300, seed=3)
+    shared = _Rows()
+    handle = register_sink(shared)  # records carry the handle, an int
+    b = _open(rows, [handle if i % 2 else None for i in range(300)])
+    b.seal_full(2048, Compression.NONE, 1.0)  # the sealed part keeps its sinks, rebased
+    b.succeed(500, append_time, False)
+    ((kind, *args),) = shared.calls
+    assert kind == "rows"
+    topic, partition, base, got_rows, stamps, at, dup = args
+    assert (topic, partition, base, at, dup) == ("t", 3, 500, append_time, False)
+    first = 300 - b.count  # the rows left open after the sealed batches
+    assert got_rows == [i - first for i in range(first, 300) if i % 2]
+    if append_time < 0:
+        assert [stamps[r] for r in got_rows] == [rows["timestamps"][first + r] for r in got_rows]
+    else:
+        assert stamps is None
+    # two different sinks in a batch: each record gets its own call, with its metadata
+    mixed, other = _Rows(), _Rows()
+    hm, ho = register_sink(mixed), register_sink(other)
+    b = _open(rows, [hm if i % 2 else ho for i in range(300)])
+    b.succeed(0, -1, False)
+    assert len(mixed.calls) == 150 and len(other.calls) == 150
+    assert [md.offset for _, _, md in mixed.calls] == list(range(1, 300, 2))
+    # and a failure reaches each record's sink through its handle
+    b = _open(rows, [hm if i % 2 else None for i in range(300)])
+    b.fail(RuntimeError("lost"))
+    assert len(mixed.calls) == 300 and all(
+        isinstance(e, RuntimeError) for _, e, _ in mixed.calls[150:]
+    )
+    for h in (handle, hm, ho):
+        unregister_sink(h)
