@@ -76,6 +76,7 @@ from samsa.client._fetch_session import (
     INVALID_SESSION_ID,
     FetchPlan,
     FetchSessionHandler,
+    fetch_request,
 )
 from samsa.client._retry import INVALID_METADATA, RetryLater
 from samsa.client._types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
@@ -991,45 +992,13 @@ class AsyncConsumer:
             plan = handler.build(wanted)
         else:
             plan = FetchPlan(INVALID_SESSION_ID, FINAL_EPOCH, wanted)
-        topics: dict[str, list[Any]] = {}
-        for (topic, partition), (offset, max_bytes) in plan.to_send.items():
-            topics.setdefault(topic, []).append(
-                make_request(
-                    ApiKey.FETCH,
-                    v,
-                    "FetchPartition",
-                    partition=partition,
-                    current_leader_epoch=-1,
-                    fetch_offset=offset,
-                    last_fetched_epoch=-1,
-                    log_start_offset=-1,
-                    partition_max_bytes=max_bytes,
-                )
-            )
-        forgotten: dict[str, list[int]] = {}
-        for topic, partition in plan.forgotten:
-            forgotten.setdefault(topic, []).append(partition)
-        req = make_request(
-            ApiKey.FETCH,
+        req = fetch_request(
             v,
-            "FetchRequest",
-            cluster_id=None,
-            replica_id=-1,
-            max_wait=int(max_wait * 1000),
+            plan,
+            max_wait_ms=int(max_wait * 1000),
             min_bytes=c.int("fetch.min.bytes"),
             max_bytes=c.int("fetch.max.bytes"),
             isolation_level=self.isolation_level,
-            session_id=plan.session_id,
-            session_epoch=plan.epoch,
-            topics=tuple(
-                make_request(ApiKey.FETCH, v, "FetchTopic", topic=t, partitions=tuple(p))
-                for t, p in topics.items()
-            ),
-            forgotten_topics_data=tuple(
-                make_request(ApiKey.FETCH, v, "ForgottenTopic", topic=t, partitions=tuple(p))
-                for t, p in forgotten.items()
-            ),
-            rack_id="",
         )
         try:
             fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
@@ -1113,11 +1082,9 @@ class AsyncConsumer:
             with contextlib.suppress(KafkaError, OSError, TimeoutError):
                 conn = await asyncio.wait_for(self.cluster.connection(node), 1.0)
                 v = conn.version(ApiKey.FETCH, 7, 12)
-                req = make_request(
-                    ApiKey.FETCH, v, "FetchRequest", cluster_id=None, replica_id=-1,
-                    max_wait=0, min_bytes=0, max_bytes=0, isolation_level=self.isolation_level,
-                    session_id=plan.session_id, session_epoch=plan.epoch, topics=(),
-                    forgotten_topics_data=(), rack_id="",
+                req = fetch_request(
+                    v, plan, max_wait_ms=0, min_bytes=0, max_bytes=0,
+                    isolation_level=self.isolation_level,
                 )  # fmt: skip
                 fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
                 await conn.drain()

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from samsa.protocol.errors import ErrorCode
+from samsa.protocol.messages import ApiKey, make_request
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -122,3 +124,55 @@ class FetchSessionHandler:
         self.session_id = session_id
         self.epoch = INITIAL_EPOCH
         self.session = {}
+
+
+def fetch_request(
+    version: int,
+    plan: FetchPlan,
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    isolation_level: int,
+) -> Any:
+    """The Fetch request of ``plan`` (a consumer's: no replica, no leader epochs)."""
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition), (offset, part_max) in plan.to_send.items():
+        topics.setdefault(topic, []).append(
+            make_request(
+                ApiKey.FETCH,
+                version,
+                "FetchPartition",
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=part_max,
+            )
+        )
+    forgotten: dict[str, list[int]] = {}
+    for topic, partition in plan.forgotten:
+        forgotten.setdefault(topic, []).append(partition)
+    return make_request(
+        ApiKey.FETCH,
+        version,
+        "FetchRequest",
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=plan.session_id,
+        session_epoch=plan.epoch,
+        topics=tuple(
+            make_request(ApiKey.FETCH, version, "FetchTopic", topic=t, partitions=tuple(p))
+            for t, p in topics.items()
+        ),
+        forgotten_topics_data=tuple(
+            make_request(ApiKey.FETCH, version, "ForgottenTopic", topic=t, partitions=tuple(p))
+            for t, p in forgotten.items()
+        ),
+        rack_id="",
+    )
