@@ -24,6 +24,7 @@ from samsa.client._connection import BlockingConnection
 from samsa.client._fetch_session import FINAL_EPOCH, FetchPlan, FetchSessionHandler, fetch_request
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey
+from samsa.testing.proxy import FaultProxy, Faults
 
 T = 20.0
 
@@ -69,12 +70,13 @@ def _expected(counts: dict[int, int]) -> dict[int, list[tuple[int, bytes]]]:
 
 
 @contextlib.contextmanager
-def _consumer(bootstrap: str, topic: str, partitions: int) -> Iterator[Consumer]:
+def _consumer(bootstrap: str, topic: str, partitions: int, **extra: str) -> Iterator[Consumer]:
     # small fetches and short waits: many rounds, some with news, some without
     cfg = {
         "bootstrap.servers": bootstrap,
         "fetch.max.wait.ms": "100",
         "max.partition.fetch.bytes": "1024",
+        **extra,
     }
     with Consumer(cfg) as c:
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
@@ -181,3 +183,28 @@ def test_lost_sessions_are_recovered_without_loss_or_duplicates(broker_factory, 
     # each error was followed by a full request: the old session's id, then none
     reqs = [e[2:4] for e in spy if e[0] == "req" and e[1] is ha]
     assert (first, 0) in reqs and (0, 0) in reqs[1:]
+
+
+def test_failed_fetches_restart_the_session_without_loss_or_duplicates(broker, spy) -> None:  # type: ignore[no-untyped-def]
+    """Fetches lost on the way (the connection reset before the broker saw them, or after it
+    answered): the consumer cannot know what the broker's session holds, so its next Fetch
+    is full, naming the old session to replace it."""
+    topic = _topic(broker.bootstrap, 2)
+    faults = Faults(reset_rate=0.15, drop_response_rate=0.15, apis=frozenset({ApiKey.FETCH}))
+    got: dict[int, list[Any]] = {0: [], 1: []}
+    with FaultProxy(("127.0.0.1", broker.port), faults=faults, seed=4) as proxy:
+        proxy.start()
+        with _consumer(proxy.address, topic, 2, **{"reconnect.backoff.ms": "10",
+                                                   "retry.backoff.ms": "10"}) as c:  # fmt: skip
+            for chunk in range(4):
+                for p in range(2):
+                    _produce(broker.bootstrap, topic, p, 15 * chunk, 15)
+                _read(c, got, 30 * (chunk + 1))
+                c.poll(0.5)  # rounds with nothing new
+        assert proxy.stats.faults >= 3
+    assert got == _expected({0: 60, 1: 60})
+    reqs = [e[2:4] for e in spy if e[0] == "req"]
+    restarts = [i for i, (sid, epoch) in enumerate(reqs) if sid != 0 and epoch == 0]
+    assert restarts  # a full request naming the session it replaces
+    # and the new session went on incrementally
+    assert any(epoch > 0 for _sid, epoch in reqs[restarts[0] :])
