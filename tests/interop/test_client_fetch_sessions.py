@@ -140,6 +140,30 @@ def test_consumer_reads_through_incremental_sessions(broker, spy) -> None:  # ty
     assert gone.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
 
 
+def test_unsubscribe_closes_the_session(broker, spy) -> None:  # type: ignore[no-untyped-def]
+    topic = _topic(broker.bootstrap, 2)
+    for p in range(2):
+        _produce(broker.bootstrap, topic, p, 0, 10)
+    got: dict[int, list[Any]] = {0: [], 1: []}
+    with _consumer(broker.bootstrap, topic, 2) as c:
+        _read(c, got, 20)
+        handler = _handler(c)
+        sid, epoch = handler.session_id, handler.epoch
+        assert sid != 0
+        c.unsubscribe()
+        gone = _raw_fetch(broker.port, FetchPlan(sid, epoch, {}))
+        assert gone.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        # assigned again, it opens a new session and reads on from its positions
+        c.assign([TopicPartition(topic, 0)])
+        c.seek(TopicPartition(topic, 0), 5)
+        _produce(broker.bootstrap, topic, 0, 10, 5)
+        again: dict[int, list[Any]] = {0: [], 1: []}
+        _read(c, again, 10)
+        assert _handler(c).session_id not in (0, sid)
+    assert got == _expected({0: 10, 1: 10})
+    assert again == {0: _expected({0: 15})[0][5:], 1: []}
+
+
 def test_lost_sessions_are_recovered_without_loss_or_duplicates(broker_factory, spy) -> None:  # type: ignore[no-untyped-def]
     broker = broker_factory(overrides={"max.incremental.fetch.session.cache.slots": "1"}).start()
     topic = _topic(broker.bootstrap, 2)

@@ -543,6 +543,9 @@ class AsyncConsumer:
         await self._leave()
         self._subscription = []
         self._set_assignment([])
+        # Nothing is left to fetch: the fetch sessions' slots are freed on the brokers now.
+        await self._stop_fetching()
+        await self._close_sessions()
 
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = TopicPartition(*tp)
@@ -1071,6 +1074,14 @@ class AsyncConsumer:
                     )
                 )
 
+    async def _stop_fetching(self) -> None:
+        """Cancel the Fetch round in flight (a fetch ahead): its answer is not wanted."""
+        if self._fetching is not None:
+            self._fetching.cancel()
+            with contextlib.suppress(BaseException):
+                await self._fetching
+            self._fetching = None
+
     async def _close_sessions(self) -> None:
         """Close the fetch sessions (epoch -1), freeing their slots on the brokers at once
         rather than when evicted; best effort, briefly, as Java's consumer on close."""
@@ -1591,11 +1602,7 @@ class AsyncConsumer:
             await self._leave()
         finally:
             self._closed = True
-            if self._fetching is not None:
-                self._fetching.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._fetching
-                self._fetching = None
+            await self._stop_fetching()
             if self._heartbeat_task is not None:
                 self._heartbeat_task.cancel()
                 with contextlib.suppress(BaseException):
