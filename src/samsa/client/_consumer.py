@@ -1009,7 +1009,7 @@ class AsyncConsumer:
                 await conn.drain()
                 resp = await conn.wait_response(fut, ApiKey.FETCH, self.request_timeout + max_wait)
             except asyncio.CancelledError:
-                # a fetch ahead cancelled by close(): its answer (or the connection's closing
+                # a fetch ahead cancelled (close, unsubscribe): its answer (or the connection's
                 # error) has nobody left to read it
                 fut.add_done_callback(lambda f: f.cancelled() or f.exception())
                 raise
