@@ -84,11 +84,16 @@ def _consumer(bootstrap: str, topic: str, partitions: int, **extra: str) -> Iter
         yield c
 
 
-def _read(c: Consumer, got: dict[int, list[Any]], want: int) -> None:
+def _read(c: Consumer, got: dict[int, list[Any]], want: int, how: str = "poll") -> None:
     end = time.monotonic() + T
     while sum(map(len, got.values())) < want and time.monotonic() < end:
-        for r in c.poll(0.2):
-            got[r.partition].append((r.offset, r.value))
+        if how == "poll":
+            for r in c.poll(0.2):
+                got[r.partition].append((r.offset, r.value))
+        else:
+            d = c.consume_arrow(50, 0.2).to_pydict()
+            for p, o, v in zip(d["partition"], d["offset"], d["value"], strict=True):
+                got[p].append((o, v))
 
 
 def _handler(c: Consumer) -> FetchSessionHandler:
@@ -112,16 +117,17 @@ def _raw_fetch(port: int, plan: FetchPlan) -> Any:
         return conn.request(ApiKey.FETCH, 12, req)
 
 
-def test_consumer_reads_through_incremental_sessions(broker, spy) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("how", ["poll", "consume_arrow"])
+def test_consumer_reads_through_incremental_sessions(broker, spy, how: str) -> None:  # type: ignore[no-untyped-def]
     topic = _topic(broker.bootstrap, 3)
     for p in range(3):
         _produce(broker.bootstrap, topic, p, 0, 60)
     got: dict[int, list[Any]] = {p: [] for p in range(3)}
     with _consumer(broker.bootstrap, topic, 3) as c:
-        _read(c, got, 180)
+        _read(c, got, 180, how)
         c.poll(0.5)  # caught up: rounds with nothing new
         _produce(broker.bootstrap, topic, 1, 60, 40)
-        _read(c, got, 220)
+        _read(c, got, 220, how)
         handler = _handler(c)
         sid, epoch = handler.session_id, handler.epoch
     assert got == _expected({0: 60, 1: 100, 2: 60})
