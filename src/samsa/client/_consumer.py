@@ -71,6 +71,13 @@ from samsa.client._errors import (
     CorruptRecordError,
     KafkaError,
 )
+from samsa.client._fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchPlan,
+    FetchSessionHandler,
+    fetch_request,
+)
 from samsa.client._retry import INVALID_METADATA, RetryLater
 from samsa.client._types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from samsa.protocol.errors import ErrorCode
@@ -483,6 +490,8 @@ class AsyncConsumer:
         self._fetching: asyncio.Task[None] | None = None
         self.max_partition_fetch_bytes = c.int("max.partition.fetch.bytes")
         self.fetch_max_bytes = c.int("fetch.max.bytes")
+        # KIP-227 fetch sessions, one per broker (client/_fetch_session.py).
+        self._sessions: dict[int, FetchSessionHandler] = {}
         self._subscription: list[str] = []
         # A fetched batch that failed its CRC, per partition: raised by poll while the
         # position is at it (after the records before it), until a seek moves past it.
@@ -534,6 +543,9 @@ class AsyncConsumer:
         await self._leave()
         self._subscription = []
         self._set_assignment([])
+        # Nothing is left to fetch: the fetch sessions' slots are freed on the brokers now.
+        await self._stop_fetching()
+        await self._close_sessions()
 
     def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
         tp = TopicPartition(*tp)
@@ -970,52 +982,49 @@ class AsyncConsumer:
         conn = await self.cluster.connection(node)
         v = conn.version(ApiKey.FETCH, 4, 12)
         c = self.config
-        topics: dict[str, list[Any]] = {}
         positions = {tp: self._fetch_offset(tp) for tp in tps}
         if any(p is None for p in positions.values()):
             return  # seeked to "unknown" meanwhile; the next pass initialises it
-        for tp in tps:
-            topics.setdefault(tp.topic, []).append(
-                make_request(
-                    ApiKey.FETCH,
-                    v,
-                    "FetchPartition",
-                    partition=tp.partition,
-                    current_leader_epoch=-1,
-                    fetch_offset=positions[tp],
-                    last_fetched_epoch=-1,
-                    log_start_offset=-1,
-                    partition_max_bytes=c.int("max.partition.fetch.bytes"),
-                )
-            )
-        req = make_request(
-            ApiKey.FETCH,
+        part_max = c.int("max.partition.fetch.bytes")
+        wanted = {(tp.topic, tp.partition): (off, part_max) for tp, off in positions.items()}
+        # KIP-227 from Fetch v7 (as Java's consumer, always): a full request opens a session,
+        # later ones name only what changed. Rounds are sequential (one _fetching task, one
+        # request per node each), as a session allows one request in flight.
+        handler = self._sessions.setdefault(node, FetchSessionHandler()) if v >= 7 else None
+        if handler is not None:
+            plan = handler.build(wanted)
+        else:
+            plan = FetchPlan(INVALID_SESSION_ID, FINAL_EPOCH, wanted)
+        req = fetch_request(
             v,
-            "FetchRequest",
-            cluster_id=None,
-            replica_id=-1,
-            max_wait=int(max_wait * 1000),
+            plan,
+            max_wait_ms=int(max_wait * 1000),
             min_bytes=c.int("fetch.min.bytes"),
             max_bytes=c.int("fetch.max.bytes"),
             isolation_level=self.isolation_level,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(
-                make_request(ApiKey.FETCH, v, "FetchTopic", topic=t, partitions=tuple(p))
-                for t, p in topics.items()
-            ),
-            forgotten_topics_data=(),
-            rack_id="",
         )
-        fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
         try:
-            await conn.drain()
-            resp = await conn.wait_response(fut, ApiKey.FETCH, self.request_timeout + max_wait)
-        except asyncio.CancelledError:
-            # a fetch ahead cancelled by close(): its answer (or the connection's closing
-            # error) has nobody left to read it
-            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
+            try:
+                await conn.drain()
+                resp = await conn.wait_response(fut, ApiKey.FETCH, self.request_timeout + max_wait)
+            except asyncio.CancelledError:
+                # a fetch ahead cancelled (close, unsubscribe): its answer (or the connection's
+                # error) has nobody left to read it
+                fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise
+        except BaseException:
+            if handler is not None:
+                handler.handle_error()  # what the broker made of it is unknown: start over
             raise
+        if handler is not None and not handler.handle_response(
+            int(resp.error_code), int(resp.session_id)
+        ):
+            # A session error: nothing was read; the next round fetches the same offsets in
+            # a full request (retried at once, as Java's consumer).
+            log.debug("fetch session with node %d: error %d; next fetch full", node,
+                      int(resp.error_code))  # fmt: skip
+            return
         if resp.error_code:
             raise KafkaError(int(resp.error_code), "Fetch")
         for t in resp.responses:
@@ -1064,6 +1073,33 @@ class AsyncConsumer:
                         ],
                     )
                 )
+
+    async def _stop_fetching(self) -> None:
+        """Cancel the Fetch round in flight (a fetch ahead): its answer is not wanted."""
+        if self._fetching is not None:
+            self._fetching.cancel()
+            with contextlib.suppress(BaseException):
+                await self._fetching
+            self._fetching = None
+
+    async def _close_sessions(self) -> None:
+        """Close the fetch sessions (epoch -1), freeing their slots on the brokers at once
+        rather than when evicted; best effort, briefly, as Java's consumer on close."""
+        sessions, self._sessions = self._sessions, {}
+        for node, handler in sessions.items():
+            plan = handler.close()
+            if plan is None:
+                continue
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                conn = await asyncio.wait_for(self.cluster.connection(node), 1.0)
+                v = conn.version(ApiKey.FETCH, 7, 12)
+                req = fetch_request(
+                    v, plan, max_wait_ms=0, min_bytes=0, max_bytes=0,
+                    isolation_level=self.isolation_level,
+                )  # fmt: skip
+                fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
+                await conn.drain()
+                await conn.wait_response(fut, ApiKey.FETCH, 1.0)
 
     def _spawn_refresh(self, topic: str) -> None:
         async def refresh() -> None:
@@ -1566,13 +1602,10 @@ class AsyncConsumer:
             await self._leave()
         finally:
             self._closed = True
-            if self._fetching is not None:
-                self._fetching.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._fetching
-                self._fetching = None
+            await self._stop_fetching()
             if self._heartbeat_task is not None:
                 self._heartbeat_task.cancel()
                 with contextlib.suppress(BaseException):
                     await self._heartbeat_task
+            await self._close_sessions()
             await self.cluster.close()
