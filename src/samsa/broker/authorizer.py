@@ -5,7 +5,8 @@ An ACL binding is a resource pattern (type, name, LITERAL or PREFIXED) and an en
 ``super.users`` member, or some ALLOW binding matches it and no DENY binding does (DENY
 wins); with no binding at all on the resource, ``allow.everyone.if.no.acl.found`` decides.
 ALLOW of Read, Write, Delete or Alter implies Describe; ALLOW of AlterConfigs implies
-DescribeConfigs; All stands for every operation.
+DescribeConfigs; All stands for every operation. TwoPhaseCommit (KIP-939) implies nothing and
+is implied only by All.
 
 Bindings live in ``<data dir>/acls.json``, written atomically before a change is answered, and
 are indexed by resource type and name, so an authorize call is a few dictionary lookups (one
@@ -79,6 +80,7 @@ class Operation(IntEnum):  # Kafka's AclOperation codes
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939, on a TransactionalId (Kafka 4.1+)
 
 
 class Permission(IntEnum):  # Kafka's AclPermissionType codes

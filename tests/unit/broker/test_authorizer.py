@@ -1268,6 +1268,57 @@ def test_delete_topic_by_id_does_not_tell_the_name(h: Harness) -> None:
         h.reset()
 
 
+def test_two_phase_commit_implies_nothing() -> None:
+    tpc = [acl(X, "tpc", Op.TWO_PHASE_COMMIT)]
+    assert decide(tpc, Op.TWO_PHASE_COMMIT, X, "tpc")
+    assert not decide(tpc, Op.DESCRIBE, X, "tpc")
+    assert not decide(tpc, Op.WRITE, X, "tpc")
+    assert not decide([acl(X, "tpc", Op.WRITE)], Op.TWO_PHASE_COMMIT, X, "tpc")
+
+
+def _init_2pc(h: Harness, p: str, txn_id: str, enable_2pc: bool = True) -> int:
+    r = h.call(
+        p,
+        ApiKey.INIT_PRODUCER_ID,
+        6,
+        "InitProducerIdRequest",
+        transactional_id=txn_id,
+        transaction_timeout=60_000,
+        producer_id=-1,
+        producer_epoch=-1,
+        enable2_pc=enable_2pc,
+        keep_prepared_txn=False,
+    )
+    return int(r.error_code)
+
+
+@pytest.mark.parametrize(
+    ("ops", "denied", "enable_2pc", "allowed"),
+    [
+        ([Op.WRITE, Op.TWO_PHASE_COMMIT], [], True, True),
+        ([Op.ALL], [], True, True),
+        ([Op.WRITE], [], True, False),
+        ([Op.TWO_PHASE_COMMIT], [], True, False),
+        ([Op.WRITE, Op.TWO_PHASE_COMMIT], [Op.TWO_PHASE_COMMIT], True, False),
+        ([Op.WRITE], [], False, True),  # an ordinary transactional producer needs only Write
+    ],
+)
+def test_two_phase_commit_needs_write_and_two_phase_commit(
+    tmp_path: Path, ops: list[Operation], denied: list[Operation], enable_2pc: bool, allowed: bool
+) -> None:
+    """KIP-939: InitProducerId with enable_2pc needs Write and TwoPhaseCommit on the
+    TransactionalId (TwoPhaseCommit implies nothing and Write does not imply it)."""
+    broker = _broker(tmp_path, transaction_two_phase_commit_enable=True)
+    h = Harness(broker)
+    try:
+        h.grant(*(acl(X, "tpc", op) for op in ops))
+        h.grant(*(acl(X, "tpc", op, permission=DENY) for op in denied))
+        code = _init_2pc(h, ALICE, "tpc", enable_2pc)
+        assert code == (ErrorCode.NONE if allowed else TE)
+    finally:
+        broker.close()
+
+
 def test_producer_id_bindings_survive_a_restart(tmp_path: Path) -> None:
     broker = _broker(tmp_path)
     h = Harness(broker)
