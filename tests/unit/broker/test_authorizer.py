@@ -1345,8 +1345,69 @@ def test_producer_owners_file_is_rewritten_when_mostly_stale(
     monkeypatch.setattr(authz, "MAX_PRODUCER_OWNERS", 10)
     auth = _authorizer([])
     for i in range(3000):
-        auth.bind_producer(i, f"User:u{i % 7}")
+        auth.bind_producer(i, f"User:u{i % 7}", durable=False)  # compaction is the point
     lines = auth.owners_path.read_text().splitlines()
     assert len(lines) <= 2 * 10 + 1000
     reloaded = Authorizer(auth.path.parent)
     assert reloaded._producer_owners == {i: f"User:u{i % 7}" for i in range(2990, 3000)}
+
+
+def _fsynced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the path of every file descriptor fsynced from here on."""
+    paths: list[str] = []
+    real = authz.os.fsync
+
+    def fsync(fd: int) -> None:
+        paths.append(authz.os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(authz.os, "fsync", fsync)
+    return paths
+
+
+def test_producer_owner_bindings_are_fsynced_before_init_producer_id_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = _broker(tmp_path)
+    h = Harness(broker)
+    try:
+        h.grant(acl(C, CLUSTER_NAME, Op.IDEMPOTENT_WRITE))
+        fsynced = _fsynced_paths(monkeypatch)
+        code, pid, _ = h.init_pid(ALICE)
+        assert code == 0
+        assert str(h.auth.owners_path) in fsynced
+        # A binding made by a first batch is not fsynced (losing it only rebinds it).
+        fsynced.clear()
+        assert h.auth.producer_owner_ok(pid + 1000, ALICE)
+        assert str(h.auth.owners_path) not in fsynced
+    finally:
+        broker.close()
+
+
+def test_damaged_producer_owner_records_are_skipped_and_the_rest_kept() -> None:
+    auth = _authorizer([])
+    for i in range(5):
+        auth.bind_producer(i, f"User:u{i}")
+    data = bytearray(auth.owners_path.read_bytes())
+    lines = data.split(b"\n")
+    at = sum(len(x) + 1 for x in lines[:2]) + lines[2].index(b"u2")
+    data[at] ^= 0x03  # User:u2 -> User:v2 in the third record: its checksum no longer matches
+    data += b'0badc0de [5, "User:to'  # and a record a crash cut short
+    auth.owners_path.write_bytes(bytes(data))
+    reloaded = Authorizer(auth.path.parent)
+    assert reloaded._producer_owners == {0: "User:u0", 1: "User:u1", 3: "User:u3", 4: "User:u4"}
+    # The file was rewritten without the damage, so appends start on a line of their own.
+    reloaded.bind_producer(6, "User:u6")
+    assert Authorizer(auth.path.parent)._producer_owners == {
+        **reloaded._producer_owners,
+        6: "User:u6",
+    }
+    assert len(auth.owners_path.read_bytes().splitlines()) == 5
+
+
+def test_producer_owner_records_without_a_checksum_are_read_and_rewritten() -> None:
+    auth = _authorizer([])
+    auth.owners_path.write_text('[7, "User:old"]\n')
+    reloaded = Authorizer(auth.path.parent)
+    assert reloaded._producer_owners == {7: "User:old"}
+    assert auth.owners_path.read_bytes() == authz._owner_record(7, "User:old")
