@@ -5,7 +5,8 @@ An ACL binding is a resource pattern (type, name, LITERAL or PREFIXED) and an en
 ``super.users`` member, or some ALLOW binding matches it and no DENY binding does (DENY
 wins); with no binding at all on the resource, ``allow.everyone.if.no.acl.found`` decides.
 ALLOW of Read, Write, Delete or Alter implies Describe; ALLOW of AlterConfigs implies
-DescribeConfigs; All stands for every operation.
+DescribeConfigs; All stands for every operation. TwoPhaseCommit (KIP-939) implies nothing and
+is implied only by All.
 
 Bindings live in ``<data dir>/acls.json``, written atomically before a change is answered, and
 are indexed by resource type and name, so an authorize call is a few dictionary lookups (one
@@ -16,17 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from samsa.broker.durable import write_atomically
+import crc32c
+
+from samsa.broker.durable import fsync_dir, write_atomically
 from samsa.protocol.errors import ErrorCode
 
 ACLS_FILE = "acls.json"
-# Producer id -> principal bindings, one JSON line each, appended as they are made.
+# Producer id -> principal bindings, appended as they are made: one line each, the CRC-32C
+# of the JSON ``[producer id, principal]`` in hex, a space, that JSON.
 PRODUCER_OWNERS_FILE = "producer-owners"
 CLUSTER_NAME = "kafka-cluster"  # the one name of the Cluster resource, as in Kafka
 WILDCARD = "*"
@@ -42,6 +48,31 @@ AUTHORIZER_CLASS_NAMES = frozenset(
         "kafka.security.authorizer.AclAuthorizer",
     }
 )
+
+
+log = logging.getLogger("samsa.authorizer")
+
+
+def _owner_record(producer_id: int, principal: str) -> bytes:
+    body = json.dumps([producer_id, principal]).encode()
+    return b"%08x %s\n" % (crc32c.crc32c(body), body)
+
+
+def _parse_owner_record(line: bytes) -> tuple[int, str] | None:
+    """(producer id, principal), or None for a damaged record. A line that is bare JSON was
+    written before records carried a checksum (it is rewritten with one at start)."""
+    crc, _, body = line.partition(b" ")
+    if line.startswith(b"["):
+        crc, body = b"", line
+    try:
+        if crc and (len(crc) != 8 or int(crc, 16) != crc32c.crc32c(body)):
+            return None
+        pid, principal = json.loads(body)
+    except (ValueError, TypeError):
+        return None
+    if type(pid) is not int or not isinstance(principal, str):
+        return None
+    return pid, principal
 
 
 class ResourceType(IntEnum):  # Kafka's org.apache.kafka.common.resource.ResourceType codes
@@ -79,6 +110,7 @@ class Operation(IntEnum):  # Kafka's AclOperation codes
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939, on a TransactionalId (Kafka 4.1+)
 
 
 class Permission(IntEnum):  # Kafka's AclPermissionType codes
@@ -388,9 +420,10 @@ class Authorizer:
 
     # -- producer ids bound to principals --------------------------------------------------
 
-    def bind_producer(self, producer_id: int, principal: str) -> None:
-        """Bind the producer id to the principal, in memory and appended to the owners file
-        (so a restart keeps it; an OSError means it was not recorded)."""
+    def bind_producer(self, producer_id: int, principal: str, durable: bool = True) -> None:
+        """Bind the producer id to the principal, in memory and appended to the owners file,
+        fsynced before returning when ``durable`` (so a restart keeps it, after a power cut
+        too; an OSError means it was not recorded)."""
         owners = self._producer_owners
         if owners.get(producer_id) == principal:
             return
@@ -399,46 +432,71 @@ class Authorizer:
         if len(owners) > MAX_PRODUCER_OWNERS:
             del owners[next(iter(owners))]  # the oldest binding
         if self._owner_lines >= 2 * len(owners) + 1000:
-            self._rewrite_owners()
-        else:
-            with open(self.owners_path, "a") as f:
-                f.write(json.dumps([producer_id, principal]) + "\n")
-            self._owner_lines += 1
+            self._rewrite_owners()  # atomic, fsynced
+            return
+        created = not self.owners_path.exists()
+        fd = os.open(self.owners_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, _owner_record(producer_id, principal))  # one write: a whole line
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created and durable:
+            fsync_dir(self.owners_path.parent)
+        self._owner_lines += 1
 
     def _load_owners(self) -> None:
-        """Replay the owners file; a line a crash cut short is ignored (that binding is
-        redone by the producer's first batch)."""
+        """Replay the owners file. A record whose checksum does not match (a line a crash cut
+        short, a flipped byte) is skipped, and the file rewritten without it; that binding is
+        redone by the producer's next InitProducerId or first batch."""
         try:
-            lines = self.owners_path.read_text().splitlines()
+            data = self.owners_path.read_bytes()
         except FileNotFoundError:
             return
         except OSError as exc:
             raise AclError(f"cannot read {self.owners_path}: {exc}") from None
         owners = self._producer_owners
+        lines = data.split(b"\n")
+        # Every record ends with a newline: anything after the last one was cut short (kept
+        # if its checksum says it is whole), and the file is rewritten so appends start afresh.
+        torn = lines[-1] != b""
+        if not torn:
+            lines.pop()
+        bad, rewrite = 0, torn
         for line in lines:
-            try:
-                pid, principal = json.loads(line)
-            except (ValueError, TypeError):
+            binding = _parse_owner_record(line)
+            if binding is None:
+                bad += 1
                 continue
-            if isinstance(pid, int) and isinstance(principal, str):
-                owners.pop(pid, None)
-                owners[pid] = principal
+            rewrite = rewrite or line.startswith(b"[")  # no checksum yet
+            owners.pop(binding[0], None)
+            owners[binding[0]] = binding[1]
         while len(owners) > MAX_PRODUCER_OWNERS:
             del owners[next(iter(owners))]
         self._owner_lines = len(lines)
+        if bad:
+            log.warning("%s: skipped %d damaged record(s)", self.owners_path, bad)
+        if bad or rewrite:
+            try:
+                self._rewrite_owners()  # appends must not continue a torn line
+            except OSError as exc:
+                raise AclError(f"cannot rewrite {self.owners_path}: {exc}") from None
 
     def _rewrite_owners(self) -> None:
-        lines = [json.dumps([pid, p]) for pid, p in self._producer_owners.items()]
-        write_atomically(self.owners_path, ("\n".join(lines) + "\n").encode())
-        self._owner_lines = len(lines)
+        records = [_owner_record(pid, p) for pid, p in self._producer_owners.items()]
+        write_atomically(self.owners_path, b"".join(records))
+        self._owner_lines = len(records)
 
     def producer_owner_ok(self, producer_id: int, principal: str) -> bool:
         """May ``principal`` write batches with this producer id? A producer id no principal
         is bound to (the oldest bindings are forgotten) is bound to its first writer."""
         owner = self._producer_owners.get(producer_id)
         if owner is None:
-            with contextlib.suppress(OSError):  # bound in memory even if not recorded
-                self.bind_producer(producer_id, principal)
+            # Bound in memory even if not recorded; not fsynced: losing it to a power cut
+            # only means the first writer binds it again.
+            with contextlib.suppress(OSError):
+                self.bind_producer(producer_id, principal, durable=False)
             return True
         return owner == principal
 

@@ -100,6 +100,7 @@ _KAFKA_NAMES: dict[str, str] = {
     # samsa's own: Prometheus metrics over HTTP (broker/metrics.py).
     "metrics.port": "metrics_port",
     "metrics.host": "metrics_host",
+    "metrics.listener": "metrics_listener",
 }
 
 
@@ -344,9 +345,11 @@ class BrokerConfig:
     super_users: str = ""  # principals separated by ';', e.g. User:admin;User:ops
     allow_everyone_if_no_acl_found: bool = False
     # samsa's own: serve Prometheus metrics at http://metrics.host:metrics.port/metrics.
-    # None: no metrics endpoint; 0: a free port (logged). metrics.host None: the broker's host.
+    # None: no metrics endpoint; 0: a free port (logged). metrics.host None: the host of the
+    # listener named by metrics.listener, else the broker's host.
     metrics_port: int | None = None
     metrics_host: str | None = None
+    metrics_listener: str | None = None
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -402,6 +405,10 @@ class BrokerConfig:
         from samsa.broker.listeners import check_security_config
 
         check_security_config(self)
+        if self.metrics_listener is not None:
+            from samsa.broker.metrics import metrics_bind_host
+
+            metrics_bind_host(self)  # names a listener, with metrics.port and no metrics.host
         try:
             authorizer_enabled(self.authorizer_class_name)
             parse_super_users(self.super_users)

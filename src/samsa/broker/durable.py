@@ -21,6 +21,11 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries (a file created or renamed in it) durable."""
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

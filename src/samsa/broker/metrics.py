@@ -38,6 +38,7 @@ from samsa.protocol.messages import api_name
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
+    from samsa.broker.config import BrokerConfig
     from samsa.broker.topics import Partition
     from samsa.log.log import AppendResult
     from samsa.protocol.hotpath import FetchPartitionResult, ProducePartitionResult
@@ -80,6 +81,29 @@ _TOPIC_COUNTERS = (
     ("fenced", "samsa_produce_fenced",
      "Batches refused from a fenced producer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED)"),
 )  # fmt: skip
+
+
+def metrics_bind_host(config: BrokerConfig) -> str:
+    """The interface the endpoint listens on: ``metrics.host``, else the host of the listener
+    ``metrics.listener`` names (e.g. an internal network's, keeping metrics off a public one),
+    else the broker's host. ConfigError for a listener name ``listeners`` does not have."""
+    from samsa.broker.config import ConfigError
+    from samsa.broker.listeners import parse_listeners
+
+    if config.metrics_listener is None:
+        return config.metrics_host or config.host
+    if config.metrics_host is not None:
+        raise ConfigError("set metrics.host or metrics.listener, not both")
+    if config.metrics_port is None:
+        raise ConfigError("metrics.listener needs metrics.port (the endpoint's own port)")
+    hosts = {lst.name: lst.host for lst in parse_listeners(config)}
+    name = config.metrics_listener.strip().upper()
+    if name not in hosts:
+        raise ConfigError(
+            f"metrics.listener {config.metrics_listener!r} is not one of the listeners "
+            f"({', '.join(hosts)})"
+        )
+    return hosts[name]
 
 
 def request_label(api_key: int) -> str:

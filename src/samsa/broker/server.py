@@ -81,7 +81,7 @@ from samsa.broker.listeners import (
     parse_listeners,
     server_context,
 )
-from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response
+from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, metrics_bind_host
 from samsa.broker.sasl import PlainUsers, SaslSession, credentials_for
 from samsa.log.segment import SEGMENT_FILES, FileSlice
 from samsa.protocol.framing import (
@@ -1022,7 +1022,7 @@ class _MetricsServer:
 
     @classmethod
     async def start(cls, broker: Broker, config: BrokerConfig) -> _MetricsServer:
-        host = config.metrics_host or config.host
+        host = metrics_bind_host(config)
         holder: list[_MetricsServer] = []
 
         async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

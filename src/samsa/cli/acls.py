@@ -37,6 +37,7 @@ OPERATIONS = {
     "DescribeConfigs": Operation.DESCRIBE_CONFIGS,
     "AlterConfigs": Operation.ALTER_CONFIGS,
     "IdempotentWrite": Operation.IDEMPOTENT_WRITE,
+    "TwoPhaseCommit": Operation.TWO_PHASE_COMMIT,
 }
 _OP_NAMES = {code: name for name, code in OPERATIONS.items()}
 PATTERNS = {

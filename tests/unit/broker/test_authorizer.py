@@ -1268,6 +1268,57 @@ def test_delete_topic_by_id_does_not_tell_the_name(h: Harness) -> None:
         h.reset()
 
 
+def test_two_phase_commit_implies_nothing() -> None:
+    tpc = [acl(X, "tpc", Op.TWO_PHASE_COMMIT)]
+    assert decide(tpc, Op.TWO_PHASE_COMMIT, X, "tpc")
+    assert not decide(tpc, Op.DESCRIBE, X, "tpc")
+    assert not decide(tpc, Op.WRITE, X, "tpc")
+    assert not decide([acl(X, "tpc", Op.WRITE)], Op.TWO_PHASE_COMMIT, X, "tpc")
+
+
+def _init_2pc(h: Harness, p: str, txn_id: str, enable_2pc: bool = True) -> int:
+    r = h.call(
+        p,
+        ApiKey.INIT_PRODUCER_ID,
+        6,
+        "InitProducerIdRequest",
+        transactional_id=txn_id,
+        transaction_timeout=60_000,
+        producer_id=-1,
+        producer_epoch=-1,
+        enable2_pc=enable_2pc,
+        keep_prepared_txn=False,
+    )
+    return int(r.error_code)
+
+
+@pytest.mark.parametrize(
+    ("ops", "denied", "enable_2pc", "allowed"),
+    [
+        ([Op.WRITE, Op.TWO_PHASE_COMMIT], [], True, True),
+        ([Op.ALL], [], True, True),
+        ([Op.WRITE], [], True, False),
+        ([Op.TWO_PHASE_COMMIT], [], True, False),
+        ([Op.WRITE, Op.TWO_PHASE_COMMIT], [Op.TWO_PHASE_COMMIT], True, False),
+        ([Op.WRITE], [], False, True),  # an ordinary transactional producer needs only Write
+    ],
+)
+def test_two_phase_commit_needs_write_and_two_phase_commit(
+    tmp_path: Path, ops: list[Operation], denied: list[Operation], enable_2pc: bool, allowed: bool
+) -> None:
+    """KIP-939: InitProducerId with enable_2pc needs Write and TwoPhaseCommit on the
+    TransactionalId (TwoPhaseCommit implies nothing and Write does not imply it)."""
+    broker = _broker(tmp_path, transaction_two_phase_commit_enable=True)
+    h = Harness(broker)
+    try:
+        h.grant(*(acl(X, "tpc", op) for op in ops))
+        h.grant(*(acl(X, "tpc", op, permission=DENY) for op in denied))
+        code = _init_2pc(h, ALICE, "tpc", enable_2pc)
+        assert code == (ErrorCode.NONE if allowed else TE)
+    finally:
+        broker.close()
+
+
 def test_producer_id_bindings_survive_a_restart(tmp_path: Path) -> None:
     broker = _broker(tmp_path)
     h = Harness(broker)
@@ -1294,8 +1345,69 @@ def test_producer_owners_file_is_rewritten_when_mostly_stale(
     monkeypatch.setattr(authz, "MAX_PRODUCER_OWNERS", 10)
     auth = _authorizer([])
     for i in range(3000):
-        auth.bind_producer(i, f"User:u{i % 7}")
+        auth.bind_producer(i, f"User:u{i % 7}", durable=False)  # compaction is the point
     lines = auth.owners_path.read_text().splitlines()
     assert len(lines) <= 2 * 10 + 1000
     reloaded = Authorizer(auth.path.parent)
     assert reloaded._producer_owners == {i: f"User:u{i % 7}" for i in range(2990, 3000)}
+
+
+def _fsynced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the path of every file descriptor fsynced from here on."""
+    paths: list[str] = []
+    real = authz.os.fsync
+
+    def fsync(fd: int) -> None:
+        paths.append(authz.os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(authz.os, "fsync", fsync)
+    return paths
+
+
+def test_producer_owner_bindings_are_fsynced_before_init_producer_id_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = _broker(tmp_path)
+    h = Harness(broker)
+    try:
+        h.grant(acl(C, CLUSTER_NAME, Op.IDEMPOTENT_WRITE))
+        fsynced = _fsynced_paths(monkeypatch)
+        code, pid, _ = h.init_pid(ALICE)
+        assert code == 0
+        assert str(h.auth.owners_path) in fsynced
+        # A binding made by a first batch is not fsynced (losing it only rebinds it).
+        fsynced.clear()
+        assert h.auth.producer_owner_ok(pid + 1000, ALICE)
+        assert str(h.auth.owners_path) not in fsynced
+    finally:
+        broker.close()
+
+
+def test_damaged_producer_owner_records_are_skipped_and_the_rest_kept() -> None:
+    auth = _authorizer([])
+    for i in range(5):
+        auth.bind_producer(i, f"User:u{i}")
+    data = bytearray(auth.owners_path.read_bytes())
+    lines = data.split(b"\n")
+    at = sum(len(x) + 1 for x in lines[:2]) + lines[2].index(b"u2")
+    data[at] ^= 0x03  # User:u2 -> User:v2 in the third record: its checksum no longer matches
+    data += b'0badc0de [5, "User:to'  # and a record a crash cut short
+    auth.owners_path.write_bytes(bytes(data))
+    reloaded = Authorizer(auth.path.parent)
+    assert reloaded._producer_owners == {0: "User:u0", 1: "User:u1", 3: "User:u3", 4: "User:u4"}
+    # The file was rewritten without the damage, so appends start on a line of their own.
+    reloaded.bind_producer(6, "User:u6")
+    assert Authorizer(auth.path.parent)._producer_owners == {
+        **reloaded._producer_owners,
+        6: "User:u6",
+    }
+    assert len(auth.owners_path.read_bytes().splitlines()) == 5
+
+
+def test_producer_owner_records_without_a_checksum_are_read_and_rewritten() -> None:
+    auth = _authorizer([])
+    auth.owners_path.write_text('[7, "User:old"]\n')
+    reloaded = Authorizer(auth.path.parent)
+    assert reloaded._producer_owners == {7: "User:old"}
+    assert auth.owners_path.read_bytes() == authz._owner_record(7, "User:old")

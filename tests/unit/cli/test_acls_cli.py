@@ -73,3 +73,17 @@ def test_unknown_operation_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         build_parser().parse_args(["acls", "add", "--operation", "Fly", "--topic", "t"])
     assert "unknown operation 'Fly'" in capsys.readouterr().err
+
+
+def test_two_phase_commit_operation() -> None:
+    # KIP-939's operation, by kafka-acls' name, on a transactional id.
+    assert targets(
+        "add",
+        "--allow-principal",
+        "User:a",
+        "--operation",
+        "TwoPhaseCommit",
+        "--transactional-id",
+        "tx",
+    ) == {(X, "tx", Operation.TWO_PHASE_COMMIT)}
+    assert Operation.TWO_PHASE_COMMIT == 15  # Kafka's AclOperation code

@@ -29,11 +29,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     ongoing = (-1, -1)
     try:
-        # Rule 33: Write on the TransactionalId; without one, IdempotentWrite on the cluster
-        # or Write on some topic (Kafka 3+).
+        # Rule 33: Write on the TransactionalId, and TwoPhaseCommit on it too for a 2PC
+        # producer (KIP-939); without one, IdempotentWrite on the cluster or Write on some
+        # topic (Kafka 3+).
         txn_id = request.transactional_id
-        if txn_id is not None and not authorized(
-            broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id
+        if txn_id is not None and not (
+            authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
+            and (
+                not _wants_2pc(request)
+                or authorized(broker, ctx, Op.TWO_PHASE_COMMIT, Res.TRANSACTIONAL_ID, txn_id)
+            )
         ):
             code, pid, epoch = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
         elif txn_id is None and not (
