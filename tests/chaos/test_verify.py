@@ -8,6 +8,9 @@
   acknowledged) is caught: inconsistent offsets, lost / unseen writes.
 * Plain (non-idempotent) producers retrying after lost answers write duplicates: caught.
 * The CLI: a short run with --report and --json, --check of the saved history, bad options.
+* Client crashes are SIGKILLs of real worker processes: the pid is gone, the successor has a
+  new process id, the operation in flight is info; every live process's final polls reach
+  every partition's end. A SIGKILLed verify leaves no worker behind.
 
 The restart command is a tiny client of a control socket served by this test process: the
 test owns the broker process, so it kills and restarts it itself and answers "ok" once the
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,8 +155,91 @@ def test_verify_transactions_subscribe_every_fault(restartable, tmp_path: Path) 
 
 
 def _final_polls(h: History) -> int:
-    final = max(o.process for o in h.ops)
-    return sum(1 for o in h.ops if o.process == final)
+    """Lone polls: in a transactions run, only the final reads are."""
+    return sum(1 for o in h.ops if o.f == "poll")
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie (dead, its parent not having reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_verify_crash_kills_the_process_and_every_process_reads_to_the_end(broker) -> None:  # type: ignore[no-untyped-def]
+    cfg = VerifyConfig(
+        bootstrap=broker.bootstrap,
+        processes=2,
+        keys=2,
+        rate=40,
+        time_limit=6,
+        transactions=True,
+        abort_rate=0.0,
+        crash_interval=2,
+        seed=11,
+    )
+    result = run_verify(cfg)
+    print(render(result), result.workers)
+    assert result.ok and result.final_complete, render(result)
+    h = result.history
+    killed = [w for w in result.workers if w.end == "killed"]
+    assert killed, result.workers
+    by_process = {w.process: w for w in result.workers}
+    for w in killed:
+        assert w.pid is not None and _gone(w.pid) and w.exitcode == -signal.SIGKILL
+        successor = by_process[w.process + cfg.processes]  # Jepsen's numbering
+        assert successor.slot == w.slot and successor.pid != w.pid
+        assert any(o.process == successor.process for o in h.client_ops())
+        assert any(o.f == "crash" and o.process == w.process for o in h.ops)
+    in_flight = [o for o in h.client_ops() if o.error == "process killed"]
+    assert in_flight and all(o.type == "info" for o in in_flight)
+    assert {o.process for o in in_flight} <= {w.process for w in killed}
+    # every process alive at the end read each partition to the end the final phase fetched
+    live = [w for w in result.workers if w.end == "exited"]
+    assert sorted(w.slot for w in live) == [0, 1], result.workers
+    top: dict[int, int] = {}
+    for o in h.client_ops():
+        for k, pairs in o.reads().items():
+            top[k] = max([top.get(k, -1), *(off for off, _ in pairs)])
+    assert set(result.final_ends) == {0, 1} and set(top) == {0, 1}
+    for w in live:
+        assert w.final and all(w.positions[k] >= end for k, end in result.final_ends.items())
+        mine: dict[int, int] = {}
+        for o in h.client_ops():
+            if o.process == w.process:
+                for k, pairs in o.reads().items():
+                    mine[k] = max([mine.get(k, -1), *(off for off, _ in pairs)])
+        assert mine == top, (w.process, mine, top)
+    assert all(top[k] < end for k, end in result.final_ends.items())
+    assert all(w.exitcode is not None for w in result.workers)
+
+
+def test_verify_killed_leaves_no_worker_behind(broker) -> None:  # type: ignore[no-untyped-def]
+    cmd = [sys.executable, "-m", "samsa", "verify", "--bootstrap-server", broker.bootstrap]
+    proc = subprocess.Popen(
+        [*cmd, "--time-limit", "30", "--processes", "2", "--keys", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    pids: list[int] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # bounded: the run ends by itself after 30 s
+            if "client processes: pids" in line:
+                pids = json.loads(line.rsplit("pids", 1)[1])
+                break
+        assert len(pids) == 2 and not any(_gone(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), pids
 
 
 def _liar(broker, **lies: float) -> VerifyConfig:  # type: ignore[no-untyped-def]

@@ -4,12 +4,15 @@ Theory of operation
 -------------------
 :func:`run_verify` creates a fresh topic (directly on the bootstrap broker: setup is not under
 test) whose partitions are the keys, optionally starts a
-:class:`~samsa.testing.proxy.FaultProxy` in front of the broker, and runs ``processes``
-client threads. Each owns a producer and a read_committed consumer (assigned every partition,
-or subscribed in one group with ``subscribe``) and, at a fixed overall ``rate``, issues
-operations of 1-4 micro-operations (transactions; 1 without ``transactions``): ``send`` of a
-value unique in the run to a random key, or ``poll``. Each operation is recorded
-(:mod:`samsa.verify.history`) with its process, start and end time and its outcome:
+:class:`~samsa.testing.proxy.FaultProxy` in front of the broker, and spawns ``processes``
+client processes (:mod:`samsa.verify._worker`, real OS processes, ``multiprocessing``'s
+spawn context). Each owns a producer and a read_committed consumer (assigned every
+partition, or subscribed in one group with ``subscribe``) and, at its share of the overall
+``rate``, issues operations of 1-4 micro-operations (transactions; 1 without
+``transactions``): ``send`` of a value unique in the run to a random key, or ``poll``. Each
+worker streams an operation's invocation and completion over its pipe; the parent records
+the completed ones (:mod:`samsa.verify.history`) with process, start and end time (seconds
+since a wall-clock epoch the parent hands every worker) and outcome:
 
 * a send is ``ok`` when acknowledged (with its offset), else ``info``: the broker may have
   written it. A poll is ``ok``; in subscribe mode its offsets are then committed (a failed
@@ -19,15 +22,23 @@ value unique in the run to a random key, or ``poll``. Each operation is recorded
   when the commit failed. In subscribe mode the consumer's positions go into the transaction.
   A producer that cannot go on is replaced (same transactional id: the new one fences it).
 
-With ``crash_interval`` a process now and then "crashes": its clients are closed without
-committing anything and it comes back as a new process (id + ``processes``) with fresh
-clients. Faults (each recorded as a window): the proxy's lost responses, resets and delays,
-switched on in alternate windows of ``fault_window_s``; ``restarts`` runs of
-``restart_command`` (e.g. SIGKILL the broker and start it again; it returns once the broker is
-back); ``pauses`` SIGSTOP/SIGCONT of the broker (``pause_target``: a pid, or a shell command
-printing it) for ``pause_s`` each. Faults stop at ``time_limit``; the processes stop, and a
-final reader (a fresh process, assigned every partition from the beginning) reads each
-partition to its last stable offset. :func:`samsa.verify.checker.check` then judges it all.
+With ``crash_interval`` the nemesis SIGKILLs a worker now and then (mean seconds between
+crashes of one process), preferably while an operation is in flight; that operation is
+recorded ``info`` (its outcome is unknown) and a ``crash`` op marks the kill. A new process
+takes the slot with a new process id (id + ``processes``, as Jepsen numbers them) and fresh
+clients (the same transactional id, so the broker fences the dead one's epoch). Faults (each
+recorded as a window): the proxy's lost responses, resets and delays, switched on in
+alternate windows of ``fault_window_s``; ``restarts`` runs of ``restart_command`` (e.g.
+SIGKILL the broker and start it again; it returns once the broker is back); ``pauses``
+SIGSTOP/SIGCONT of the broker (``pause_target``: a pid, or a shell command printing it) for
+``pause_s`` each. Faults stop at ``time_limit``; the workers finish their operation in flight,
+the end of every partition is fetched (last stable offsets, once open transactions are
+resolved), and every live worker polls from where it is until it has read each partition to
+that end (Jepsen's final reads; a group member reads by assign, from the beginning), within
+``final_timeout_s``. Those polls are ordinary operations of the history, so the checker's
+unseen and lost rules judge each process's final view. :func:`samsa.verify.checker.check`
+then judges it all. Every process started is reaped before :func:`run_verify` returns, and
+workers die with the parent however it ends.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import multiprocessing
 import os
 import random
 import signal
@@ -46,8 +58,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from samsa.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition
+from samsa.client import Admin, Consumer, TopicPartition
 from samsa.testing.proxy import FaultProxy, Faults, parse_address
+from samsa.verify import _worker
 from samsa.verify.checker import CheckResult, check
 from samsa.verify.history import FAIL, INFO, OK, Fault, History, Op
 
@@ -55,6 +68,10 @@ log = logging.getLogger("samsa.verify")
 
 LATEST = -1
 Say = Callable[[str], None]
+# Spawn, not fork: the parent runs threads (and the proxy's event loop) that a fork would copy
+# in whatever state they were.
+_MP = multiprocessing.get_context("spawn")
+_START_TIMEOUT_S = 60.0  # a worker's interpreter start and imports, on a loaded machine
 
 
 class VerifyError(Exception):
@@ -143,6 +160,8 @@ class VerifyResult:
     elapsed: float
     client_errors: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    workers: list[WorkerInfo] = field(default_factory=list)  # every process started
+    final_ends: dict[int, int] = field(default_factory=dict)  # key -> end the final reads met
 
     @property
     def ok(self) -> bool:
@@ -169,22 +188,18 @@ class VerifyResult:
 
 
 class _Recorder:
-    """The history under construction, shared by every thread."""
+    """The history under construction, fed by every worker's reader thread."""
 
-    def __init__(self, started: float) -> None:
-        self.started = started
+    def __init__(self) -> None:
+        self.epoch = time.time()  # the workers' common time base
+        self.started = time.monotonic()  # for the fault schedule
         self.lock = threading.Lock()
         self.history = History()
         self._index = itertools.count()
-        self._values = itertools.count(1)
         self.errors: dict[str, int] = {}
 
     def now(self) -> float:
-        return time.monotonic() - self.started
-
-    def value(self) -> int:
-        with self.lock:
-            return next(self._values)
+        return time.time() - self.epoch
 
     def op(self, op: Op) -> None:
         with self.lock:
@@ -195,277 +210,184 @@ class _Recorder:
         with self.lock:
             self.history.faults.append(fault)
 
-    def error(self, exc: BaseException) -> str:
-        name = type(exc).__name__
-        code = getattr(exc, "name", None) or getattr(exc, "code", None)
-        if code is not None:
-            name = f"{name}({code})"
+    def error(self, name: str) -> None:
         with self.lock:
             self.errors[name] = self.errors.get(name, 0) + 1
-        return name
 
     def snapshot(self) -> History:
         with self.lock:
             return History(list(self.history.ops), list(self.history.faults))
 
 
-def _polled(records: list[ConsumerRecord]) -> dict[int, list[list[int]]]:
-    out: dict[int, list[list[int]]] = {}
-    for r in records:
-        try:
-            v = int(r.value or b"")
-        except ValueError:
-            v = -1  # not ours: the checker reports it as a value nobody sent
-        out.setdefault(r.partition, []).append([r.offset, v])
-    return out
+@dataclass
+class WorkerInfo:
+    """What became of one client process (for the result and for tests)."""
+
+    process: int
+    slot: int
+    pid: int | None
+    end: str = "running"  # exited | killed (the nemesis's SIGKILL) | reaped (run ended it)
+    exitcode: int | None = None
+    final: bool | None = None  # its final reads reached every partition's end
+    positions: dict[int, int] = field(default_factory=dict)
 
 
-class _Client:
-    """One client process: a producer and a consumer, issuing operations until stopped."""
+class _Worker:
+    """The parent's handle on one client process: its pipe and the operation it has in flight."""
 
-    def __init__(self, slot: int, cfg: VerifyConfig, ctx: _Context, rng: random.Random) -> None:
-        self.slot = slot
-        self.process = slot
-        self.cfg = cfg
+    def __init__(self, ctx: _Context, slot: int, process: int) -> None:
         self.ctx = ctx
-        self.rng = rng
-        self.producer: Producer | None = None
-        self.consumer: Consumer | None = None
-
-    # --- clients -------------------------------------------------------------------------
-
-    def _producer_config(self) -> dict[str, Any]:
-        c: dict[str, Any] = {
-            "bootstrap.servers": self.ctx.bootstrap,
-            "client.id": f"verify-{self.slot}",
-            "linger.ms": 0,
-            "request.timeout.ms": self.cfg.request_timeout_ms,
-            "retry.backoff.ms": 20,
-            "retry.backoff.max.ms": 500,
-            "socket.connection.setup.timeout.ms": 3000,
-            "delivery.timeout.ms": 15_000,
-            "max.block.ms": 15_000,
+        self.info = WorkerInfo(process, slot, None)
+        self.pending: Op | None = None
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+        self.finished = threading.Event()
+        self.gone = threading.Event()
+        self._send_lock = threading.Lock()
+        cfg = ctx.cfg
+        spec = {
+            "slot": slot,
+            "process": process,
+            "seed": ctx.rng.randrange(1 << 30),
+            "topic": ctx.topic,
+            "bootstrap": ctx.bootstrap,
+            "run_id": ctx.run_id,
+            "keys": cfg.keys,
+            "interval": cfg.processes / cfg.rate,
+            "transactions": cfg.transactions,
+            "subscribe": cfg.subscribe,
+            "idempotence": cfg.idempotence,
+            "abort_rate": cfg.abort_rate,
+            "request_timeout_ms": cfg.request_timeout_ms,
+            "transaction_timeout_ms": cfg.transaction_timeout_ms,
         }
-        if not self.cfg.idempotence:
-            c["enable.idempotence"] = False
-        if self.cfg.transactions:
-            c["transactional.id"] = f"verify-{self.ctx.run_id}-{self.slot}"
-            c["transaction.timeout.ms"] = self.cfg.transaction_timeout_ms
-        return c
-
-    def _consumer_config(self) -> dict[str, Any]:
-        c: dict[str, Any] = {
-            "bootstrap.servers": self.ctx.bootstrap,
-            "client.id": f"verify-{self.slot}-consumer",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "fetch.max.wait.ms": 100,
-            "request.timeout.ms": self.cfg.request_timeout_ms,
-            "socket.connection.setup.timeout.ms": 3000,
-        }
-        if self.cfg.subscribe:
-            c["group.id"] = f"verify-{self.ctx.run_id}"
-            c["session.timeout.ms"] = 10_000
-            c["heartbeat.interval.ms"] = 1_000
-        return c
-
-    def _ensure_clients(self) -> bool:
-        try:
-            if self.producer is None:
-                p = Producer(self._producer_config())
-                try:
-                    if self.cfg.transactions:
-                        p.init_transactions(15)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        p.close(0)
-                    raise
-                self.producer = p
-            if self.consumer is None:
-                c = Consumer(self._consumer_config())
-                if self.cfg.subscribe:
-                    c.subscribe([self.ctx.topic])
-                else:
-                    c.assign([TopicPartition(self.ctx.topic, k) for k in range(self.cfg.keys)])
-                self.consumer = c
-            return True
-        except Exception as exc:
-            self.ctx.rec.error(exc)
-            return False
-
-    def _drop_producer(self) -> None:
-        if self.producer is not None:
-            with contextlib.suppress(Exception):
-                self.producer.close(0)
-            self.producer = None
-
-    def close(self) -> None:
-        self._drop_producer()
-        if self.consumer is not None:
-            with contextlib.suppress(Exception):
-                self.consumer.close()
-            self.consumer = None
-
-    # --- the loop ------------------------------------------------------------------------
-
-    def run(self) -> None:
-        interval = self.cfg.processes / self.cfg.rate
-        due = time.monotonic() + self.rng.uniform(0, interval)
-        try:
-            while not self.ctx.stop.is_set():
-                wait = due - time.monotonic()
-                if wait > 0 and self.ctx.stop.wait(wait):
-                    break
-                due = max(due + interval, time.monotonic() - interval)
-                if (
-                    self.cfg.crash_interval
-                    and self.rng.random() < interval / self.cfg.crash_interval
-                ):
-                    self._crash()
-                    continue
-                if not self._ensure_clients():
-                    self.ctx.stop.wait(0.2)
-                    continue
-                self._one_op()
-        except BaseException as exc:  # reported, never silently lost with the thread
-            log.exception("verify process %d failed", self.process)
-            self.ctx.failures.append(f"process {self.process}: {exc!r}")
-        finally:
-            self.close()
-
-    def _crash(self) -> None:
-        t = self.ctx.rec.now()
-        self.close()
-        self.ctx.rec.op(Op(0, self.process, "crash", INFO, t, self.ctx.rec.now()))
-        self.process += self.cfg.processes
-
-    def _mops(self) -> list[list[Any]]:
-        n = self.rng.randint(1, 4) if self.cfg.transactions else 1
-        out: list[list[Any]] = []
-        for _ in range(n):
-            if self.rng.random() < 0.5:
-                out.append(["send", self.rng.randrange(self.cfg.keys), self.ctx.rec.value(), None])
-            else:
-                out.append(["poll", {}])
-        return out
-
-    def _poll(self) -> tuple[dict[int, list[list[int]]], set[int]]:
-        """One consumer poll, and the keys whose assignment changed meanwhile."""
-        c = self.consumer
-        assert c is not None
-        before = self._membership()
-        records = c.poll(0.1)
-        after = self._membership()
-        moved: set[int] = set()
-        if before != after:
-            moved = {tp.partition for tp in before[1] ^ after[1]}
-            if before[0] != after[0]:  # a new generation: positions may all have moved
-                moved |= {tp.partition for tp in before[1] | after[1]}
-        return _polled(records), moved
-
-    def _membership(self) -> tuple[int, frozenset[TopicPartition]]:
-        c = self.consumer
-        assert c is not None
-        if not self.cfg.subscribe:
-            return -1, frozenset()
-        return c.group_metadata().generation_id, frozenset(c.assignment())
-
-    def _one_op(self) -> None:
-        mops = self._mops()
-        start = self.ctx.rec.now()
-        if self.cfg.transactions:
-            kind, error, moved = self._txn(mops)
-            f = "txn"
-        else:
-            kind, error, moved = self._single(mops[0])
-            f = mops[0][0]
-        self.ctx.rec.op(
-            Op(0, self.process, f, kind, start, self.ctx.rec.now(), mops, error, sorted(moved))
+        self.conn, child = _MP.Pipe()
+        self.proc = _MP.Process(
+            target=_worker.main, args=(spec, child), name=f"verify-{process}", daemon=True
         )
+        self.proc.start()
+        child.close()  # the worker's death is then end-of-file here
+        self.info.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._read, name=f"verify-{process}", daemon=True)
+        self._reader.start()
 
-    def _single(self, mop: list[Any]) -> tuple[str, str | None, set[int]]:
-        p, c = self.producer, self.consumer
-        assert p is not None and c is not None
-        if mop[0] == "send":
-            try:
-                fut = p.send(self.ctx.topic, b"%d" % mop[2], partition=mop[1])
-                md = fut.result(30)
-                mop[3] = md.offset
-                return OK, None, set()
-            except Exception as exc:
-                return INFO, self.ctx.rec.error(exc), set()
-        try:
-            mop[1], moved = self._poll()
-        except Exception as exc:
-            return FAIL, self.ctx.rec.error(exc), set()
-        if self.cfg.subscribe and mop[1]:
-            try:
-                c.commit()
-            except Exception as exc:
-                return INFO, self.ctx.rec.error(exc), moved
-        return OK, None, moved
+    @property
+    def process(self) -> int:
+        return self.info.process
 
-    def _txn(self, mops: list[list[Any]]) -> tuple[str, str | None, set[int]]:
-        p, c = self.producer, self.consumer
-        assert p is not None and c is not None
-        futures = []
-        moved: set[int] = set()
+    def send(self, msg: tuple[Any, ...]) -> bool:
+        with self._send_lock:
+            try:
+                self.conn.send(msg)
+                return True
+            except OSError:
+                return False
+
+    def _read(self) -> None:
         try:
-            p.begin_transaction()
-            for m in mops:
-                if m[0] == "send":
-                    futures.append((m, p.send(self.ctx.topic, b"%d" % m[2], partition=m[1])))
-                else:
-                    m[1], more = self._poll()
-                    moved |= more
-            if self.rng.random() < self.cfg.abort_rate:
-                # Flushed first, so that the log holds them and the abort must hide them.
-                p.flush(10)
-                return self._abort("aborted on purpose"), "aborted on purpose", moved
-            if self.cfg.subscribe:
-                offsets = {tp: c.position(tp) for tp in c.assignment()}
-                if offsets:
-                    p.send_offsets_to_transaction(offsets, c.group_metadata(), 10)
-        except Exception as exc:
-            err = self.ctx.rec.error(exc)
-            return self._abort(err), err, moved  # no commit asked for: it cannot commit
+            while True:
+                msg = self.conn.recv()
+                kind = msg[0]
+                if kind == "invoke":
+                    self.pending = Op.from_json(msg[1])
+                elif kind == "complete":
+                    self.pending = None
+                    self.ctx.rec.op(Op.from_json(msg[1]))
+                elif kind == "error":
+                    self.ctx.rec.error(msg[1])
+                elif kind == "ready":
+                    self.ready.set()
+                elif kind == "stopped":
+                    self.stopped.set()
+                elif kind == "final":
+                    self.info.final, self.info.positions = msg[1], msg[2]
+                    self.finished.set()
+                elif kind == "failed":
+                    self.ctx.failures.append(msg[1])
+        except (EOFError, OSError, ValueError, TypeError, IndexError, KeyError):
+            pass  # the process ended (or died while writing): nothing more comes
         finally:
-            self._offsets(futures)
-        try:
-            p.commit_transaction(15)
-            self._offsets(futures)
-            return OK, None, moved
-        except Exception as exc:
-            err = self.ctx.rec.error(exc)
-            self._abort(err)
-            self._offsets(futures)
-            return INFO, err, moved  # the commit may have reached the coordinator
+            op, self.pending = self.pending, None
+            if op is not None:  # in flight when the process died: its outcome is unknown
+                op.type, op.end = INFO, self.ctx.rec.now()
+                op.error = "process killed" if self.info.end == "killed" else "process ended"
+                self.ctx.rec.op(op)
+            for ev in (self.ready, self.stopped, self.finished, self.gone):
+                ev.set()
 
-    def _offsets(self, futures: list[tuple[list[Any], Any]]) -> None:
-        for m, fut in futures:
-            if fut.done() and fut.exception() is None:
-                m[3] = fut.result().offset
+    def alive(self) -> bool:
+        return not self.gone.is_set() and self.proc.is_alive()
 
-    def _abort(self, why: str) -> str:
-        p = self.producer
-        assert p is not None
-        try:
-            p.abort_transaction(15)
-        except Exception as exc:
-            self.ctx.rec.error(exc)
-            self._drop_producer()  # the next one fences it and aborts what it left open
-        return FAIL
+    def kill(self, end: str) -> None:
+        """SIGKILL (if still running), reap, and wait until the pipe's last word is recorded."""
+        if self.proc.exitcode is None:
+            self.info.end = end
+            with contextlib.suppress(OSError):
+                os.kill(self.proc.pid or 0, signal.SIGKILL)
+        self.reap()
+
+    def reap(self, timeout: float = 10.0) -> None:
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:  # still there: no process survives the run
+            with contextlib.suppress(OSError):
+                os.kill(self.proc.pid or 0, signal.SIGKILL)
+            self.proc.join(timeout)
+            self.info.end = "reaped"
+        if self.info.end == "running":
+            self.info.end = "exited"
+        self.info.exitcode = self.proc.exitcode
+        self.conn.close()  # wakes the reader if the process left a grandchild holding the pipe
+        self._reader.join(timeout)
 
 
 @dataclass
 class _Context:
+    cfg: VerifyConfig
     topic: str
     bootstrap: str
     run_id: str
     rec: _Recorder
-    stop: threading.Event = field(default_factory=threading.Event)
+    rng: random.Random
+    say: Say
+    workers: list[_Worker] = field(default_factory=list)  # the live one of each slot
+    every: list[_Worker] = field(default_factory=list)  # all ever started
     failures: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    final_ends: dict[int, int] = field(default_factory=dict)
+
+    def spawn(self, slot: int, process: int) -> _Worker:
+        with self.lock:
+            w = _Worker(self, slot, process)
+            self.every.append(w)
+            return w
+
+    def go(self, workers: list[_Worker]) -> list[_Worker]:
+        """Wait until each has started; let the ready ones go; the others are reaped."""
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        out = []
+        for w in workers:
+            w.ready.wait(max(0.0, deadline - time.monotonic()))
+            if w.alive() and w.send(("go", self.rec.epoch)):
+                out.append(w)
+            else:
+                self.failures.append(f"process {w.process} did not start")
+                w.kill("reaped")
+        return out
+
+    def crash(self, slot: int) -> None:
+        """Jepsen's client crash: SIGKILL the slot's process, preferably mid-operation."""
+        w = self.workers[slot]
+        deadline = time.monotonic() + 1.0
+        while w.pending is None and time.monotonic() < deadline and w.alive():
+            time.sleep(0.005)
+        t = self.rec.now()
+        w.kill("killed")
+        self.rec.op(Op(0, w.process, "crash", INFO, t, self.rec.now(), error="SIGKILL"))
+        self.say(f"crash: process {w.process} (pid {w.info.pid}) killed")
+        successor = self.spawn(slot, w.process + self.cfg.processes)
+        started = self.go([successor])
+        if started:
+            self.workers[slot] = started[0]
 
 
 def _pid(target: str) -> int:
@@ -568,62 +490,74 @@ def _progress(
         )
 
 
-def _final_reads(cfg: VerifyConfig, ctx: _Context, process: int, say: Say) -> bool:
-    """A fresh reader reads every partition from the beginning to its end; recorded."""
-    deadline = time.monotonic() + cfg.final_timeout_s
-    tps = [TopicPartition(ctx.topic, k) for k in range(cfg.keys)]
+def _crasher(cfg: VerifyConfig, ctx: _Context, done: threading.Event) -> None:
+    """Client crashes: each process is killed every ``crash_interval`` seconds on average."""
+    assert cfg.crash_interval is not None
+    rng = random.Random(ctx.rng.randrange(1 << 30))
+    while not done.wait(rng.expovariate(cfg.processes / cfg.crash_interval)):
+        ctx.crash(rng.randrange(cfg.processes))
+
+
+def _final_ends(cfg: VerifyConfig, topic: str, deadline: float, say: Say) -> dict[int, int] | None:
+    """Every partition's end for read_committed readers, once open transactions resolved."""
+    tps = [TopicPartition(topic, k) for k in range(cfg.keys)]
     base = {
-        "bootstrap.servers": ctx.bootstrap,
+        "bootstrap.servers": cfg.bootstrap,  # directly: the faults are over, this is setup
         "request.timeout.ms": 5_000,
         "socket.connection.setup.timeout.ms": 3_000,
-        "auto.offset.reset": "earliest",
-        "fetch.max.wait.ms": 100,
     }
     while time.monotonic() < deadline:
         try:
             with (
-                Consumer({**base, "isolation.level": "read_committed"}) as reader,
+                Consumer({**base, "isolation.level": "read_committed"}) as stable,
                 Consumer(base) as raw,
             ):
-                return _read_to_end(reader, raw, tps, ctx, process, deadline, say)
+                # A crashed client's open transaction hides what follows it until its
+                # successor fences it (or it times out): wait for the LSO to reach the HW.
+                ends = stable.list_offsets(tps, LATEST)
+                while ends != raw.list_offsets(tps, LATEST):
+                    if time.monotonic() > deadline - cfg.final_timeout_s / 2:
+                        say("open transactions remain: reading up to the last stable offsets")
+                        break
+                    time.sleep(0.5)
+                    ends = stable.list_offsets(tps, LATEST)
+                return {tp.partition: off for tp, off in ends.items()}
         except Exception as exc:
-            log.debug("final reads: %s", exc)
+            log.debug("final ends: %s", exc)
             time.sleep(0.5)
-    return False
+    return None
 
 
-def _read_to_end(
-    reader: Consumer,
-    raw: Consumer,
-    tps: list[TopicPartition],
-    ctx: _Context,
-    process: int,
-    deadline: float,
-    say: Say,
-) -> bool:
-    # Transactions left open (a crashed client's) hide what follows them until they time out.
-    ends: dict[TopicPartition, int] = {}
-    while time.monotonic() < deadline:
-        ends = reader.list_offsets(tps, LATEST)
-        if ends == raw.list_offsets(tps, LATEST):
-            break
-        time.sleep(0.5)
-    else:
-        say("open transactions remain: reading up to the last stable offsets")
-    reader.assign(tps)
-    for tp in tps:
-        reader.seek(tp, 0)
-    remaining = dict(ends)
-    while remaining and time.monotonic() < deadline:
-        start = ctx.rec.now()
-        records = reader.poll(0.5)
-        polled = _polled(records)
-        if polled:
-            ctx.rec.op(Op(0, process, "poll", OK, start, ctx.rec.now(), [["poll", polled]]))
-        for tp in list(remaining):
-            if reader.position(tp) >= remaining[tp]:
-                del remaining[tp]
-    return not remaining
+def _final_reads(cfg: VerifyConfig, ctx: _Context, notes: list[str]) -> bool:
+    """Every live worker stops, then polls until it has read every partition to its end."""
+    deadline = time.monotonic() + cfg.final_timeout_s
+    live = [w for w in ctx.workers if w.alive()]
+    for w in live:
+        w.send(("stop",))
+    for w in live:
+        # An operation in flight may take its clients' timeouts (a commit: 15 s and more).
+        if not w.stopped.wait(60) or not w.alive():
+            notes.append(f"process {w.process} did not stop in time: killed")
+            w.kill("reaped")
+    live = [w for w in live if w.alive()]
+    ends = _final_ends(cfg, ctx.topic, deadline, ctx.say)
+    if ends is None or not live:
+        notes.append("no end offsets to read to" if ends is None else "no live process left")
+        return False
+    ctx.say(f"final reads by processes {[w.process for w in live]} up to {ends}")
+    for w in live:
+        w.send(("final", ends, max(1.0, deadline - time.monotonic())))
+    complete = True
+    for w in live:
+        w.finished.wait(max(0.0, deadline - time.monotonic()) + 10)
+        if not w.info.final:
+            complete = False
+            notes.append(
+                f"process {w.process}'s final reads did not reach every partition's end in "
+                f"time (positions {w.info.positions}, ends {ends})"
+            )
+    ctx.final_ends = ends
+    return complete
 
 
 def run_verify(cfg: VerifyConfig, say: Say | None = None) -> VerifyResult:
@@ -651,47 +585,45 @@ def run_verify(cfg: VerifyConfig, say: Say | None = None) -> VerifyResult:
         bootstrap = proxy.address
         out(f"proxy {proxy.address} -> {cfg.bootstrap}")
 
-    started = time.monotonic()
-    ctx = _Context(topic, bootstrap, run_id, _Recorder(started))
+    ctx = _Context(cfg, topic, bootstrap, run_id, _Recorder(), rng, out)
     done = threading.Event()
-    clients = [
-        _Client(i, cfg, ctx, random.Random(rng.randrange(1 << 30))) for i in range(cfg.processes)
-    ]
-    threads = [
-        threading.Thread(target=c.run, name=f"verify-{c.slot}", daemon=True) for c in clients
-    ]
-    helpers = [threading.Thread(target=_nemesis, args=(cfg, ctx, done, out), daemon=True)]
-    if proxy is not None:
-        helpers.append(
-            threading.Thread(target=_proxy_windows, args=(cfg, proxy, ctx, done), daemon=True)
-        )
-    helpers.append(
-        threading.Thread(target=_progress, args=(cfg, ctx, proxy, done, out), daemon=True)
-    )
     final_complete = False
     try:
-        for t in [*threads, *helpers]:
-            t.start()
-        ctx.stop.wait(cfg.time_limit)
-        done.set()  # faults end (a running restart command is waited for)
+        starting = [ctx.spawn(i, i) for i in range(cfg.processes)]
+        for w in starting:
+            w.ready.wait(_START_TIMEOUT_S)
+        ctx.rec = _Recorder()  # time 0 once every interpreter is up, not while they start
+        ctx.workers = ctx.go(starting)
+        if len(ctx.workers) < cfg.processes:
+            raise VerifyError("client processes did not start: " + "; ".join(ctx.failures))
+        out(f"{cfg.processes} client processes: pids {[w.info.pid for w in ctx.workers]}")
+        helpers = [threading.Thread(target=_nemesis, args=(cfg, ctx, done, out), daemon=True)]
+        if proxy is not None:
+            helpers.append(
+                threading.Thread(target=_proxy_windows, args=(cfg, proxy, ctx, done), daemon=True)
+            )
+        if cfg.crash_interval:
+            helpers.append(threading.Thread(target=_crasher, args=(cfg, ctx, done), daemon=True))
+        helpers.append(
+            threading.Thread(target=_progress, args=(cfg, ctx, proxy, done, out), daemon=True)
+        )
         for t in helpers:
-            t.join(cfg.restart_timeout_s + cfg.pause_s + 5)
-        ctx.stop.set()
-        for t in threads:
-            t.join(60)
-        if any(t.is_alive() for t in threads):
-            notes.append("some client processes did not stop in time")
-        notes.extend(ctx.failures)
-        out("operations done; final reads of every partition")
-        final_process = max(c.process for c in clients) + 1
-        final_complete = _final_reads(cfg, ctx, final_process, out)
-        if not final_complete:
-            notes.append("the final reads did not reach the end of every partition in time")
+            t.start()
+        time.sleep(cfg.time_limit)
+        done.set()  # faults end (a running restart command or crash is waited for)
+        for t in helpers:
+            t.join(cfg.restart_timeout_s + cfg.pause_s + _START_TIMEOUT_S)
+        out("operations done; final reads by every process")
+        final_complete = _final_reads(cfg, ctx, notes)
     finally:
         done.set()
-        ctx.stop.set()
+        for w in ctx.every:
+            w.send(("exit",))
+        for w in ctx.every:
+            w.reap(5.0)
         if proxy is not None:
             proxy.stop()
+    notes.extend(ctx.failures)
     history = ctx.rec.snapshot()
     result = check(history, final=final_complete, subscribe=cfg.subscribe, strict=cfg.strict)
     return VerifyResult(
@@ -702,7 +634,9 @@ def run_verify(cfg: VerifyConfig, say: Say | None = None) -> VerifyResult:
         check=result,
         proxy_stats=proxy.stats.as_dict() if proxy is not None else None,
         final_complete=final_complete,
-        elapsed=time.monotonic() - started,
+        elapsed=time.monotonic() - ctx.rec.started,
         client_errors=dict(ctx.rec.errors),
         notes=notes,
+        workers=[w.info for w in ctx.every],
+        final_ends=ctx.final_ends,
     )
