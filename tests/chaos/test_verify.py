@@ -118,7 +118,7 @@ def test_verify_transactions_subscribe_every_fault(restartable, tmp_path: Path) 
         time_limit=16,
         transactions=True,
         subscribe=True,
-        crash_interval=8,
+        crash_interval=24,
         proxy=True,
         drop_response_rate=0.08,
         reset_rate=0.08,

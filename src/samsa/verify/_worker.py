@@ -139,8 +139,10 @@ class Client:
         }
         if group:
             c["group.id"] = f"verify-{self.spec['run_id']}"
-            c["session.timeout.ms"] = 10_000
-            c["heartbeat.interval.ms"] = 1_000
+            # A SIGKILLed member holds up the group's rebalances until its session expires:
+            # the broker's default minimum (group.min.session.timeout.ms), not Kafka's 45 s.
+            c["session.timeout.ms"] = 6_000
+            c["heartbeat.interval.ms"] = 500
         return c
 
     def _tps(self) -> list[TopicPartition]:
