@@ -126,10 +126,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "verify",
         help="check a broker's guarantees under faults, at Jepsen's depth",
-        description="Run concurrent client processes (each a producer and a read_committed "
-        "consumer) issuing sends and polls, in transactions or not, at a fixed rate, while "
-        "faults are injected (a proxy's lost responses, resets and delays; broker restarts; "
-        "broker pauses; client crashes); read every partition to its end; then check the "
+        description="Run concurrent client processes (OS processes, each a producer and a "
+        "read_committed consumer) issuing sends and polls, in transactions or not, at a fixed "
+        "rate, while faults are injected (a proxy's lost responses, resets and delays; broker "
+        "restarts; broker pauses; client processes SIGKILLed and replaced); have every live "
+        "process read every partition to its end; then check the "
         "history for every anomaly Jepsen's Kafka checker knows (lost writes, duplicates, "
         "inconsistent offsets, skipped or non-monotonic polls and sends, aborted and "
         "precommitted reads, torn transactions, dependency cycles). Exit status: 0 valid, "
@@ -149,7 +150,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--abort-rate", type=float, default=0.1, metavar="R", help="(0.1)")
     p.add_argument(
-        "--crash-clients", type=_positive(float), metavar="S", help="mean seconds between crashes"
+        "--crash-clients",
+        type=_positive(float),
+        metavar="S",
+        help="SIGKILL each client process every S seconds on average (a new one replaces it)",
     )
     p.add_argument("--proxy", action="store_true", help="go through a fault-injecting proxy")
     p.add_argument("--drop-response-rate", type=float, metavar="R", help="(--proxy) 0.05")

@@ -2,9 +2,11 @@
 
 An operation (:class:`Op`) is what one client process did between two instants: a
 transaction (``f = "txn"``) of micro-operations, or a lone ``send`` / ``poll``; or a client
-``crash``. Its ``type`` is ``ok`` (it took effect), ``fail`` (it certainly did not: an
-aborted transaction) or ``info`` (unknown: a send whose acknowledgement never came, a commit
-that failed). Micro-operations, after completion:
+``crash`` (the SIGKILL of its process: the operation it had in flight is then ``info`` with
+error ``process killed``, and its successor has a new process id). The final reads of each
+process are lone ``poll`` operations. Its ``type`` is ``ok`` (it took effect), ``fail`` (it
+certainly did not: an aborted transaction) or ``info`` (unknown: a send whose acknowledgement
+never came, a commit that failed). Micro-operations, after completion:
 
 * ``["send", key, value, offset]``: ``value`` (an int, unique in the run) appended to
   ``key`` (a partition of the topic); ``offset`` from the acknowledgement, ``None`` unknown;

@@ -51,7 +51,11 @@ def summary_text(result: VerifyResult) -> str:
         f"values read {s['values_read']}",
     ]
     if s["crashes"]:
-        parts.append(f"client crashes {s['crashes']}")
+        parts.append(f"client crashes {s['crashes']} (SIGKILL)")
+    if s["client_processes"]:
+        parts.append(
+            f"processes {s['client_processes']}, final reads to the end by {s['final_readers']}"
+        )
     windows = s["fault_windows"]
     if windows:
         parts.append("fault windows " + ", ".join(f"{k} {v}" for k, v in sorted(windows.items())))

@@ -179,6 +179,8 @@ class VerifyResult:
             + (", subscribe" if self.config.subscribe else ", assign"),
             **self.check.stats,
             "crashes": sum(1 for o in self.history.ops if o.f == "crash"),
+            "client_processes": len(self.workers),
+            "final_readers": sum(1 for w in self.workers if w.final),
             "fault_windows": kinds,
             "proxy": self.proxy_stats,
             "final_reads_complete": self.final_complete,
