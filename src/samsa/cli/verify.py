@@ -46,6 +46,7 @@ def _config(args: argparse.Namespace) -> VerifyConfig:
         pause_target=args.pause_broker,
         pauses=(1 if args.pause_broker else 0) if args.pauses is None else args.pauses,
         pause_s=args.pause_s,
+        session_timeout_ms=args.session_timeout_ms,
         strict=args.strict,
         seed=args.seed,
         topic=args.topic,
@@ -182,6 +183,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--pauses", type=_positive(int), metavar="N", help="(1)")
     p.add_argument("--pause-s", type=_positive(float), default=3.0, metavar="S", help="(3)")
+    p.add_argument(
+        "--session-timeout-ms",
+        type=_positive(int),
+        default=6000,
+        metavar="MS",
+        help="group members' session.timeout.ms (6000): a crashed member stalls the group "
+        "this long",
+    )
     p.add_argument("--strict", action="store_true", help="count the allowed classes too")
     p.add_argument("--seed", type=int, metavar="S", help="random seed (printed)")
     p.add_argument("--topic", help="topic to create (default verify-<random>)")

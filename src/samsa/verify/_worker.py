@@ -139,10 +139,12 @@ class Client:
         }
         if group:
             c["group.id"] = f"verify-{self.spec['run_id']}"
-            # A SIGKILLed member holds up the group's rebalances until its session expires:
-            # the broker's default minimum (group.min.session.timeout.ms), not Kafka's 45 s.
-            c["session.timeout.ms"] = 6_000
-            c["heartbeat.interval.ms"] = 500
+            # A member SIGKILLed while its JoinGroup was pending holds the join phase up to
+            # the rebalance timeout (max.poll.interval.ms, 5 min by default): bound it too.
+            session = self.spec["session_timeout_ms"]
+            c["session.timeout.ms"] = session
+            c["heartbeat.interval.ms"] = max(1, min(500, session // 3))
+            c["max.poll.interval.ms"] = 3 * session
         return c
 
     def _tps(self) -> list[TopicPartition]:

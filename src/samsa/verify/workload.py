@@ -108,6 +108,9 @@ class VerifyConfig:
     topic: str | None = None
     request_timeout_ms: int = 5_000
     transaction_timeout_ms: int = 10_000
+    # A SIGKILLed group member holds up the group's rebalances until its session expires:
+    # the broker's default minimum (group.min.session.timeout.ms), not Kafka's 45 s.
+    session_timeout_ms: int = 6_000
     final_timeout_s: float = 60.0
     progress_s: float = 5.0
 
@@ -120,6 +123,8 @@ class VerifyConfig:
         for name in ("rate", "time_limit", "fault_window_s", "pause_s", "final_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.session_timeout_ms < 1:
+            raise ValueError(f"session_timeout_ms must be >= 1, got {self.session_timeout_ms}")
         for name in ("restarts", "pauses"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -262,6 +267,7 @@ class _Worker:
             "abort_rate": cfg.abort_rate,
             "request_timeout_ms": cfg.request_timeout_ms,
             "transaction_timeout_ms": cfg.transaction_timeout_ms,
+            "session_timeout_ms": cfg.session_timeout_ms,
         }
         self.conn, child = _MP.Pipe()
         self.proc = _MP.Process(
