@@ -367,6 +367,7 @@ def test_verify_cli_report_json_and_recheck(broker, tmp_path: Path) -> None:  # 
         (["--restarts", "2"], "--restarts needs --restart-broker"),
         (["--pauses", "2"], "--pauses needs --pause-broker"),
         (["--time-limit", "0"], "must be > 0"),
+        (["--session-timeout-ms", "0"], "must be > 0"),
         (["--transactions", "--no-idempotence"], "transactions need idempotence"),
     ],
 )
