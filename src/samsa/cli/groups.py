@@ -1,27 +1,31 @@
 """``samsa groups list | describe GROUP | delete GROUP``: consumer groups and their lag
 (kafka-consumer-groups).
 
-Speaks raw protocol through :class:`BlockingConnection` to the one broker, which is every
-group's coordinator: ListGroups, DescribeGroups, OffsetFetch, ListOffsets, DeleteGroups.
-``describe`` prints one line per partition the group has a committed offset for or a member
-is assigned: committed offset, log end offset, lag, and the owning member and client id.
+``list`` and ``describe`` go through the samsa :class:`Admin`, which describes classic groups
+with DescribeGroups and consumer (KIP-848) groups with ConsumerGroupDescribe, as Java's
+AdminClient does. ``describe`` prints one line per partition the group has a committed offset
+for or a member is assigned: committed offset, log end offset, lag, the owning member, its
+client id and (consumer groups) its member epoch; ``describe --members`` prints one line per
+member instead, with its epoch, assignment and target assignment. ``delete`` speaks raw
+DeleteGroups through :class:`BlockingConnection`.
 """
 
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 from typing import Any
 
 from samsa.broker.config import ConfigError, parse_host_port
-from samsa.cli._clientutil import command_security
+from samsa.cli._clientutil import command_config, command_security
+from samsa.client import Admin, ClosedError, KafkaError, TopicPartition
+from samsa.client import ConfigError as ClientConfigError
+from samsa.client._admin import GroupDescription
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-LATEST = -1
 
 
 def _connect(args: argparse.Namespace) -> BlockingConnection:
@@ -35,42 +39,92 @@ def _connect(args: argparse.Namespace) -> BlockingConnection:
     )
 
 
+def _admin(args: argparse.Namespace) -> Admin:
+    millis = int(args.timeout * 1000)
+    return Admin(
+        {
+            "bootstrap.servers": args.bootstrap_server,
+            "client.id": "samsa-cli",
+            "request.timeout.ms": millis,
+            "default.api.timeout.ms": millis,
+            **command_config(args),
+        }
+    )
+
+
 def _list(args: argparse.Namespace) -> int:
-    v = 4
-    with _connect(args) as conn:
-        req = make_request(
-            ApiKey.LIST_GROUPS, v, "ListGroupsRequest", states_filter=tuple(args.state or ())
-        )
-        resp = conn.request(ApiKey.LIST_GROUPS, v, req)
-    _check(resp.error_code, "list groups")
-    print("GROUP\tSTATE\tPROTOCOL_TYPE")
-    for g in sorted(resp.groups, key=lambda g: g.group_id):
-        print(f"{g.group_id}\t{g.group_state}\t{g.protocol_type}")
+    with _admin(args) as admin:
+        groups = admin.list_groups()
+    wanted = {s.lower() for s in args.state or ()}
+    print("GROUP\tSTATE\tPROTOCOL_TYPE\tTYPE")
+    for g in groups:
+        if not wanted or g.state.lower() in wanted:
+            print(f"{g.group_id}\t{g.state}\t{g.protocol_type}\t{g.group_type}")
     return 0
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
-        group = _describe_group(conn, args.group)
-        _check(group.error_code, f"describe {args.group}")
-        owners: dict[tuple[str, int], tuple[str, str]] = {}
+    with _admin(args) as admin:
+        group = _describe_group(admin, args.group)
+        if args.members:
+            _print_members(group)
+            return 0
+        owners: dict[TopicPartition, tuple[str, str, int]] = {}
         for m in group.members:
-            for topic, partitions in parse_assignment(bytes(m.member_assignment)):
-                for p in partitions:
-                    owners[(topic, p)] = (m.member_id, m.client_id)
-        committed = _committed(conn, args.group)
+            for tp in m.assignment:
+                owners[tp] = (m.member_id, m.client_id, m.member_epoch)
+        committed = admin.list_group_offsets(args.group)
         partitions = sorted(set(committed) | set(owners))
-        ends = _log_end_offsets(conn, partitions)
-    print(f"GROUP {args.group}  STATE {group.group_state}  MEMBERS {len(group.members)}")
-    print("TOPIC\tPARTITION\tCOMMITTED_OFFSET\tLOG_END_OFFSET\tLAG\tMEMBER_ID\tCLIENT_ID")
+        ends = admin.list_offsets(partitions) if partitions else {}
+    _print_header(group)
+    print(
+        "TOPIC\tPARTITION\tCOMMITTED_OFFSET\tLOG_END_OFFSET\tLAG\tMEMBER_ID\tCLIENT_ID"
+        "\tMEMBER_EPOCH"
+    )
     for tp in partitions:
         offset = committed.get(tp, -1)
         end = ends.get(tp, -1)
         lag = "-" if end < 0 else str(end - max(offset, 0))
-        member, client = owners.get(tp, ("-", "-"))
+        member, client, epoch = owners.get(tp, ("-", "-", -1))
         shown = "-" if offset < 0 else str(offset)
-        print(f"{tp[0]}\t{tp[1]}\t{shown}\t{end if end >= 0 else '-'}\t{lag}\t{member}\t{client}")
+        print(
+            f"{tp.topic}\t{tp.partition}\t{shown}\t{end if end >= 0 else '-'}\t{lag}"
+            f"\t{member}\t{client}\t{epoch if epoch >= 0 else '-'}"
+        )
     return 0
+
+
+def _print_header(group: GroupDescription) -> None:
+    line = f"GROUP {group.group_id}  STATE {group.state}  MEMBERS {len(group.members)}"
+    line += f"  TYPE {group.group_type}"
+    if group.group_type == "consumer":
+        line += f"  GROUP_EPOCH {group.group_epoch}  ASSIGNOR {group.protocol}"
+    print(line)
+
+
+def _print_members(group: GroupDescription) -> None:
+    _print_header(group)
+    print("MEMBER_ID\tCLIENT_ID\tHOST\tMEMBER_EPOCH\tASSIGNMENT\tTARGET_ASSIGNMENT")
+
+    def shown(tps: tuple[TopicPartition, ...]) -> str:
+        return ",".join(f"{tp.topic}-{tp.partition}" for tp in tps) or "-"
+
+    for m in sorted(group.members, key=lambda m: m.member_id):
+        epoch = str(m.member_epoch) if m.member_epoch >= 0 else "-"
+        # a classic member has no target: it owns what the leader assigned it
+        target = shown(m.target_assignment) if group.group_type == "consumer" else "-"
+        print(
+            f"{m.member_id}\t{m.client_id}\t{m.client_host}\t{epoch}"
+            f"\t{shown(m.assignment)}\t{target}"
+        )
+
+
+def _describe_group(admin: Admin, group_id: str) -> GroupDescription:
+    group = admin.describe_groups([group_id])[0]
+    _check(group.error, f"describe {group_id}")
+    if group.state == "Dead":
+        raise CommandError(f"group {group_id} does not exist")
+    return group
 
 
 def _delete(args: argparse.Namespace) -> int:
@@ -83,112 +137,6 @@ def _delete(args: argparse.Namespace) -> int:
     _check(resp.results[0].error_code, f"delete {args.group}")
     print(f"deleted group {args.group}")
     return 0
-
-
-# --- requests -----------------------------------------------------------------------------------
-
-
-def _describe_group(conn: BlockingConnection, group_id: str) -> Any:
-    v = 5
-    req = make_request(
-        ApiKey.DESCRIBE_GROUPS,
-        v,
-        "DescribeGroupsRequest",
-        groups=(group_id,),
-        include_authorized_operations=False,
-    )
-    group = conn.request(ApiKey.DESCRIBE_GROUPS, v, req).groups[0]
-    if group.group_state == "Dead":
-        raise CommandError(f"group {group_id} does not exist")
-    return group
-
-
-def _committed(conn: BlockingConnection, group_id: str) -> dict[tuple[str, int], int]:
-    v = 7
-    req = make_request(
-        ApiKey.OFFSET_FETCH,
-        v,
-        "OffsetFetchRequest",
-        group_id=group_id,
-        topics=None,  # all of the group's offsets
-        require_stable=False,
-    )
-    resp = conn.request(ApiKey.OFFSET_FETCH, v, req)
-    _check(resp.error_code, f"fetch offsets of {group_id}")
-    return {
-        (t.name, p.partition_index): int(p.committed_offset)
-        for t in resp.topics
-        for p in t.partitions
-        if p.error_code == 0
-    }
-
-
-def _log_end_offsets(
-    conn: BlockingConnection, partitions: list[tuple[str, int]]
-) -> dict[tuple[str, int], int]:
-    if not partitions:
-        return {}
-    v = 5
-    by_topic: dict[str, list[int]] = {}
-    for topic, p in partitions:
-        by_topic.setdefault(topic, []).append(p)
-    req = make_request(
-        ApiKey.LIST_OFFSETS,
-        v,
-        "ListOffsetsRequest",
-        replica_id=-1,
-        isolation_level=0,
-        topics=tuple(
-            make_request(
-                ApiKey.LIST_OFFSETS,
-                v,
-                "ListOffsetsTopic",
-                name=topic,
-                partitions=tuple(
-                    make_request(
-                        ApiKey.LIST_OFFSETS,
-                        v,
-                        "ListOffsetsPartition",
-                        partition_index=p,
-                        current_leader_epoch=-1,
-                        timestamp=LATEST,
-                    )
-                    for p in ps
-                ),
-            )
-            for topic, ps in by_topic.items()
-        ),
-    )
-    resp = conn.request(ApiKey.LIST_OFFSETS, v, req)
-    return {
-        (t.name, p.partition_index): int(p.offset)
-        for t in resp.topics
-        for p in t.partitions
-        if p.error_code == 0
-    }
-
-
-def parse_assignment(data: bytes) -> list[tuple[str, list[int]]]:
-    """Topics and partitions of a ``consumer`` protocol assignment (any version: they come
-    first); empty for anything else."""
-    try:
-        pos = 2  # version
-        (n_topics,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        out = []
-        for _ in range(max(n_topics, 0)):
-            (length,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            topic = data[pos : pos + length].decode()
-            pos += length
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            parts = list(struct.unpack_from(f">{max(n, 0)}i", data, pos))
-            pos += 4 * max(n, 0)
-            out.append((topic, parts))
-        return out
-    except (struct.error, UnicodeDecodeError):
-        return []
 
 
 # --- errors and registration --------------------------------------------------------------------
@@ -207,7 +155,7 @@ def _one_line_errors(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except (CommandError, ConfigError) as exc:
+        except (CommandError, ConfigError, ClientConfigError, KafkaError, ClosedError) as exc:
             print(f"samsa groups: {exc}", file=sys.stderr)
             return 1
         except (OSError, ConnectionClosed) as exc:
@@ -228,6 +176,12 @@ def register(sub: Any) -> None:
         p = actions.add_parser(name, help=help_text)
         if name != "list":
             p.add_argument("group")
+        if name == "describe":
+            p.add_argument(
+                "--members",
+                action="store_true",
+                help="one line per member: epoch, assignment and target assignment",
+            )
         else:
             p.add_argument("--state", action="append", help="only groups in this state")
         p.add_argument(

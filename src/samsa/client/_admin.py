@@ -31,12 +31,16 @@ from samsa.client._types import (
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, api_name, make_request
 
+LATEST = -1  # ListOffsets timestamps: the log end offset
+EARLIEST = -2  # the log start offset
+
 
 @dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # "consumer": a KIP-848 consumer-protocol group
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +49,10 @@ class GroupMember:
     client_id: str
     client_host: str
     assignment: tuple[TopicPartition, ...]
+    instance_id: str | None = None
+    # consumer (KIP-848) groups only: the member's epoch and the assignment it is moving to
+    member_epoch: int = -1
+    target_assignment: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +60,12 @@ class GroupDescription:
     group_id: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str  # classic: the chosen assignor; consumer: the server-side assignor
     members: tuple[GroupMember, ...]
     error: int = 0
+    group_type: str = "classic"
+    group_epoch: int = -1  # consumer groups only
+    assignment_epoch: int = -1  # consumer groups only
 
 
 class AsyncAdmin:
@@ -343,14 +354,19 @@ class AsyncAdmin:
             resp = await self.cluster.send(
                 node,
                 ApiKey.LIST_GROUPS,
-                (0, 4),
+                (0, 5),
                 "ListGroupsRequest",
-                lambda v: {"states_filter": ()},
+                lambda v: {"states_filter": (), "types_filter": ()},
             )
             if resp.error_code:
                 raise KafkaError(int(resp.error_code), "ListGroups")
             return [
-                GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+                GroupListing(
+                    g.group_id,
+                    g.protocol_type,
+                    getattr(g, "group_state", ""),
+                    getattr(g, "group_type", "") or "classic",
+                )
                 for g in resp.groups
             ]
 
@@ -358,45 +374,216 @@ class AsyncAdmin:
         return sorted((g for gs in found for g in gs), key=lambda g: g.group_id)
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
-        """DescribeGroups, sent to each group's coordinator."""
-        from samsa.client._consumer import decode_assignment
-
+        """Each group as Java's AdminClient describes it: ConsumerGroupDescribe to the
+        group's coordinator, and DescribeGroups for a group it does not know as a consumer
+        (KIP-848) group (GROUP_ID_NOT_FOUND) or when the broker predates that API. An
+        unknown group is described by DescribeGroups as Dead."""
         out: list[GroupDescription] = []
         for group_id in group_ids:
-            resp, _ = await self.cluster.coordinator_call(
+            found = await self._describe_consumer_group(group_id)
+            out.append(found if found is not None else await self._describe_classic(group_id))
+        return out
+
+    async def _describe_consumer_group(self, group_id: str) -> GroupDescription | None:
+        """ConsumerGroupDescribe; None when the group is not a consumer group."""
+        try:
+            resp, code = await self.cluster.coordinator_call(
                 KEY_GROUP,
                 group_id,
-                ApiKey.DESCRIBE_GROUPS,
-                (0, 5),
-                "DescribeGroupsRequest",
-                lambda v, gid=group_id: {
-                    "groups": (gid,),
-                    "include_authorized_operations": False,
-                },
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                (0, 0),
+                "ConsumerGroupDescribeRequest",
+                lambda v: {"group_ids": (group_id,), "include_authorized_operations": False},
                 lambda r: [int(g.error_code) for g in r.groups],
             )
-            for g in resp.groups:
-                members = tuple(
-                    GroupMember(
-                        m.member_id,
-                        m.client_id,
-                        m.client_host,
-                        tuple(decode_assignment(m.member_assignment))
-                        if g.protocol_type == "consumer"
-                        else (),
-                    )
-                    for m in g.members
+        except KafkaError as exc:
+            if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+                return None
+            raise
+        g = resp.groups[0]
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        if code:
+            raise KafkaError(code, g.error_message or f"describe group {group_id}")
+
+        def tps(assignment: Any) -> tuple[TopicPartition, ...]:
+            return tuple(
+                sorted(
+                    TopicPartition(t.topic_name, int(p))
+                    for t in assignment.topic_partitions
+                    for p in t.partitions
                 )
-                out.append(
-                    GroupDescription(
-                        g.group_id,
-                        g.group_state,
-                        g.protocol_type,
-                        g.protocol_data,
-                        members,
-                        int(g.error_code),
+            )
+
+        members = tuple(
+            GroupMember(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                tps(m.assignment),
+                m.instance_id,
+                int(m.member_epoch),
+                tps(m.target_assignment),
+            )
+            for m in g.members
+        )
+        return GroupDescription(
+            g.group_id,
+            g.group_state,
+            "consumer",
+            g.assignor_name,
+            members,
+            0,
+            "consumer",
+            int(g.group_epoch),
+            int(g.assignment_epoch),
+        )
+
+    async def _describe_classic(self, group_id: str) -> GroupDescription:
+        from samsa.client._consumer import decode_assignment
+
+        resp, _ = await self.cluster.coordinator_call(
+            KEY_GROUP,
+            group_id,
+            ApiKey.DESCRIBE_GROUPS,
+            (0, 5),
+            "DescribeGroupsRequest",
+            lambda v: {"groups": (group_id,), "include_authorized_operations": False},
+            lambda r: [int(g.error_code) for g in r.groups],
+        )
+        g = resp.groups[0]
+        members = tuple(
+            GroupMember(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                tuple(decode_assignment(m.member_assignment))
+                if g.protocol_type == "consumer"
+                else (),
+                getattr(m, "group_instance_id", None),
+            )
+            for m in g.members
+        )
+        return GroupDescription(
+            g.group_id, g.group_state, g.protocol_type, g.protocol_data, members, int(g.error_code)
+        )
+
+    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """The group's committed offsets (OffsetFetch for all its partitions), as Java's
+        ``listConsumerGroupOffsets``; partitions without one are left out."""
+        resp, _ = await self.cluster.coordinator_call(
+            KEY_GROUP,
+            group_id,
+            ApiKey.OFFSET_FETCH,
+            (1, 7),
+            "OffsetFetchRequest",
+            lambda v: {"group_id": group_id, "topics": None, "require_stable": False},
+            lambda r: [int(r.error_code)] if hasattr(r, "error_code") else [],
+        )
+        out: dict[TopicPartition, int] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                if int(p.error_code):
+                    raise KafkaError(int(p.error_code), f"{t.name}-{p.partition_index}")
+                if int(p.committed_offset) >= 0:
+                    out[TopicPartition(t.name, int(p.partition_index))] = int(p.committed_offset)
+        return out
+
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timestamp: int = LATEST
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets for each partition at its leader: ``LATEST`` (-1) the log end offset,
+        ``EARLIEST`` (-2) the log start offset, else the first offset at or after a
+        timestamp (-1 in the result: none)."""
+        tps = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
+
+        def fields(v: int, topics: dict[str, list[int]]) -> dict[str, Any]:
+            k = ApiKey.LIST_OFFSETS
+            return {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": tuple(
+                    make_request(
+                        k,
+                        v,
+                        "ListOffsetsTopic",
+                        name=t,
+                        partitions=tuple(
+                            make_request(
+                                k,
+                                v,
+                                "ListOffsetsPartition",
+                                partition_index=p,
+                                current_leader_epoch=-1,
+                                timestamp=timestamp,
+                            )
+                            for p in ps
+                        ),
                     )
+                    for t, ps in topics.items()
+                ),
+            }
+
+        found = await self._leader_call(
+            tps,
+            ApiKey.LIST_OFFSETS,
+            (1, 7),
+            "ListOffsetsRequest",
+            fields,
+            lambda resp: [
+                (TopicPartition(t.name, int(p.partition_index)), int(p.error_code), int(p.offset))
+                for t in resp.topics
+                for p in t.partitions
+            ],
+        )
+        return {tp: int(v) for tp, v in found.items()}
+
+    async def _leader_call(
+        self,
+        tps: list[TopicPartition],
+        api_key: int,
+        versions: tuple[int, int],
+        cls: str,
+        fields: Any,
+        results: Any,
+    ) -> dict[TopicPartition, Any]:
+        """One request per partition leader, resent for the partitions whose leader moved
+        (as DescribeProducers above); ``results(resp)`` yields (partition, error, value)."""
+        out: dict[TopicPartition, Any] = {}
+        names = sorted({tp.topic for tp in tps})
+        await self.cluster.refresh(names)
+        for tp in tps:
+            info = self.cluster.topics.get(tp.topic)
+            if info is None or tp.partition not in info.partitions:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+
+        async def attempt() -> None:
+            by_node: dict[int, dict[str, list[int]]] = {}
+            for tp in tps:
+                if tp in out:
+                    continue
+                leader = self.cluster.leader(*tp)
+                if leader is None:
+                    await self.cluster.refresh(names)
+                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition}")
+                by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
+            stale = 0
+            for node, topics in by_node.items():
+                resp = await self.cluster.send(
+                    node, api_key, versions, cls, lambda v, topics=topics: fields(v, topics)
                 )
+                for tp, code, value in results(resp):
+                    if code in INVALID_METADATA:
+                        stale = code
+                    elif code:
+                        raise KafkaError(code, f"{tp.topic}-{tp.partition}")
+                    else:
+                        out[tp] = value
+            if stale:
+                await self.cluster.refresh(names)
+                raise RetryLater(stale, api_name(api_key))
+
+        await self.cluster.retry(attempt, what=api_name(api_key))
         return out
 
     # --- transactions ----------------------------------------------------------------------

@@ -1012,6 +1012,14 @@ class Admin(_Facade[AsyncAdmin]):
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         return self._lt.run(self._core.describe_groups(list(group_ids)))
 
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        return self._lt.run(self._core.list_group_offsets(group_id))
+
+    def list_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timestamp: int = -1
+    ) -> dict[TopicPartition, int]:
+        return self._lt.run(self._core.list_offsets(list(partitions), timestamp))
+
     def describe_cluster(self) -> dict[str, Any]:
         return self._lt.run(self._core.describe_cluster())
 
