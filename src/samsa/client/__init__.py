@@ -7,7 +7,17 @@ confluent-kafka-style property names. Everything else in this package is private
 """
 
 from samsa.client._accumulator import BatchMetadata
-from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing, GroupMember
+from samsa.client._admin import (
+    AlterConfigOp,
+    AsyncAdmin,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSynonym,
+    DeletedRecords,
+    GroupDescription,
+    GroupListing,
+    GroupMember,
+)
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
     AbortableTransactionError,
@@ -44,6 +54,7 @@ from samsa.client._types import (
 __all__ = [
     "AbortableTransactionError",
     "Admin",
+    "AlterConfigOp",
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
@@ -51,11 +62,15 @@ __all__ = [
     "BatchMetadata",
     "BufferExhaustedError",
     "ClosedError",
+    "ConfigEntry",
     "ConfigError",
+    "ConfigResource",
+    "ConfigSynonym",
     "Consumer",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "CorruptRecordError",
+    "DeletedRecords",
     "GroupDescription",
     "GroupListing",
     "GroupMember",

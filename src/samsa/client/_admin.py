@@ -12,7 +12,7 @@ import asyncio
 import datetime
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import ADMIN, Config
@@ -66,6 +66,60 @@ class GroupDescription:
     group_type: str = "classic"
     group_epoch: int = -1  # consumer groups only
     assignment_epoch: int = -1  # consumer groups only
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResource:
+    """A topic's or a broker's configs (``name`` "" for a broker: the cluster defaults)."""
+
+    type: int
+    name: str
+
+    TOPIC: ClassVar[int] = 2
+    BROKER: ClassVar[int] = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config as DescribeConfigs gives it; ``value`` None when sensitive or unset.
+    ``source`` is Kafka's ConfigSource (1 DYNAMIC_TOPIC_CONFIG, 2 DYNAMIC_BROKER_CONFIG,
+    4 STATIC_BROKER_CONFIG, 5 DEFAULT_CONFIG, ...)."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    """One change of IncrementalAlterConfigs (Java's ``AlterConfigOp``)."""
+
+    name: str
+    value: str | None
+    op: int = 0
+
+    SET: ClassVar[int] = 0
+    DELETE: ClassVar[int] = 1
+    APPEND: ClassVar[int] = 2
+    SUBTRACT: ClassVar[int] = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedRecords:
+    """A partition's answer to DeleteRecords: its new log start offset, or its error."""
+
+    low_watermark: int
+    error: KafkaError | None = None
 
 
 class AsyncAdmin:
@@ -546,16 +600,22 @@ class AsyncAdmin:
         cls: str,
         fields: Any,
         results: Any,
+        *,
+        errors_in_result: bool = False,
     ) -> dict[TopicPartition, Any]:
         """One request per partition leader, resent for the partitions whose leader moved
-        (as DescribeProducers above); ``results(resp)`` yields (partition, error, value)."""
+        (as DescribeProducers above); ``results(resp)`` yields (partition, error, value).
+        A partition's other error raises, or with ``errors_in_result`` is its value."""
         out: dict[TopicPartition, Any] = {}
         names = sorted({tp.topic for tp in tps})
         await self.cluster.refresh(names)
         for tp in tps:
             info = self.cluster.topics.get(tp.topic)
             if info is None or tp.partition not in info.partitions:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+                err = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+                if not errors_in_result:
+                    raise err
+                out[tp] = err
 
         async def attempt() -> None:
             by_node: dict[int, dict[str, list[int]]] = {}
@@ -575,6 +635,8 @@ class AsyncAdmin:
                 for tp, code, value in results(resp):
                     if code in INVALID_METADATA:
                         stale = code
+                    elif code and errors_in_result:
+                        out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
                     elif code:
                         raise KafkaError(code, f"{tp.topic}-{tp.partition}")
                     else:
@@ -585,6 +647,271 @@ class AsyncAdmin:
 
         await self.cluster.retry(attempt, what=api_name(api_key))
         return out
+
+    # --- configs, partitions, records ------------------------------------------------------
+
+    def _config_node(self, resource: ConfigResource) -> int | None:
+        """A broker's own configs are asked of that broker (as Java's AdminClient does);
+        topics' and the cluster defaults of any broker."""
+        if resource.type == ConfigResource.BROKER and resource.name:
+            try:
+                return int(resource.name)
+            except ValueError:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, f"broker id {resource.name!r} is not a number"
+                ) from None
+        return None
+
+    async def describe_configs(
+        self, resources: Iterable[ConfigResource], *, include_synonyms: bool = True
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """DescribeConfigs: every config of each resource by name; a resource's error
+        (UNKNOWN_TOPIC_OR_PARTITION, ...) raises KafkaError."""
+        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+        for r in dict.fromkeys(resources):
+            node = self._config_node(r)
+            if node is not None:
+                await self.cluster.refresh([])
+
+            async def attempt(r: ConfigResource = r, node: int | None = node) -> Any:
+                return await self.cluster.send(
+                    node,
+                    ApiKey.DESCRIBE_CONFIGS,
+                    (1, 4),
+                    "DescribeConfigsRequest",
+                    lambda v: {
+                        "resources": (
+                            make_request(
+                                ApiKey.DESCRIBE_CONFIGS,
+                                v,
+                                "DescribeConfigsResource",
+                                resource_type=r.type,
+                                resource_name=r.name,
+                                configuration_keys=None,
+                            ),
+                        ),
+                        "include_synonyms": include_synonyms,
+                        "include_documentation": False,
+                    },
+                )
+
+            result = (await self.cluster.retry(attempt, what="DescribeConfigs")).results[0]
+            if int(result.error_code):
+                raise KafkaError(int(result.error_code), result.error_message or r.name)
+            out[r] = {
+                c.name: ConfigEntry(
+                    c.name,
+                    c.value,
+                    int(c.config_source),
+                    bool(c.read_only),
+                    bool(c.is_sensitive),
+                    tuple(
+                        ConfigSynonym(s.name, s.value, int(s.source))
+                        for s in getattr(c, "synonyms", ()) or ()
+                    ),
+                )
+                for c in result.configs
+            }
+        return out
+
+    async def _alter_configs_call(
+        self,
+        api_key: int,
+        versions: tuple[int, int],
+        cls: str,
+        resources: list[ConfigResource],
+        build: Any,
+        validate_only: bool,
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """One AlterConfigs / IncrementalAlterConfigs per resource's broker; ``build(v, r)``
+        is the request's entry for resource ``r``."""
+        out: dict[ConfigResource, KafkaError | None] = {}
+        by_node: dict[int | None, list[ConfigResource]] = {}
+        for r in resources:
+            by_node.setdefault(self._config_node(r), []).append(r)
+        if any(n is not None for n in by_node):
+            await self.cluster.refresh([])
+        for node, group in by_node.items():
+
+            async def attempt(node: int | None = node, group: list[ConfigResource] = group) -> Any:
+                return await self.cluster.send(
+                    node,
+                    api_key,
+                    versions,
+                    cls,
+                    lambda v: {
+                        "resources": tuple(build(v, r) for r in group),
+                        "validate_only": validate_only,
+                    },
+                )
+
+            resp = await self.cluster.retry(attempt, what=api_name(api_key))
+            for answer in resp.responses:
+                r = ConfigResource(int(answer.resource_type), answer.resource_name)
+                code = int(answer.error_code)
+                out[r] = KafkaError(code, answer.error_message or r.name) if code else None
+        return out
+
+    async def incremental_alter_configs(
+        self,
+        changes: dict[ConfigResource, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single configs, keeping
+        the others; maps each resource to None (done) or its error."""
+        ops = {r: list(c) for r, c in changes.items()}
+        k = ApiKey.INCREMENTAL_ALTER_CONFIGS
+
+        def build(v: int, r: ConfigResource) -> Any:
+            return make_request(
+                k,
+                v,
+                "AlterConfigsResource",
+                resource_type=r.type,
+                resource_name=r.name,
+                configs=tuple(
+                    make_request(
+                        k, v, "AlterableConfig", name=o.name, config_operation=o.op, value=o.value
+                    )
+                    for o in ops[r]
+                ),
+            )
+
+        return await self._alter_configs_call(
+            k, (0, 1), "IncrementalAlterConfigsRequest", list(ops), build, validate_only
+        )
+
+    async def alter_configs(
+        self, configs: dict[ConfigResource, dict[str, str]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, KafkaError | None]:
+        """AlterConfigs (deprecated in Kafka for incremental_alter_configs): each resource's
+        dynamic configs become exactly ``configs[resource]``, the others reset."""
+        k = ApiKey.ALTER_CONFIGS
+
+        def build(v: int, r: ConfigResource) -> Any:
+            return make_request(
+                k,
+                v,
+                "AlterConfigsResource",
+                resource_type=r.type,
+                resource_name=r.name,
+                configs=tuple(
+                    make_request(k, v, "AlterableConfig", name=n, value=val)
+                    for n, val in configs[r].items()
+                ),
+            )
+
+        return await self._alter_configs_call(
+            k, (0, 2), "AlterConfigsRequest", list(configs), build, validate_only
+        )
+
+    async def create_partitions(
+        self, new_counts: dict[str, int], *, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        """CreatePartitions: grow each topic to ``new_counts[topic]`` partitions; maps each
+        topic to None (done) or its error (INVALID_PARTITIONS when the count would not grow)."""
+
+        def fields(v: int, names: list[str]) -> dict[str, Any]:
+            return {
+                "topics": tuple(
+                    make_request(
+                        ApiKey.CREATE_PARTITIONS,
+                        v,
+                        "CreatePartitionsTopic",
+                        name=n,
+                        count=new_counts[n],
+                        assignments=None,
+                    )
+                    for n in names
+                ),
+                "timeout": int(self.request_timeout * 1000),
+                "validate_only": validate_only,
+            }
+
+        out = await self._controller_call(
+            list(new_counts),
+            ApiKey.CREATE_PARTITIONS,
+            (0, 3),
+            "CreatePartitionsRequest",
+            fields,
+            lambda resp: [
+                (r.name, int(r.error_code), getattr(r, "error_message", None) or "")
+                for r in resp.results
+            ],
+            ErrorCode.INVALID_PARTITIONS,
+        )
+        done = [n for n, e in out.items() if e is None and not validate_only]
+        await self._wait_for_partitions({n: new_counts[n] for n in done})
+        return out
+
+    async def _wait_for_partitions(self, counts: dict[str, int]) -> None:
+        """Metadata may lag a CreatePartitions a little; wait (bounded) until it agrees."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(self.request_timeout, 10.0)
+        names = list(counts)
+        while names and loop.time() < deadline:
+            await self.cluster.refresh(names, timeout=max(0.0, deadline - loop.time()))
+            topics = self.cluster.topics
+            if all(n in topics and len(topics[n].partitions) >= c for n, c in counts.items()):
+                return
+            await asyncio.sleep(0.05)
+
+    async def delete_records(
+        self, offsets: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, DeletedRecords]:
+        """DeleteRecords at each partition's leader: records below ``offsets[tp]`` (-1: the
+        high watermark) go; each partition gets its new low watermark or its error
+        (OFFSET_OUT_OF_RANGE beyond the high watermark, POLICY_VIOLATION on a compacted
+        topic, ...)."""
+        wanted = {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
+        k = ApiKey.DELETE_RECORDS
+
+        def fields(v: int, topics: dict[str, list[int]]) -> dict[str, Any]:
+            return {
+                "topics": tuple(
+                    make_request(
+                        k,
+                        v,
+                        "DeleteRecordsTopic",
+                        name=t,
+                        partitions=tuple(
+                            make_request(
+                                k,
+                                v,
+                                "DeleteRecordsPartition",
+                                partition_index=p,
+                                offset=wanted[TopicPartition(t, p)],
+                            )
+                            for p in ps
+                        ),
+                    )
+                    for t, ps in topics.items()
+                ),
+                "timeout": int(self.request_timeout * 1000),
+            }
+
+        found = await self._leader_call(
+            list(wanted),
+            k,
+            (0, 2),
+            "DeleteRecordsRequest",
+            fields,
+            lambda resp: [
+                (
+                    TopicPartition(t.name, int(p.partition_index)),
+                    int(p.error_code),
+                    int(p.low_watermark),
+                )
+                for t in resp.topics
+                for p in t.partitions
+            ],
+            errors_in_result=True,
+        )
+        return {
+            tp: DeletedRecords(-1, v) if isinstance(v, KafkaError) else DeletedRecords(int(v))
+            for tp, v in found.items()
+        }
 
     # --- transactions ----------------------------------------------------------------------
 

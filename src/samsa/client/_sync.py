@@ -40,7 +40,15 @@ from samsa.client._accumulator import (
     row_sink,
     unregister_sink,
 )
-from samsa.client._admin import AsyncAdmin, GroupDescription, GroupListing
+from samsa.client._admin import (
+    AlterConfigOp,
+    AsyncAdmin,
+    ConfigEntry,
+    ConfigResource,
+    DeletedRecords,
+    GroupDescription,
+    GroupListing,
+)
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
     BufferExhaustedError,
@@ -1019,6 +1027,40 @@ class Admin(_Facade[AsyncAdmin]):
         self, partitions: Iterable[TopicPartition | tuple[str, int]], timestamp: int = -1
     ) -> dict[TopicPartition, int]:
         return self._lt.run(self._core.list_offsets(list(partitions), timestamp))
+
+    def describe_configs(
+        self, resources: Iterable[ConfigResource], *, include_synonyms: bool = True
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        return self._lt.run(
+            self._core.describe_configs(list(resources), include_synonyms=include_synonyms)
+        )
+
+    def incremental_alter_configs(
+        self,
+        changes: dict[ConfigResource, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, KafkaError | None]:
+        return self._lt.run(
+            self._core.incremental_alter_configs(
+                {r: list(c) for r, c in changes.items()}, validate_only=validate_only
+            )
+        )
+
+    def alter_configs(
+        self, configs: dict[ConfigResource, dict[str, str]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, KafkaError | None]:
+        return self._lt.run(self._core.alter_configs(configs, validate_only=validate_only))
+
+    def create_partitions(
+        self, new_counts: dict[str, int], *, validate_only: bool = False
+    ) -> dict[str, KafkaError | None]:
+        return self._lt.run(self._core.create_partitions(new_counts, validate_only=validate_only))
+
+    def delete_records(
+        self, offsets: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, DeletedRecords]:
+        return self._lt.run(self._core.delete_records(offsets))
 
     def describe_cluster(self) -> dict[str, Any]:
         return self._lt.run(self._core.describe_cluster())
