@@ -2,7 +2,8 @@
 
 ``--describe`` prints the topic's own (dynamic) configs, or with ``--all`` every config with
 its source and synonyms; ``--alter`` sends one IncrementalAlterConfigs with ``--add-config``
-as SET and ``--delete-config`` as DELETE (as kafka-configs does since Kafka 2.3).
+as SET and ``--delete-config`` as DELETE (as kafka-configs does since Kafka 2.3). Both go
+through the samsa :class:`Admin`.
 """
 
 from __future__ import annotations
@@ -10,26 +11,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from samsa.broker.config import parse_host_port
-from samsa.broker.topic_config import AlterOp, ConfigSource
-from samsa.cli._clientutil import add_bootstrap, command_security, one_line_errors
-from samsa.client._connection import BlockingConnection
-from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.broker.topic_config import ConfigSource
+from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.client import Admin, AlterConfigOp, ConfigResource
 
-RESOURCE_TYPES = {"topics": 2, "brokers": 4}
+RESOURCE_TYPES = {"topics": ConfigResource.TOPIC, "brokers": ConfigResource.BROKER}
 _SINGULAR = {"topics": "topic", "brokers": "broker"}
-
-
-def connect(args: argparse.Namespace) -> BlockingConnection:
-    host, port = parse_host_port(args.bootstrap_server)
-    return BlockingConnection(
-        host,
-        port,
-        client_id="samsa-cli",
-        timeout=args.command_timeout_ms / 1000,
-        security=command_security(args),
-    )
 
 
 def parse_add_config(text: str) -> list[tuple[str, str]]:
@@ -74,92 +61,44 @@ def _configs(args: argparse.Namespace) -> int:
         if rtype == RESOURCE_TYPES["topics"] or args.alter:
             raise ValueError("--entity-name is needed")
         name = ""  # the cluster-wide broker defaults
-    with connect(args) as conn:
-        return (
-            _describe(conn, args, rtype, name) if args.describe else _alter(conn, args, rtype, name)
-        )
+    resource = ConfigResource(rtype, name)
+    with Admin(client_config(args)) as admin:
+        return _describe(admin, args, resource) if args.describe else _alter(admin, args, resource)
 
 
-def _describe(conn: BlockingConnection, args: argparse.Namespace, rtype: int, name: str) -> int:
-    v = 4
-    req = make_request(
-        ApiKey.DESCRIBE_CONFIGS,
-        v,
-        "DescribeConfigsRequest",
-        resources=(
-            make_request(
-                ApiKey.DESCRIBE_CONFIGS,
-                v,
-                "DescribeConfigsResource",
-                resource_type=rtype,
-                resource_name=name,
-                configuration_keys=None,
-            ),
-        ),
-        include_synonyms=True,
-        include_documentation=False,
-    )
-    result = conn.request(ApiKey.DESCRIBE_CONFIGS, v, req).results[0]
-    _check(result.error_code, result.error_message)
+def _describe(admin: Admin, args: argparse.Namespace, resource: ConfigResource) -> int:
+    configs = admin.describe_configs([resource])[resource]
     dynamic = {ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_BROKER_CONFIG}
     what = _SINGULAR[args.entity_type]
-    print(f"{'All' if args.all else 'Dynamic'} configs for {what} {name} are:")
-    for c in sorted(result.configs, key=lambda c: c.name):
-        if not args.all and c.config_source not in dynamic:
+    print(f"{'All' if args.all else 'Dynamic'} configs for {what} {resource.name} are:")
+    for c in sorted(configs.values(), key=lambda c: c.name):
+        if not args.all and c.source not in dynamic:
             continue
         synonyms = ", ".join(
             f"{_source_name(s.source)}:{s.name}={_shown(s.value)}" for s in c.synonyms
         )
-        sensitive = str(c.is_sensitive).lower()
+        sensitive = str(c.sensitive).lower()
         print(f"  {c.name}={_shown(c.value)} sensitive={sensitive} synonyms={{{synonyms}}}")
     return 0
 
 
-def _alter(conn: BlockingConnection, args: argparse.Namespace, rtype: int, name: str) -> int:
-    ops: list[tuple[str, int, str | None]] = []
+def _alter(admin: Admin, args: argparse.Namespace, resource: ConfigResource) -> int:
+    ops: list[AlterConfigOp] = []
     for item in args.add_config or []:
-        ops += [(k, AlterOp.SET, value) for k, value in parse_add_config(item)]
+        ops += [AlterConfigOp(k, value, AlterConfigOp.SET) for k, value in parse_add_config(item)]
     for item in args.delete_config or []:
-        ops += [(k.strip(), AlterOp.DELETE, None) for k in item.split(",") if k.strip()]
+        ops += [
+            AlterConfigOp(k.strip(), None, AlterConfigOp.DELETE)
+            for k in item.split(",")
+            if k.strip()
+        ]
     if not ops:
         raise ValueError("--alter needs --add-config or --delete-config")
-    v = 1
-    req = make_request(
-        ApiKey.INCREMENTAL_ALTER_CONFIGS,
-        v,
-        "IncrementalAlterConfigsRequest",
-        resources=(
-            make_request(
-                ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                v,
-                "AlterConfigsResource",
-                resource_type=rtype,
-                resource_name=name,
-                configs=tuple(
-                    make_request(
-                        ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                        v,
-                        "AlterableConfig",
-                        name=k,
-                        config_operation=op,
-                        value=value,
-                    )
-                    for k, op, value in ops
-                ),
-            ),
-        ),
-        validate_only=False,
-    )
-    result = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, v, req).responses[0]
-    _check(result.error_code, result.error_message)
-    print(f"Completed updating config for {_SINGULAR[args.entity_type]} {name}.")
+    for err in admin.incremental_alter_configs({resource: ops}).values():
+        if err is not None:
+            raise err
+    print(f"Completed updating config for {_SINGULAR[args.entity_type]} {resource.name}.")
     return 0
-
-
-def _check(code: Any, message: str | None) -> None:
-    code = ErrorCode(int(code))
-    if code != ErrorCode.NONE:
-        raise ValueError(f"{code.name}: {message or ''}".rstrip(": "))
 
 
 def register(sub: Any) -> None:

@@ -12,10 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from samsa.cli._clientutil import add_bootstrap, one_line_errors
-from samsa.cli.configs import connect
-from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.client import Admin, TopicPartition
 
 
 def offsets_from_json(text: str) -> list[tuple[str, int, int]]:
@@ -38,47 +36,16 @@ def _delete(args: argparse.Namespace) -> int:
         targets = [(args.topic, args.partition, args.offset)]
     else:
         raise ValueError("give --offset-json-file, or --topic, --partition and --offset")
-    by_topic: dict[str, list[tuple[int, int]]] = {}
-    for topic, partition, offset in targets:
-        by_topic.setdefault(topic, []).append((partition, offset))
-    v = 2
-    req = make_request(
-        ApiKey.DELETE_RECORDS,
-        v,
-        "DeleteRecordsRequest",
-        topics=tuple(
-            make_request(
-                ApiKey.DELETE_RECORDS,
-                v,
-                "DeleteRecordsTopic",
-                name=topic,
-                partitions=tuple(
-                    make_request(
-                        ApiKey.DELETE_RECORDS,
-                        v,
-                        "DeleteRecordsPartition",
-                        partition_index=p,
-                        offset=o,
-                    )
-                    for p, o in parts
-                ),
-            )
-            for topic, parts in by_topic.items()
-        ),
-        timeout=args.command_timeout_ms,
-    )
-    with connect(args) as conn:
-        resp = conn.request(ApiKey.DELETE_RECORDS, v, req)
+    with Admin(client_config(args)) as admin:
+        deleted = admin.delete_records({TopicPartition(t, p): o for t, p, o in targets})
     print("Records delete operation completed:")
     failed = 0
-    for t in resp.topics:
-        for p in t.partitions:
-            code = ErrorCode(int(p.error_code))
-            if code == ErrorCode.NONE:
-                print(f"partition: {t.name}-{p.partition_index}\tlow_watermark: {p.low_watermark}")
-            else:
-                failed += 1
-                print(f"partition: {t.name}-{p.partition_index}\terror: {code.name}")
+    for tp, result in sorted(deleted.items()):
+        if result.error is None:
+            print(f"partition: {tp.topic}-{tp.partition}\tlow_watermark: {result.low_watermark}")
+        else:
+            failed += 1
+            print(f"partition: {tp.topic}-{tp.partition}\terror: {result.error.name}")
     return 1 if failed else 0
 
 

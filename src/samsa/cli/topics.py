@@ -6,10 +6,7 @@ import argparse
 from typing import Any
 
 from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
-from samsa.cli.configs import connect
 from samsa.client import Admin, KafkaError, NewTopic
-from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
 
 
 @one_line_errors
@@ -59,28 +56,10 @@ def _describe(args: argparse.Namespace) -> int:
 
 @one_line_errors
 def _alter(args: argparse.Namespace) -> int:
-    with connect(args) as conn:
-        req = make_request(
-            ApiKey.CREATE_PARTITIONS,
-            3,
-            "CreatePartitionsRequest",
-            topics=(
-                make_request(
-                    ApiKey.CREATE_PARTITIONS,
-                    3,
-                    "CreatePartitionsTopic",
-                    name=args.topic,
-                    count=args.partitions,
-                    assignments=None,
-                ),
-            ),
-            timeout=args.command_timeout_ms,
-            validate_only=False,
-        )
-        result = conn.request(ApiKey.CREATE_PARTITIONS, 3, req).results[0]
-    code = ErrorCode(int(result.error_code))
-    if code != ErrorCode.NONE:
-        raise ValueError(f"{code.name}: {result.error_message or ''}".rstrip(": "))
+    with Admin(client_config(args)) as admin:
+        err = admin.create_partitions({args.topic: args.partitions})[args.topic]
+    if err is not None:
+        raise err
     print(f"Topic {args.topic} now has {args.partitions} partitions.")
     return 0
 
