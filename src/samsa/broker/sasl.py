@@ -190,6 +190,8 @@ class SaslSession:
     failed: str | None = None  # why; the connection closes once the response is sent
     lifetime_ms: int = 0  # of the current session, as SaslAuthenticate v1+ tells the client
     expires_at: float | None = None  # time.monotonic() deadline of the current session
+    # SaslHandshake v0: the tokens then come as bare size-prefixed frames, not SaslAuthenticate
+    raw_tokens: bool = False
     _mechanism: ServerMechanism | None = field(default=None, repr=False)
     _mechanism_name: str | None = None
 
@@ -200,7 +202,12 @@ class SaslSession:
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
-    def handshake(self, mechanism: str) -> ErrorCode:
+    @property
+    def awaits_raw_token(self) -> bool:
+        """After a v0 handshake, until the mechanism completes, each frame is a SASL token."""
+        return self.raw_tokens and self._mechanism is not None and not self._mechanism.complete
+
+    def handshake(self, mechanism: str, version: int = 1) -> ErrorCode:
         in_progress = self._mechanism is not None and not self._mechanism.complete
         if in_progress or (self.authenticated and not self.reauth_ms):
             self.failed = "unexpected SaslHandshake"
@@ -214,6 +221,7 @@ class SaslSession:
             return ErrorCode.ILLEGAL_SASL_STATE
         self._mechanism = server_mechanism(mechanism, self.scram.lookup, self.plain.check)
         self._mechanism_name = mechanism
+        self.raw_tokens = version == 0
         return ErrorCode.NONE
 
     def authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:

@@ -240,6 +240,7 @@ class _Pending:
     task: asyncio.Future[Any] | None = None
     frame_bytes: int = 0  # request bytes held in the pool until the response is ready
     unsent: int = 0  # response bytes counted as waiting behind an unfinished response
+    raw: bool = False  # a bare SASL token (after SaslHandshake v0): no response header
 
 
 def _release_pieces(pieces: Any) -> None:
@@ -541,6 +542,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def _handle(self, frame: bytes) -> bool:
         """Handle one request; True if its frame stays held until its response is ready."""
+        if self.session is not None and self.session.awaits_raw_token:
+            self._raw_sasl_token(self.session, frame)
+            return False
         api_key, version, correlation_id = peek_request_header(frame)
         api = APIS.get(api_key)
         if api is None:
@@ -606,6 +610,26 @@ class KafkaConnection(asyncio.Protocol):
         elif session.principal is not None and self.principal != session.principal:
             self.principal = session.principal
             log.debug("%s authenticated as %s", self.peer, self.principal)
+
+    def _raw_sasl_token(self, session: SaslSession, token: bytes) -> None:
+        """A SASL token after SaslHandshake v0: the answer is a bare size-prefixed token
+        (empty included, as Kafka); a failure closes the connection with no answer, as v0
+        has no way to carry an error."""
+        error, _, reply = session.authenticate(token)
+        if error:
+            self._write_ready()
+            self._abort(
+                session.failed or "SASL authentication failed", logging.WARNING, graceful=True
+            )
+            return
+        entry = _Pending(-1, False, reply, True, raw=True)
+        if self.queue:
+            entry.unsent = len(reply)
+            self._unsent_bytes += entry.unsent
+        self.queue.append(entry)
+        if session.principal is not None and self.principal != session.principal:
+            self.principal = session.principal
+            log.debug("%s authenticated as %s (SaslHandshake v0)", self.peer, self.principal)
 
     def _enqueue(
         self, correlation_id: int, flexible_header: bool, body: bytes | list[bytes]
@@ -673,6 +697,9 @@ class KafkaConnection(asyncio.Protocol):
                 self._sending_bytes = len(prefix) + size
                 if not self._send_some():
                     return  # the rest when the socket is writable (_on_writable)
+            elif entry.raw:
+                assert isinstance(body, bytes)
+                out.append(len(body).to_bytes(4, "big") + body)
             elif body is not None:
                 out.append(frame_response(entry.correlation_id, body, entry.flexible_header))
         if out:

@@ -61,7 +61,7 @@ APIS: dict[int, Api] = {
         Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),
         Api(ApiKey.METADATA, 0, 13, metadata.handle),
         Api(ApiKey.API_VERSIONS, 0, 4, api_versions.handle),
-        Api(ApiKey.SASL_HANDSHAKE, 1, 1, sasl_handshake.handle),
+        Api(ApiKey.SASL_HANDSHAKE, 0, 1, sasl_handshake.handle),
         Api(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle),
         Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle),
         Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle),

@@ -1,7 +1,8 @@
 """SaslHandshake: the client names its SASL mechanism; the answer lists those enabled.
 
-v1 only: v0 would mean raw SASL tokens outside Kafka framing, which today's clients no
-longer send. On a listener without SASL (or after authentication) it is ILLEGAL_SASL_STATE.
+After v1 the tokens come in SaslAuthenticate requests; after v0 (KIP-43's first form) they
+come as bare size-prefixed frames and are answered likewise (broker/server.py). On a
+listener without SASL (or after authentication) it is ILLEGAL_SASL_STATE.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     if session is None:
         error, mechanisms = ErrorCode.ILLEGAL_SASL_STATE, ()
     else:
-        error, mechanisms = session.handshake(request.mechanism), session.mechanisms
+        error, mechanisms = session.handshake(request.mechanism, ctx.version), session.mechanisms
     return encode_response(
         K,
         ctx.version,
