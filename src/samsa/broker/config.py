@@ -336,6 +336,9 @@ class BrokerConfig:
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
     # samsa's own: PLAIN users, one USER=PASSWORD line each (Kafka keeps them in JAAS config).
     sasl_plain_users_file: str | None = None
+    # Kafka's listener.name.<listener>.<setting>: (LISTENER, setting, value), applied over the
+    # global ssl.* / sasl.* settings for that listener only (broker/listeners.py).
+    listener_overrides: tuple[tuple[str, str, str], ...] = ()
     # KIP-368: a SASL session lasts this long; the client re-authenticates on the connection
     # before then, or the broker closes it at its next request. 0: sessions never expire.
     connections_max_reauth_ms: int = 0
@@ -431,6 +434,10 @@ class BrokerConfig:
             if key == "log.roll.hours":
                 values["log_roll_ms"] = _convert(key, raw, "int") * 3_600_000
                 continue
+            if key.startswith(LISTENER_PREFIX):
+                values.setdefault("listener_overrides", list(self.listener_overrides))
+                values["listener_overrides"].append(_listener_override(key, raw, types))
+                continue
             if key == "listeners":
                 # The first listener's address is host/port: --host/--port override it.
                 first = raw.split(",")[0].split("://")[-1]
@@ -439,7 +446,30 @@ class BrokerConfig:
             if attr is None:
                 raise ConfigError(f"unknown setting {key!r}")
             values[attr] = _convert(key, raw, str(types[attr]))
+        if "listener_overrides" in values:
+            values["listener_overrides"] = tuple(values["listener_overrides"])
         return replace(self, **values)
+
+
+LISTENER_PREFIX = "listener.name."
+
+
+def per_listener(key: str) -> bool:
+    """Settings a listener may override: its TLS, SASL and re-authentication ones."""
+    return key.startswith(("ssl.", "sasl.")) or key == "connections.max.reauth.ms"
+
+
+def _listener_override(key: str, raw: str, types: dict[str, Any]) -> tuple[str, str, str]:
+    """(LISTENER, setting, value) of ``listener.name.<listener>.<setting>``, checked."""
+    listener, _, setting = key[len(LISTENER_PREFIX) :].partition(".")
+    attr = _KAFKA_NAMES.get(setting)
+    if not listener or attr is None or not per_listener(setting):
+        raise ConfigError(
+            f"{key}: expected listener.name.<listener>.<setting> with an ssl.*, sasl.* or "
+            "connections.max.reauth.ms setting"
+        )
+    _convert(key, raw, str(types[attr]))  # the value is checked now, applied per listener
+    return (listener.upper(), setting, raw)
 
 
 def _convert(key: str, raw: str, type_name: str) -> Any:

@@ -124,10 +124,28 @@ def parse_listeners(config: BrokerConfig) -> list[Listener]:
     return out
 
 
+def listener_config(config: BrokerConfig, name: str) -> BrokerConfig:
+    """The settings listener ``name`` runs with: the global ones, overridden by its own
+    ``listener.name.<name>.<setting>`` (as Kafka; the listener name is case-insensitive)."""
+    own = {setting: raw for lst, setting, raw in config.listener_overrides if lst == name.upper()}
+    return config.with_properties(own) if own else config
+
+
 def check_security_config(config: BrokerConfig) -> None:
     """ConfigError for a listener or security setting the broker could not serve."""
     listeners = parse_listeners(config)
     _protocol_map(config.listener_security_protocol_map)  # checked even if unused
+    names = {lst.name for lst in listeners}
+    if unknown := sorted({lst for lst, _s, _v in config.listener_overrides} - names):
+        raise ConfigError(
+            f"listener.name.* settings name listeners that are not configured: "
+            f"{', '.join(n.lower() for n in unknown)} (listeners: {', '.join(sorted(names))})"
+        )
+    for lst in listeners:
+        _check_listener(listener_config(config, lst.name), lst)
+
+
+def _check_listener(config: BrokerConfig, lst: Listener) -> None:
     if config.ssl_client_auth not in _CLIENT_AUTH:
         raise ConfigError(
             f"ssl.client.auth must be none, requested or required, got {config.ssl_client_auth!r}"
@@ -140,18 +158,18 @@ def check_security_config(config: BrokerConfig) -> None:
             raise ConfigError(f"{key}: samsa reads PEM only, got {value!r}")
     mechanisms = enabled_mechanisms(config)
     parse_mapping_rules(config.ssl_principal_mapping_rules)
-    if any(lst.tls for lst in listeners):
+    if lst.tls:
         has_file = config.ssl_keystore_location is not None
         has_inline = config.ssl_keystore_key is not None
         if has_file == has_inline or has_inline != (
             config.ssl_keystore_certificate_chain is not None
         ):
             raise ConfigError(
-                "an SSL or SASL_SSL listener needs ssl.keystore.location, or both "
+                f"{lst.protocol} listener {lst.name} needs ssl.keystore.location, or both "
                 "ssl.keystore.key and ssl.keystore.certificate.chain"
             )
-    if any(lst.sasl for lst in listeners) and not mechanisms:
-        raise ConfigError("sasl.enabled.mechanisms is empty but a SASL listener is configured")
+    if lst.sasl and not mechanisms:
+        raise ConfigError(f"sasl.enabled.mechanisms is empty for SASL listener {lst.name}")
 
 
 def enabled_mechanisms(config: BrokerConfig) -> tuple[str, ...]:

@@ -68,6 +68,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from samsa.broker.broker import Broker
@@ -78,6 +79,7 @@ from samsa.broker.listeners import (
     Listener,
     PrincipalMapper,
     enabled_mechanisms,
+    listener_config,
     parse_listeners,
     server_context,
 )
@@ -1089,29 +1091,26 @@ class _MetricsServer:
 
 
 def _endpoints(config: BrokerConfig) -> list[Endpoint]:
-    """The configured listeners with what their connections need (TLS contexts, SASL)."""
-    listeners = parse_listeners(config)
-    mechanisms = enabled_mechanisms(config)
+    """The configured listeners with what their connections need (TLS contexts, SASL), each
+    from its own settings (``listener.name.<listener>.*`` over the global ones)."""
     scram = credentials_for(config.data_dir)
-    plain = PlainUsers(config.sasl_plain_users_file)
-    reauth_ms = config.connections_max_reauth_ms
-
-    def new_session() -> SaslSession:
-        return SaslSession(mechanisms, scram, plain, reauth_ms)
-
-    ssl_ctx = sasl_ssl_ctx = None
     endpoints = []
-    for lst in listeners:
+    for lst in parse_listeners(config):
+        own = listener_config(config, lst.name)
         endpoint = Endpoint(lst)
         if lst.protocol == "SSL":
-            ssl_ctx = ssl_ctx or server_context(config, client_auth=True)
-            endpoint.ssl_context = ssl_ctx
-            endpoint.mapper = PrincipalMapper(config.ssl_principal_mapping_rules)
+            endpoint.ssl_context = server_context(own, client_auth=True)
+            endpoint.mapper = PrincipalMapper(own.ssl_principal_mapping_rules)
         elif lst.protocol == "SASL_SSL":  # KIP-684: SASL authenticates, not certificates
-            sasl_ssl_ctx = sasl_ssl_ctx or server_context(config, client_auth=False)
-            endpoint.ssl_context = sasl_ssl_ctx
+            endpoint.ssl_context = server_context(own, client_auth=False)
         if lst.sasl:
-            endpoint.new_session = new_session
+            endpoint.new_session = partial(
+                SaslSession,
+                enabled_mechanisms(own),
+                scram,
+                PlainUsers(own.sasl_plain_users_file),
+                own.connections_max_reauth_ms,
+            )
         endpoints.append(endpoint)
     return endpoints
 

@@ -612,3 +612,61 @@ def test_credential_writers_take_turns(tmp_path: Path) -> None:
     assert done.wait(5)
     writer.join(5)
     assert set(ScramCredentials(tmp_path).users()) == {"a", "b", "c"}
+
+
+def test_listener_prefixed_settings_override_the_global_ones(tmp_path: Path) -> None:
+    """Kafka's listener.name.<listener>.<setting>: the SASL_SSL listener's keystore and the
+    SASL_PLAINTEXT listener's mechanisms are its own; the other listener keeps the global."""
+    pki = make_pki(tmp_path / "pki")
+    config = BrokerConfig(data_dir=tmp_path / "data", port=0).with_properties(
+        {
+            "listeners": "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            # no global keystore: only the SASL_SSL listener has one
+            "listener.name.sasl_ssl.ssl.keystore.location": str(pki.broker),
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        }
+    )
+    config = config.with_overrides(port=0).validate()
+    handshake = make_request(
+        ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="SCRAM-SHA-512"
+    )
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        await server.start()
+        try:
+            tls, sasl = (e.sockets[0].getsockname()[1] for e in server.endpoints)
+            client_ctx = ssl.create_default_context(cafile=str(pki.ca))
+            r, w = await asyncio.open_connection("127.0.0.1", tls, ssl=client_ctx)
+            resp = await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, handshake)
+            assert (resp.error_code, list(resp.mechanisms)) == (0, ["SCRAM-SHA-512"])
+            w.close()
+            r, w = await asyncio.open_connection("127.0.0.1", sasl)
+            resp = await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, handshake)
+            assert resp.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+            assert list(resp.mechanisms) == ["PLAIN"]
+            w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+    listeners = {"listeners": "SASL_SSL://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2"}
+    for props, message in [
+        ({"listener.name.sasl_plaintext.log.retention.ms": "1"}, "ssl.*, sasl.*"),
+        ({"listener.name.sasl_plaintext.ssl.kestore.location": "x"}, "ssl.*, sasl.*"),
+        ({"listener.name.external.sasl.enabled.mechanisms": "PLAIN"}, "external"),
+        ({"listener.name.sasl_ssl.sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI"),
+        ({"listener.name.sasl_ssl.connections.max.reauth.ms": "soon"}, "reauth"),
+        (
+            {
+                "ssl.keystore.location": "k",
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "",
+            },
+            "empty for SASL listener SASL_PLAINTEXT",
+        ),
+        ({}, "SASL_SSL listener SASL_SSL needs ssl.keystore.location"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            BrokerConfig().with_properties({**listeners, **props}).validate()
