@@ -122,3 +122,31 @@ def test_sink_options_and_columns() -> None:
         validate_columns(["value"], {"value": "binary"}, no_topic)
     with pytest.raises(SparkOptionError, match="key attribute type"):
         validate_columns(["value", "key"], {"value": "binary", "key": "int"}, batch)
+
+
+def test_security_options_under_the_jvm_clients_names() -> None:
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="ann" password="p\\"w";'
+    )
+    o = parse(
+        subscribe="t",
+        **{
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.jaas.config": jaas,
+            "kafka.ssl.truststore.location": "/ca.pem",
+            "kafka.ssl.truststore.type": "PEM",
+        },
+    )
+    assert {k: o.client[k] for k in o.client if k.startswith(("sasl.", "ssl.", "security."))} == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "ann",
+        "sasl.password": 'p"w',
+        "ssl.ca.location": "/ca.pem",
+    }
+    with pytest.raises(SparkOptionError, match="ScramLoginModule"):
+        parse(subscribe="t", **{"kafka.sasl.jaas.config": "Krb5LoginModule required;"})
+    with pytest.raises(SparkOptionError, match="PEM only"):
+        parse(subscribe="t", **{"kafka.ssl.truststore.type": "JKS"})

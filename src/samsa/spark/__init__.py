@@ -5,7 +5,10 @@ Reads and writes with the option names and row schema of Spark's Kafka connector
 ``startingOffsets``/``endingOffsets``, ``maxOffsetsPerTrigger``, ``kafka.isolation.level``,
 ``failOnDataLoss``, ``includeHeaders``; ``topic`` option or column, ``key``, ``value``,
 ``partition``, ``headers`` columns), and writes exactly once (see
-:mod:`samsa.spark._write`)::
+:mod:`samsa.spark._write`). Secured listeners take ``kafka.security.protocol``,
+``kafka.sasl.mechanism`` and ``kafka.sasl.jaas.config`` (PLAIN or SCRAM login module) or
+``kafka.sasl.username``/``kafka.sasl.password``, and a PEM ``kafka.ssl.truststore.location``
+(or ``kafka.ssl.ca.location``)::
 
     import samsa.spark
     samsa.spark.register(spark)

@@ -40,6 +40,16 @@ _CLIENT_COMMON = {
     "retry.backoff.max.ms",
     "socket.connection.setup.timeout.ms",
     "metadata.max.age.ms",
+    # listeners' security, under the samsa client's (confluent-kafka's) names
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
 }
 _CONSUMER_KEYS = _CLIENT_COMMON | {
     "fetch.min.bytes",
@@ -61,8 +71,21 @@ _PRODUCER_KEYS = _CLIENT_COMMON | {
     "transaction.timeout.ms",
     "transaction.two.phase.commit.enable",  # KIP-939: the task-to-driver hand-off by 2PC
 }
-# kafka.* settings that only make sense for the JVM client and are harmless to ignore.
-_IGNORED = {"security.protocol": {"plaintext"}}
+# The JVM client's names Spark's Kafka connector users write, read as the samsa client's.
+_JAAS_MODULES = ("PlainLoginModule", "ScramLoginModule")
+_JAAS_OPTION = re.compile(r'\b(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _jaas(value: str) -> dict[str, str]:
+    """sasl.username / sasl.password from a PLAIN or SCRAM ``sasl.jaas.config``."""
+    # a backslash escapes the next character inside quotes, as in Java's JAAS parser
+    found = {k: re.sub(r"\\(.)", r"\1", v) for k, v in _JAAS_OPTION.findall(value)}
+    if not any(m in value for m in _JAAS_MODULES) or set(found) != {"username", "password"}:
+        raise SparkOptionError(
+            "option kafka.sasl.jaas.config: samsa reads a PlainLoginModule or "
+            'ScramLoginModule entry with username="..." and password="..."'
+        )
+    return {"sasl.username": found["username"], "sasl.password": found["password"]}
 
 
 class SparkOptionError(ValueError):
@@ -118,7 +141,17 @@ def client_config(
             continue  # handled by the source itself
         if name in _MANAGED:
             raise SparkOptionError(f"option kafka.{name} is not supported: {_MANAGED[name]}")
-        if name in _IGNORED and value.lower() in _IGNORED[name]:
+        if name == "sasl.jaas.config":
+            config.update(_jaas(value))
+            continue
+        if name == "ssl.truststore.type":
+            if value.strip().upper() != "PEM":
+                raise SparkOptionError(
+                    f"option kafka.ssl.truststore.type: samsa reads PEM only, got {value!r}"
+                )
+            continue
+        if name == "ssl.truststore.location":
+            config["ssl.ca.location"] = value  # a PEM file of CA certificates
             continue
         if name not in allowed:
             raise SparkOptionError(

@@ -277,8 +277,13 @@ async def _committed_markers(
 
 
 def _common(opts: SinkOptions) -> dict[str, Any]:
+    """The settings every client of the sink takes: where, who, and how it connects."""
     keep = ("bootstrap.servers", "client.id", "request.timeout.ms", "retry.backoff.ms")
-    return {k: v for k, v in opts.client.items() if k in keep}
+    return {
+        k: v
+        for k, v in opts.client.items()
+        if k in keep or k.startswith(("security.", "sasl.", "ssl."))
+    }
 
 
 def _txn_common(opts: SinkOptions) -> dict[str, Any]:
