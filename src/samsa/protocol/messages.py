@@ -104,7 +104,45 @@ def _response_writer(api_key: int, version: int) -> Any:
 
 @cache
 def _response_reader(api_key: int, version: int) -> Any:
+    if api_key == ApiKey.DESCRIBE_TRANSACTIONS and version == 0:
+        return entity_reader(_lenient_describe_transactions_v0())
     return entity_reader(response_class(api_key, version))
+
+
+@cache
+def _lenient_describe_transactions_v0() -> type[Any]:
+    """DescribeTransactions v0's response with a start time that may be unset.
+
+    Kafka sends ``transaction_start_time_ms`` -1 for a transactional id with no transaction
+    open (Empty, CompleteCommit, ...), but kio types the field as a timestamp and refuses to
+    read a negative one, so a describe of any idle id failed to decode. This subclass types
+    the same field as nullable: -1 reads as None, the other fields and their order unchanged.
+    """
+    from kio.schema.describe_transactions.v0 import response as schema
+    from kio.static.primitive import TZAware
+
+    # make_dataclass, not a class statement: kio reads the field types, which this module's
+    # `from __future__ import annotations` would turn into strings.
+    options: dict[str, Any] = {"frozen": True, "slots": True, "kw_only": True}
+    state = dataclasses.make_dataclass(
+        "TransactionState",
+        [
+            (
+                "transaction_start_time",
+                TZAware | None,
+                dataclasses.field(metadata={"kafka_type": "datetime_i64"}),
+            )
+        ],
+        bases=(schema.TransactionState,),
+        **options,
+    )
+    DescribeTransactionsResponse = dataclasses.make_dataclass(
+        "DescribeTransactionsResponse",
+        [("transaction_states", tuple[state, ...])],  # type: ignore[valid-type]
+        bases=(schema.DescribeTransactionsResponse,),
+        **options,
+    )
+    return DescribeTransactionsResponse
 
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
