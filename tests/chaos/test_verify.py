@@ -219,7 +219,10 @@ def test_verify_crash_kills_the_process_and_every_process_reads_to_the_end(
     for o in h.client_ops():
         for k, pairs in o.reads().items():
             top[k] = max([top.get(k, -1), *(off for off, _ in pairs)])
-    assert set(result.final_ends) == {0, 1} and set(top) == {0, 1}
+    # every key a committed transaction wrote to was read (in a short subscribe run with
+    # crashes, a key may get no committed write at all)
+    committed = {k for o in h.client_ops() if o.type == "ok" for k, _, _ in o.sends()}
+    assert committed and set(result.final_ends) == {0, 1} and set(top) >= committed
     for w in live:
         assert w.final and all(w.positions[k] >= end for k, end in result.final_ends.items())
         mine: dict[int, int] = {}
@@ -228,7 +231,7 @@ def test_verify_crash_kills_the_process_and_every_process_reads_to_the_end(
                 for k, pairs in o.reads().items():
                     mine[k] = max([mine.get(k, -1), *(off for off, _ in pairs)])
         assert mine == top, (w.process, mine, top)
-    assert all(top[k] < end for k, end in result.final_ends.items())
+    assert all(top.get(k, -1) < end for k, end in result.final_ends.items())
     assert all(w.exitcode is not None for w in result.workers)
 
 
