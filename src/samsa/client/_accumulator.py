@@ -693,13 +693,17 @@ class Batch:
             except Exception:  # as _deliver: never the producer's problem
                 log.exception("delivery callback failed")
             return
+        new, md_type = tuple.__new__, RecordMetadata  # skips the named tuple's __new__
         for i, sink in zip(self.sink_rows, self.sinks, strict=True):
-            md = RecordMetadata(
-                topic,
-                partition,
-                base_offset + i if base_offset >= 0 else -1,
-                append_time if append_time >= 0 else ts[i],
-                duplicate=duplicate,
+            md = new(
+                md_type,
+                (
+                    topic,
+                    partition,
+                    base_offset + i if base_offset >= 0 else -1,
+                    append_time if append_time >= 0 else ts[i],
+                    duplicate,
+                ),
             )
             _deliver(sink, None, md)
 

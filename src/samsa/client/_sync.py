@@ -729,15 +729,19 @@ class Producer(_Facade[AsyncProducer]):
         self._serving = (cb, landed)
         topic, partition, base, stamps = landed.topic, landed.partition, landed.base, landed.stamps
         at, dup = landed.append_time, landed.duplicate
+        new, md_type = tuple.__new__, RecordMetadata  # skips the named tuple's __new__
         try:
             for k in range(start, len(rows)):  # k is read after the loop
                 row = rows[k]
-                md = RecordMetadata(
-                    topic,
-                    partition,
-                    base + row if base >= 0 else -1,
-                    stamps[row] if stamps is not None else at,
-                    duplicate=dup,
+                md = new(
+                    md_type,
+                    (
+                        topic,
+                        partition,
+                        base + row if base >= 0 else -1,
+                        stamps[row] if stamps is not None else at,
+                        dup,
+                    ),
                 )
                 cb(None, md)
         finally:  # the callback of row k ran (or raised): served

@@ -306,6 +306,28 @@ def test_log_append_time_replaces_the_record_timestamp() -> None:
     assert md is not None and (md.offset, md.timestamp) == (9, 123456)
 
 
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_each_sink_gets_a_record_metadata_with_its_fields_by_name(duplicate: bool) -> None:
+    sinks = Sinks()
+    rows = _rows(3)
+    b = _open(rows, [sinks.sink(i) for i in range(3)])
+    b.succeed(40, -1, duplicate)
+    for i in range(3):
+        ((err, md),) = sinks.calls[i]
+        want = RecordMetadata(
+            topic="t",
+            partition=3,
+            offset=40 + i,
+            timestamp=rows["timestamps"][i],
+            duplicate=duplicate,
+        )
+        assert err is None and type(md) is RecordMetadata and md == want
+        assert (md.topic, md.partition, md.offset) == ("t", 3, 40 + i)
+        assert (md.timestamp, md.duplicate) == (rows["timestamps"][i], duplicate)
+        with pytest.raises(AttributeError):
+            md.offset = 0  # type: ignore[misc]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_plain_records_encode_as_encode_record_writes_them(seed: int) -> None:
     # Records without headers take the table-driven encoder; a field beyond its table (a

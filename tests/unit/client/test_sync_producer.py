@@ -99,24 +99,28 @@ def test_delivery_callbacks_get_each_records_offset_once_in_order(shared_broker:
     topic = _topic(shared_broker.bootstrap, 2)
     n = 5_000
     seen: dict[str, list[tuple[int, int, int]]] = {"a": [], "b": []}
+    stamps: dict[tuple[int, int], tuple[int, bool]] = {}
 
     def cb_a(err: BaseException | None, md: RecordMetadata | None) -> None:
-        assert err is None and md is not None
+        assert err is None and type(md) is RecordMetadata
         seen["a"].append((int(md.topic == topic), md.partition, md.offset))
+        stamps[(md.partition, md.offset)] = (md.timestamp, md.duplicate)
 
     def cb_b(err: BaseException | None, md: RecordMetadata | None) -> None:
-        assert err is None and md is not None
+        assert err is None and type(md) is RecordMetadata
         seen["b"].append((int(md.topic == topic), md.partition, md.offset))
+        stamps[(md.partition, md.offset)] = (md.timestamp, md.duplicate)
 
     with Producer({"bootstrap.servers": shared_broker.bootstrap}) as p:
         for i in range(n):
             cb = cb_b if i % 1000 < 10 else cb_a
             p.produce(topic, b"%d" % i, None if i % 3 == 0 else b"k%d" % (i % 10), on_delivery=cb)
         assert p.flush(60) == 0
-    got = {
-        (r.partition, r.offset): int(r.value) for r in read_topic(shared_broker.bootstrap, topic)
-    }
+    log = read_topic(shared_broker.bootstrap, topic)
+    got = {(r.partition, r.offset): int(r.value) for r in log}
     assert len(got) == n
+    # each callback's timestamp is the one its record was written with
+    assert stamps == {(r.partition, r.offset): (r.timestamp, False) for r in log}
     for name, want in (
         ("a", [i for i in range(n) if i % 1000 >= 10]),
         ("b", [i for i in range(n) if i % 1000 < 10]),
