@@ -568,11 +568,13 @@ class AsyncConsumer:
 
     async def position(self, tp: TopicPartition) -> int:
         tp = TopicPartition(*tp)
-        if self._positions.get(tp) is None:
-            await self._init_positions([tp])
-        pos = self._positions[tp]
-        assert pos is not None
-        return pos
+        while True:
+            if tp not in self._positions:  # as Java's: only an assigned partition's
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} is not assigned")
+            pos = self._positions[tp]
+            if pos is not None:
+                return pos
+            await self._init_positions([tp])  # (a rebalance meanwhile: looked up again)
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -653,12 +655,24 @@ class AsyncConsumer:
     async def _init_positions(
         self, tps: list[TopicPartition], timeout: float | None = None
     ) -> None:
+        # An answer applies only to the assignment it was asked for: a rebalance while it is
+        # in flight (a lost response waits request.timeout.ms) replaces the positions, and a
+        # stale committed/earliest offset written into the new ones would fetch again what
+        # another member consumed and committed meanwhile. A seek meanwhile also wins.
+        positions = self._positions
+
+        def settle(tp: TopicPartition, off: int) -> None:
+            if self._positions is positions and tp in positions and positions[tp] is None:
+                positions[tp] = off
+
         if self.group_id is not None:
             committed = await self.committed(tps, timeout=timeout)
             for tp, off in committed.items():
-                if off is not None and off >= 0 and self._positions.get(tp) is None:
-                    self._positions[tp] = off
-        missing = [tp for tp in tps if self._positions.get(tp) is None]
+                if off is not None and off >= 0:
+                    settle(tp, off)
+        if self._positions is not positions:
+            return  # the next fetch round looks the new assignment's positions up
+        missing = [tp for tp in tps if tp in positions and positions[tp] is None]
         if not missing:
             return
         if self.reset_policy == "none":
@@ -667,7 +681,7 @@ class AsyncConsumer:
             missing, EARLIEST if self.reset_policy == "earliest" else LATEST, timeout=timeout
         )
         for tp, off in offsets.items():
-            self._positions[tp] = off
+            settle(tp, off)
 
     # --- fetching --------------------------------------------------------------------------
 
@@ -959,6 +973,8 @@ class AsyncConsumer:
         unknown = [tp for tp in wanted if self._positions.get(tp) is None]
         if unknown:
             await self._init_positions(unknown, timeout=time_left)
+            # a rebalance meanwhile: what is no longer assigned is not fetched
+            wanted = [tp for tp in wanted if self._positions.get(tp) is not None]
         by_node: dict[int, list[TopicPartition]] = {}
         for tp in wanted:
             leader = self.cluster.leader(*tp)
