@@ -1179,6 +1179,11 @@ class AsyncConsumer:
         if self.auto_commit and self._generation >= 0 and self._assignment:
             with contextlib.suppress(KafkaError):
                 await self.commit()
+        # Eager protocol (Java's onJoinPrepare): rejoining gives every partition up, and what
+        # was fetched for them is dropped whatever this join's outcome. A SyncGroup refused
+        # (the group rebalanced again) can come after the others' succeeded: they own those
+        # partitions now, and handing out the records fetched ahead would deliver them twice.
+        self._set_assignment([])
         await self.cluster.refresh(self._subscription)
         session = c.int("session.timeout.ms")
         rebalance = c["rebalance.timeout.ms"] or c.int("max.poll.interval.ms")
