@@ -31,7 +31,9 @@ subscription, version 1), the leader computes the assignment with the range or r
 assignor and sends it with SyncGroup, every member decodes its own. A background task
 heartbeats; REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION mark the
 membership for a rejoin, done in the next poll after committing (auto-commit) what was
-consumed. ``close()`` commits (auto-commit) and sends LeaveGroup.
+consumed; rejoining gives the partitions up first (eager protocol, as Java's onJoinPrepare),
+so nothing fetched for them is handed out once another member may own them. ``close()``
+commits (auto-commit) and sends LeaveGroup.
 
 With ``group.protocol=consumer`` (KIP-848) the broker assigns: the member heartbeats with
 ConsumerGroupHeartbeat (its member epoch, subscription and owned partitions) and applies each
