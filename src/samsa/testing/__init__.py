@@ -13,6 +13,12 @@ from typing import Any
 
 from samsa.client import Admin, Consumer, TopicPartition
 from samsa.client._connection import BlockingConnection
+from samsa.client._fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchPlan,
+)
+from samsa.client._fetch_session import fetch_request as build_fetch_request
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
 from samsa.testing.proxy import FaultProxy, Faults, ProxyStats
@@ -97,39 +103,20 @@ def fetch_request(
     isolation_level: int = 0,
     version: int = FETCH_VERSION,
 ) -> Any:
-    by_topic: dict[str, list[Any]] = {}
-    for (topic, index), offset in partitions.items():
-        by_topic.setdefault(topic, []).append(
-            make_request(
-                ApiKey.FETCH,
-                version,
-                "FetchPartition",
-                partition=index,
-                current_leader_epoch=-1,
-                fetch_offset=offset,
-                last_fetched_epoch=-1,
-                log_start_offset=-1,
-                partition_max_bytes=partition_max_bytes,
-            )
-        )
-    return make_request(
-        ApiKey.FETCH,
+    """A sessionless Fetch (session 0, epoch -1) of ``partitions`` from their offsets, built
+    by the consumer's own request builder."""
+    plan = FetchPlan(
+        INVALID_SESSION_ID,
+        FINAL_EPOCH,
+        {tp: (offset, partition_max_bytes) for tp, offset in partitions.items()},
+    )
+    return build_fetch_request(
         version,
-        "FetchRequest",
-        cluster_id=None,
-        replica_id=-1,
-        max_wait=max_wait_ms,
+        plan,
+        max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         isolation_level=isolation_level,
-        session_id=0,
-        session_epoch=-1,
-        topics=tuple(
-            make_request(ApiKey.FETCH, version, "FetchTopic", topic=t, partitions=tuple(p))
-            for t, p in by_topic.items()
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
     )
 
 
