@@ -27,7 +27,7 @@ from typing import Any
 
 import crc32c
 
-from samsa.broker.durable import fsync_dir, write_atomically
+from samsa.log.durable import fsync_dir, write_atomically
 from samsa.protocol.errors import ErrorCode
 
 ACLS_FILE = "acls.json"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from samsa.broker.durable import write_atomically
+from samsa.log.durable import write_atomically
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.sasl import (
     SCRAM_MAX_ITERATIONS,

@@ -37,3 +37,22 @@ def write_durably(path: Path, text: str) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """:func:`write_durably` for bytes in files of the broker's own (SCRAM credentials, ACLs,
+    producer owners): created with ``mode`` (readable by the broker's user alone by default)
+    and in a directory made if missing. After a crash ``path`` holds its old or new contents."""
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{path.name}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:  # os.write may write less than asked
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(directory)
