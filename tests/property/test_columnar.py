@@ -35,12 +35,14 @@ from samsa.protocol.columnar import (
     HEADERS_TYPE,
     decode_fetched,
     encode_batches,
+    encode_sections,
     murmur2_array,
     partitions_for_keys,
 )
 from samsa.protocol.records import (
     CONTROL_FLAG,
     CRC_START,
+    HEADER_SIZE,
     TIMESTAMP_TYPE_FLAG,
     TRANSACTIONAL_FLAG,
     ControlType,
@@ -117,6 +119,14 @@ def test_encoder_is_build_batch_row_for_row(
     )
     records = [NewRecord(as_bytes(v), as_bytes(k), t, h) for v, k, h, t in rows]
     assert [(b.first, b.count) for b in batches] == _runs(batches, len(rows))
+    # the producer's path: the same sections and timestamps, the header left to the sender
+    sections = encode_sections(
+        **columns(rows, form), compression=codec, max_batch_bytes=max_batch_bytes
+    )
+    assert [(s.first, s.count) for s in sections] == [(b.first, b.count) for b in batches]
+    for s, b in zip(sections, batches, strict=True):
+        assert bytes(s.section) == b.data[HEADER_SIZE:]
+        assert (s.first_timestamp, s.max_timestamp) == struct.unpack_from(">qq", b.data, 27)
     for b in batches:
         part = records[b.first : b.first + b.count]
         plain = build_batch(part, producer_id=pid, producer_epoch=epoch, base_sequence=-1)

@@ -92,8 +92,6 @@ EXTRAS = operator.itemgetter(4)
 _NO_TIMESTAMPS = np.zeros(0, np.int64)
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
 _BEFORE_CRC = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, crc
-_FIRST_MAX_TS = struct.Struct(">qq")
-_TS_AT = 27  # firstTimestamp's position in a batch
 
 
 # --- intake --------------------------------------------------------------------------------
@@ -336,21 +334,19 @@ def encode_columns(
     (one record alone may exceed it), compressed with ``codec``; one call for all rows."""
     n = len(values)
     if n >= COLUMNAR_ENCODE_MIN and columnar_ready(wait=True):
-        from samsa.protocol.columnar import encode_batches  # pyarrow: imported lazily
+        from samsa.protocol.columnar import encode_sections  # pyarrow: imported lazily
 
-        out = []
-        for eb in encode_batches(
-            values,
-            keys,
-            headers=headers,
-            timestamps=timestamps,
-            compression=codec,
-            max_batch_bytes=max_batch_bytes,
-        ):
-            first_ts, max_ts = _FIRST_MAX_TS.unpack_from(eb.data, _TS_AT)
-            section = memoryview(eb.data)[HEADER_SIZE:]
-            out.append(Encoded(section, eb.first, eb.count, first_ts, max_ts))
-        return out
+        return [
+            Encoded(es.section, es.first, es.count, es.first_timestamp, es.max_timestamp)
+            for es in encode_sections(
+                values,
+                keys,
+                headers=headers,
+                timestamps=timestamps,
+                compression=codec,
+                max_batch_bytes=max_batch_bytes,
+            )
+        ]
     out = []
     stamps: list[int] = timestamps.tolist()
     for a, b in _split(sizes, max_batch_bytes - HEADER_SIZE):
@@ -1046,12 +1042,12 @@ def encode_sealed(
 ) -> list[Batch]:
     """One partition's rows as sealed batches of at most ``batch.size`` (one record alone
     may exceed it), owned by ``tally``; their sizes sum to the rows' estimate."""
-    from samsa.protocol.columnar import encode_batches
+    from samsa.protocol.columnar import encode_sections
 
     out = []
     cum = np.zeros(len(cols) + 1, np.int64)
     np.cumsum(cols.sizes, out=cum[1:])
-    for eb in encode_batches(
+    for es in encode_sections(
         cols.values,
         cols.keys,
         headers=cols.headers,
@@ -1060,11 +1056,11 @@ def encode_sealed(
         max_batch_bytes=batch_size,
     ):
         b = Batch(tp, created)
-        b.section = memoryview(eb.data)[HEADER_SIZE:]
-        b.first_ts, b.max_ts = _FIRST_MAX_TS.unpack_from(eb.data, _TS_AT)
+        b.section = es.section
+        b.first_ts, b.max_ts = es.first_timestamp, es.max_timestamp
         b.codec = codec
-        b.count = eb.count
-        b.size = int(cum[eb.first + eb.count] - cum[eb.first])
+        b.count = es.count
+        b.size = int(cum[es.first + es.count] - cum[es.first])
         b.full = True
         b.timestamps = None
         b.handle = tally

@@ -410,6 +410,76 @@ def encode_batches(
     (gzip 1-9, lz4 1-17, zstd up to 22; Kafka's ``compression.<codec>.level``) overrides
     the codec's default: LZ4's default is a high-compression level, ~25x slower than 1.
     """
+    rec = _encode_records(
+        values, keys, headers, timestamps, now_ms, compression, compression_level,
+        max_batch_bytes,
+    )  # fmt: skip
+    if rec is None:
+        return []
+    attributes = compression | (TRANSACTIONAL_FLAG if transactional else 0)
+    out: list[EncodedBatch] = []
+    for a, b, section, first_ts, max_ts in rec:
+        seq = (base_sequence + a) & 0x7FFFFFFF if base_sequence >= 0 else base_sequence
+        tail = _AFTER_CRC.pack(
+            attributes, b - a - 1, first_ts, max_ts, producer_id, producer_epoch, seq, b - a
+        )
+        crc = crc32c.crc32c(section, crc32c.crc32c(tail))
+        head = _BEFORE_CRC.pack(
+            base_offset, len(tail) + len(section) + 9, partition_leader_epoch, MAGIC_V2, crc
+        )
+        out.append(EncodedBatch(b"".join((head, tail, section)), a, b - a, seq))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedSection:
+    """The records section of one batch (compressed with the codec asked for), for the
+    input rows ``[first, first + count)``, with the batch's first and largest timestamps:
+    what a producer needs to build the header (producer id, epoch, sequence, CRC) when it
+    sends the batch."""
+
+    section: memoryview
+    first: int
+    count: int
+    first_timestamp: int
+    max_timestamp: int
+
+
+def encode_sections(
+    values: Column,
+    keys: Column | None = None,
+    *,
+    headers: Any = None,
+    timestamps: Any = None,
+    now_ms: int | None = None,
+    compression: int = Compression.NONE,
+    compression_level: int | None = None,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+) -> list[EncodedSection]:
+    """:func:`encode_batches` without the headers: each batch's records section, split and
+    compressed alike, as a view of one buffer (no CRC computed, no copy made); the caller
+    adds the header and its CRC once the producer fields are known."""
+    rec = _encode_records(
+        values, keys, headers, timestamps, now_ms, compression, compression_level,
+        max_batch_bytes,
+    )  # fmt: skip
+    if rec is None:
+        return []
+    return [EncodedSection(sec, a, b - a, t0, t1) for a, b, sec, t0, t1 in rec]
+
+
+def _encode_records(
+    values: Column,
+    keys: Column | None,
+    headers: Any,
+    timestamps: Any,
+    now_ms: int | None,
+    compression: int,
+    compression_level: int | None,
+    max_batch_bytes: int,
+) -> list[tuple[int, int, memoryview, int, int]] | None:
+    """The rows split into batches: (first row, end row, records section, first timestamp,
+    max timestamp) per batch; None for no rows."""
     if compression not in (0, 1, 2, 3, 4):
         raise ValueError(f"unknown compression codec {compression}")
     if compression_level is not None:
@@ -425,7 +495,7 @@ def encode_batches(
     if n == 0:
         if keys is not None and len(keys) != 0:
             raise ValueError(f"keys: {len(keys)} given for 0 values")
-        return []
+        return None
     key_col: _Bytes | None = None
     if keys is not None:
         key_col = _bytes_column(keys, "keys")
@@ -487,30 +557,14 @@ def encode_batches(
     r_data = memoryview(records.buffers()[2])
 
     max_ts = np.maximum.reduceat(ts, starts)
-    attributes = compression | (TRANSACTIONAL_FLAG if transactional else 0)
-    out: list[EncodedBatch] = []
+    out: list[tuple[int, int, memoryview, int, int]] = []
     for i, (a, b) in enumerate(runs):
         section = r_data[r_off[a] : r_off[b]]
         if compression_level is not None:
             section = memoryview(_LEVELLED[compression](section, level=compression_level))
         elif compression:
             section = memoryview(compress(compression, section))
-        seq = (base_sequence + a) & 0x7FFFFFFF if base_sequence >= 0 else base_sequence
-        tail = _AFTER_CRC.pack(
-            attributes,
-            b - a - 1,
-            int(ts[a]),
-            int(max_ts[i]),
-            producer_id,
-            producer_epoch,
-            seq,
-            b - a,
-        )
-        crc = crc32c.crc32c(section, crc32c.crc32c(tail))
-        head = _BEFORE_CRC.pack(
-            base_offset, len(tail) + len(section) + 9, partition_leader_epoch, MAGIC_V2, crc
-        )
-        out.append(EncodedBatch(b"".join((head, tail, section)), a, b - a, seq))
+        out.append((a, b, section, int(ts[a]), int(max_ts[i])))
     return out
 
 
