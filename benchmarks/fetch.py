@@ -8,23 +8,25 @@ values), then read back from offset 0:
   in, so the broker is the bound;
 - "consumer, backoff=0, 8 MiB/partition": the same with ``max.partition.fetch.bytes`` 8 MiB;
 - "consumer, backoff=0, wait.max.ms=10": the same with a short long-poll wait (below);
+- "consumer, backoff=0, queued.min=1M": the same with ``queued.min.messages`` at 1,000,000;
 - "consumer, librdkafka defaults": ``fetch.queue.backoff.ms`` at its default (1 s), which
   stalls both brokers after the first prefetch;
 - "raw Fetch v12": sequential Fetch requests for all 3 partitions (64 MiB per response).
 
-Where the consumer rows' time goes (librdkafka debug=protocol, 1.2M records): the client is
-the bound (its Python poll loop and librdkafka's parsing); samsa's broker is busy ~8% of the
-read (py-spy, mostly in ``os.sendfile``) and answers a 3 MB Fetch in ~1-2.5 ms where Tansu
-takes 4-20 ms for 2-5 MB. The gap is one 500 ms stall in most samsa reads: when the partitions
-still to read are held back by ``queued.min.messages`` and only partitions already at their
-end are fetchable, librdkafka (one Fetch in flight per broker) sends a Fetch of just those,
-and the broker waits ``fetch.wait.max.ms`` for data as Kafka's does, while the consumer's
-queue runs dry. Tansu answers ~5.3 MB per partition whatever ``max.partition.fetch.bytes``
-says (samsa keeps to it, as Kafka), so it needs about half the Fetch cycles and fell into that
-state in 0 of 5 reads, samsa in 4 of 5. With the wait at 10 ms the stall is gone (the ratio
-then swings 0.76x-1.31x run to run on the shared VM; see benchmarks/README.md). Each consumer
-read notes its longest consume() wait, and a table counts the reads with a stall (a wait of
-300 ms or more).
+Where the consumer rows' time goes (librdkafka debug=fetch,protocol; see benchmarks/README.md
+for the figures): samsa's broker is busy a few percent of the read and answers a 3 MB Fetch in
+~1-2.5 ms. The gap to Tansu is one ~450 ms stall near the end of most samsa reads. librdkafka
+fetches a partition only while its consumer queue (shared by all partitions) is below
+``queued.min.messages``; with no backoff the queue hovers there and the partition checked first
+is left out of more Fetches, so the partitions drift apart (samsa, as Kafka, answers each
+requested partition with up to ``max.partition.fetch.bytes``). Once the others are at their end,
+a Fetch that leaves the laggard out holds only partitions at their end, the broker long-polls
+``fetch.wait.max.ms`` (500 ms) as Kafka's does, and with one Fetch in flight per broker the
+consumer's queue runs dry. Tansu fills ~5 MB per response from the first partitions of the
+request whatever the limit says, so the laggard reaches its end first and the stall rarely
+comes. Rows with a 10 ms wait or a queue threshold near the topic's size (no partition left
+out for long) have no stall. Each consumer read notes its longest consume() wait, and a table counts
+the reads with a stall (a wait of 300 ms or more).
 
 Each row is the median of ``--repeats`` reads (alternating samsa, Tansu, Tansu, samsa...),
 records/s over wall-clock time from the first message; "cpu: broker" is the broker
@@ -89,6 +91,7 @@ def consumer_fetch(
     backoff_ms: int | None,
     partition_bytes: int | None = None,
     wait_ms: int | None = None,
+    queued_min: int | None = None,
 ) -> Result:
     """Read offsets [0, ends[p]) with a confluent-kafka consumer, as produce.py's
     confluent_fetch, with ``fetch.queue.backoff.ms`` set (None: librdkafka's default) and
@@ -109,6 +112,8 @@ def consumer_fetch(
         config["max.partition.fetch.bytes"] = partition_bytes
     if wait_ms is not None:
         config["fetch.wait.max.ms"] = wait_ms
+    if queued_min is not None:
+        config["queued.min.messages"] = queued_min
     consumer = Consumer(config)
     expected = sum(ends.values())
     errors: Counter[int] = Counter()
@@ -206,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
                     # without librdkafka's stall (see the module docstring).
                     "consumer, backoff=0, wait.max.ms=10",
                     lambda tg: consumer_fetch(tg.port, tg.read_to[TOPIC], 0, wait_ms=10),
+                ),
+                (
+                    # The queue threshold above the topic: every partition is in every Fetch
+                    # until the end (see the module docstring).
+                    "consumer, backoff=0, queued.min=1M",
+                    lambda tg: consumer_fetch(tg.port, tg.read_to[TOPIC], 0, queued_min=1_000_000),
                 ),
                 (
                     "consumer, librdkafka defaults",
