@@ -354,3 +354,86 @@ def test_raw_list_offsets(shared_broker, timed_topic: str) -> None:  # type: ign
     assert _raw_list_offsets(port, "no-such-topic", 0, -1)[0] == (
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     )
+
+
+# --- ElectLeaders (KIP-460) ----------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_confluent_elect_leaders(shared_broker) -> None:  # type: ignore[no-untyped-def]
+    """One replica per partition, already its leader: each named partition answers
+    ELECTION_NOT_NEEDED (as Kafka's controller for a partition with its preferred leader),
+    an unknown partition UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka import ElectionType
+
+    admin = _admin(shared_broker)
+    name = f"elect-{uuid.uuid4().hex[:8]}"
+    assert _create_error(admin, NewTopic(name, num_partitions=2, replication_factor=1)) is None
+    for election in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        asked = [TopicPartition(name, 0), TopicPartition(name, 1), TopicPartition(name, 7)]
+        got = admin.elect_leaders(election, asked).result(timeout=TIMEOUT)
+        codes = {tp.partition: (err.code() if err is not None else None) for tp, err in got.items()}
+        assert codes == {
+            0: KafkaError.ELECTION_NOT_NEEDED,
+            1: KafkaError.ELECTION_NOT_NEEDED,
+            7: KafkaError.UNKNOWN_TOPIC_OR_PART,
+        }
+
+
+@pytest.mark.timeout(30)
+def test_elect_leaders_raw_versions(shared_broker) -> None:  # type: ignore[no-untyped-def]
+    """v0 (preferred only, no top-level error) and v2; a request for every partition (null)
+    lists none, since none needed an election; an unknown election type is refused."""
+    name = f"elect-raw-{uuid.uuid4().hex[:8]}"
+    assert _create_error(_admin(shared_broker), NewTopic(name, 1, 1)) is None
+    with BlockingConnection("127.0.0.1", shared_broker.port) as conn:
+        for v in (0, 1, 2):
+            tp = make_request(
+                ApiKey.ELECT_LEADERS, v, "TopicPartitions", topic=name, partitions=(0,)
+            )
+            resp = conn.request(
+                ApiKey.ELECT_LEADERS,
+                v,
+                make_request(
+                    ApiKey.ELECT_LEADERS,
+                    v,
+                    "ElectLeadersRequest",
+                    election_type=0,
+                    topic_partitions=(tp,),
+                    timeout=10_000,
+                ),
+            )
+            [result] = resp.replica_election_results
+            assert result.topic == name
+            assert [(p.partition_id, p.error_code) for p in result.partition_result] == [
+                (0, ErrorCode.ELECTION_NOT_NEEDED)
+            ]
+        every = conn.request(
+            ApiKey.ELECT_LEADERS,
+            2,
+            make_request(
+                ApiKey.ELECT_LEADERS,
+                2,
+                "ElectLeadersRequest",
+                election_type=0,
+                topic_partitions=None,
+                timeout=10_000,
+            ),
+        )
+        assert every.error_code == ErrorCode.NONE and every.replica_election_results == ()
+        bad = conn.request(
+            ApiKey.ELECT_LEADERS,
+            2,
+            make_request(
+                ApiKey.ELECT_LEADERS,
+                2,
+                "ElectLeadersRequest",
+                election_type=5,
+                topic_partitions=(tp,),
+                timeout=10_000,
+            ),
+        )
+        assert bad.error_code == ErrorCode.INVALID_REQUEST
+        assert bad.replica_election_results[0].partition_result[0].error_code == (
+            ErrorCode.INVALID_REQUEST
+        )

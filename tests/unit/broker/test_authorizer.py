@@ -709,6 +709,16 @@ def _describe_scram(h: Harness, p: str) -> int:
     )
 
 
+def _elect_leaders(h: Harness, p: str) -> int:
+    tp = make_request(ApiKey.ELECT_LEADERS, 2, "TopicPartitions", topic="team-a.orders",
+                      partitions=(0,))  # fmt: skip
+    r = h.call(p, ApiKey.ELECT_LEADERS, 2, "ElectLeadersRequest", election_type=0,
+               topic_partitions=(tp,), timeout=10_000)  # fmt: skip
+    code = int(r.replica_election_results[0].partition_result[0].error_code)
+    assert code in (ErrorCode.ELECTION_NOT_NEEDED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    return code
+
+
 def _alter_scram(h: Harness, p: str) -> int:
     d = make_request(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
@@ -910,6 +920,7 @@ CASES: dict[str, Case] = {
     "CreateAcls": Case(C, CLUSTER_NAME, Op.ALTER, XA, _create_acl),
     "DescribeAcls": Case(C, CLUSTER_NAME, Op.DESCRIBE, XA, _describe_acls),
     "DeleteAcls": Case(C, CLUSTER_NAME, Op.ALTER, XA, _delete_acls),
+    "ElectLeaders": Case(C, CLUSTER_NAME, Op.ALTER, XA, _elect_leaders),
 }
 
 
