@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -437,3 +438,39 @@ def test_elect_leaders_raw_versions(shared_broker) -> None:  # type: ignore[no-u
         assert bad.replica_election_results[0].partition_result[0].error_code == (
             ErrorCode.INVALID_REQUEST
         )
+
+
+# --- DescribeLogDirs -----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(45)
+def test_kafka_python_describe_log_dirs(shared_broker) -> None:  # type: ignore[no-untyped-def]
+    """kafka-python's describe_log_dirs: the data directory, each partition's size as the
+    bytes of its segment files, and the file system's space; a named partition alone."""
+    from kafka.admin import KafkaAdminClient
+
+    name = f"logdirs-{uuid.uuid4().hex[:8]}"
+    assert _create_error(_admin(shared_broker), NewTopic(name, 2, 1)) is None
+    p = Producer({"bootstrap.servers": shared_broker.bootstrap})
+    for _ in range(50):
+        p.produce(name, b"x" * 100, partition=0)
+    assert p.flush(TIMEOUT) == 0
+    admin = KafkaAdminClient(bootstrap_servers=shared_broker.bootstrap)
+    try:
+        [everything] = admin.describe_log_dirs()
+        [one] = admin.describe_log_dirs(topic_partitions={name: [1]})
+    finally:
+        admin.close()
+    [log_dir] = everything["log_dirs"]
+    assert log_dir["error_code"] == 0
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    [topic] = [t for t in log_dir["topics"] if t["name"] == name]
+    sizes = {q["partition_index"]: q["partition_size"] for q in topic["partitions"]}
+    data = [d for d in Path(log_dir["log_dir"]).iterdir() if d.name.startswith(f"{name}-")]
+    on_disk = {
+        int(d.name.rsplit("-", 1)[1]): sum(f.stat().st_size for f in d.glob("*.log")) for d in data
+    }
+    assert sizes == on_disk and sizes[0] > 5000 and sizes[1] == 0
+    [only] = one["log_dirs"]
+    listed = [(t["name"], [q["partition_index"] for q in t["partitions"]]) for t in only["topics"]]
+    assert listed == [(name, [1])]

@@ -228,6 +228,11 @@ class Log:
     def segments(self) -> list[LogSegment]:
         return list(self._segments)
 
+    @property
+    def size(self) -> int:
+        """Bytes of record batches in the segments (as Kafka's UnifiedLog.size)."""
+        return sum(s.size for s in self._segments)
+
     def __repr__(self) -> str:
         return (
             f"Log({self.directory}, start={self.log_start_offset}, end={self.log_end_offset}, "

@@ -719,6 +719,16 @@ def _elect_leaders(h: Harness, p: str) -> int:
     return code
 
 
+def _describe_log_dirs(h: Harness, p: str) -> int:
+    r = h.call(p, ApiKey.DESCRIBE_LOG_DIRS, 4, "DescribeLogDirsRequest", topics=None)
+    if r.error_code == ErrorCode.NONE:  # allowed: the data directory and its partitions
+        [result] = r.results
+        assert "team-a.orders" in {t.name for t in result.topics}
+    else:
+        assert r.results == ()
+    return int(r.error_code)
+
+
 def _alter_scram(h: Harness, p: str) -> int:
     d = make_request(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
@@ -921,6 +931,7 @@ CASES: dict[str, Case] = {
     "DescribeAcls": Case(C, CLUSTER_NAME, Op.DESCRIBE, XA, _describe_acls),
     "DeleteAcls": Case(C, CLUSTER_NAME, Op.ALTER, XA, _delete_acls),
     "ElectLeaders": Case(C, CLUSTER_NAME, Op.ALTER, XA, _elect_leaders),
+    "DescribeLogDirs": Case(C, CLUSTER_NAME, Op.DESCRIBE, XA, _describe_log_dirs),
 }
 
 
