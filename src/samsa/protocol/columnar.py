@@ -410,15 +410,21 @@ def encode_batches(
     (gzip 1-9, lz4 1-17, zstd up to 22; Kafka's ``compression.<codec>.level``) overrides
     the codec's default: LZ4's default is a high-compression level, ~25x slower than 1.
     """
-    rec = _encode_records(
-        values, keys, headers, timestamps, now_ms, compression, compression_level,
-        max_batch_bytes,
-    )  # fmt: skip
-    if rec is None:
-        return []
+    sections = encode_sections(
+        values,
+        keys,
+        headers=headers,
+        timestamps=timestamps,
+        now_ms=now_ms,
+        compression=compression,
+        compression_level=compression_level,
+        max_batch_bytes=max_batch_bytes,
+    )
     attributes = compression | (TRANSACTIONAL_FLAG if transactional else 0)
     out: list[EncodedBatch] = []
-    for a, b, section, first_ts, max_ts in rec:
+    for es in sections:
+        a, b, section = es.first, es.first + es.count, es.section
+        first_ts, max_ts = es.first_timestamp, es.max_timestamp
         seq = (base_sequence + a) & 0x7FFFFFFF if base_sequence >= 0 else base_sequence
         tail = _AFTER_CRC.pack(
             attributes, b - a - 1, first_ts, max_ts, producer_id, producer_epoch, seq, b - a
@@ -459,27 +465,6 @@ def encode_sections(
     """:func:`encode_batches` without the headers: each batch's records section, split and
     compressed alike, as a view of one buffer (no CRC computed, no copy made); the caller
     adds the header and its CRC once the producer fields are known."""
-    rec = _encode_records(
-        values, keys, headers, timestamps, now_ms, compression, compression_level,
-        max_batch_bytes,
-    )  # fmt: skip
-    if rec is None:
-        return []
-    return [EncodedSection(sec, a, b - a, t0, t1) for a, b, sec, t0, t1 in rec]
-
-
-def _encode_records(
-    values: Column,
-    keys: Column | None,
-    headers: Any,
-    timestamps: Any,
-    now_ms: int | None,
-    compression: int,
-    compression_level: int | None,
-    max_batch_bytes: int,
-) -> list[tuple[int, int, memoryview, int, int]] | None:
-    """The rows split into batches: (first row, end row, records section, first timestamp,
-    max timestamp) per batch; None for no rows."""
     if compression not in (0, 1, 2, 3, 4):
         raise ValueError(f"unknown compression codec {compression}")
     if compression_level is not None:
@@ -495,7 +480,7 @@ def _encode_records(
     if n == 0:
         if keys is not None and len(keys) != 0:
             raise ValueError(f"keys: {len(keys)} given for 0 values")
-        return None
+        return []
     key_col: _Bytes | None = None
     if keys is not None:
         key_col = _bytes_column(keys, "keys")
@@ -557,14 +542,14 @@ def _encode_records(
     r_data = memoryview(records.buffers()[2])
 
     max_ts = np.maximum.reduceat(ts, starts)
-    out: list[tuple[int, int, memoryview, int, int]] = []
+    out: list[EncodedSection] = []
     for i, (a, b) in enumerate(runs):
         section = r_data[r_off[a] : r_off[b]]
         if compression_level is not None:
             section = memoryview(_LEVELLED[compression](section, level=compression_level))
         elif compression:
             section = memoryview(compress(compression, section))
-        out.append((a, b, section, int(ts[a]), int(max_ts[i])))
+        out.append(EncodedSection(section, a, b - a, int(ts[a]), int(max_ts[i])))
     return out
 
 
