@@ -49,6 +49,9 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/log/test_log_topic_configs.py",
     ),
     "Authorization": ("tests/unit/broker/test_authorizer.py",),
+    "Online migration between the group protocols": (
+        "tests/unit/coordinator/test_group_migration.py",
+    ),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

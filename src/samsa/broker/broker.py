@@ -353,6 +353,7 @@ def _group_config(config: BrokerConfig) -> GroupConfig:
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             assignors=tuple(a.strip() for a in config.group_consumer_assignors.split(",")),
             max_size=config.group_consumer_max_size,
+            migration_policy=config.group_consumer_migration_policy.lower(),
         ),
     )
 

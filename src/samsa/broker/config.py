@@ -63,6 +63,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
     "group.consumer.assignors": "group_consumer_assignors",
     "group.consumer.max.size": "group_consumer_max_size",
+    "group.consumer.migration.policy": "group_consumer_migration_policy",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
@@ -307,6 +308,8 @@ class BrokerConfig:
     group_consumer_assignors: str = "uniform,range"  # the first is the default
     # Kafka's default is Integer.MAX_VALUE; bounded here as every client-made resource is.
     group_consumer_max_size: int = 1000
+    # Online migration of non-empty groups between the protocols (rule 38); Kafka 4's default.
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     transaction_state_log_num_partitions: int = 50
@@ -397,6 +400,12 @@ class BrokerConfig:
             raise ConfigError(
                 f"group.consumer.assignors must name assignors of {sorted(ASSIGNORS)}, "
                 f"got {self.group_consumer_assignors!r}"
+            )
+        policies = ("bidirectional", "upgrade", "downgrade", "disabled")
+        if self.group_consumer_migration_policy.lower() not in policies:
+            raise ConfigError(  # Kafka's validator ignores case
+                f"group.consumer.migration.policy must be one of {', '.join(policies)}, "
+                f"got {self.group_consumer_migration_policy!r}"
             )
         if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
             raise ConfigError(  # as KafkaConfig requires

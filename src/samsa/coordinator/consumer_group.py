@@ -71,6 +71,16 @@ class ConsumerMember:
     def instance_id(self) -> str | None:
         return self.metadata.instance_id
 
+    @property
+    def is_classic(self) -> bool:
+        """A member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) in a
+        consumer group, during an online migration (rule 38)."""
+        return self.metadata.classic is not None
+
+    def session_timeout_ms(self, default: int) -> int:
+        classic = self.metadata.classic
+        return classic.session_timeout_ms if classic is not None else default
+
     def current_value(self) -> CurrentMemberAssignmentValue:
         return CurrentMemberAssignmentValue(
             self.member_epoch,
@@ -127,6 +137,17 @@ class ConsumerGroup:
                         out[(tid, p)] = m.member_id
         return out
 
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Is a partition of the member's target still owned by another member?"""
+        if member.state != MemberState.UNRELEASED_PARTITIONS:
+            return False
+        owners = self.owners({member.member_id})
+        for tid, parts in self.targets.get(member.member_id, {}).items():
+            have = member.assigned.get(tid, frozenset())
+            if any((tid, p) in owners for p in parts - have):
+                return True
+        return False
+
     # -- replay --------------------------------------------------------------------------------
 
     def replay(
@@ -151,8 +172,9 @@ class ConsumerGroup:
             elif isinstance(value, ConsumerGroupMemberMetadataValue):
                 member = self.members.get(mid)
                 if member is None:
-                    self.members[mid] = ConsumerMember(mid, value)
-                    self.session_deadlines.setdefault(mid, now_ms + session_timeout_ms)
+                    member = self.members[mid] = ConsumerMember(mid, value)
+                    timeout = member.session_timeout_ms(session_timeout_ms)
+                    self.session_deadlines.setdefault(mid, now_ms + timeout)
                 else:
                     member.metadata = value
         elif key.type == TARGET_MEMBER_TYPE:

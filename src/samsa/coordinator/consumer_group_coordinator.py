@@ -51,6 +51,7 @@ from samsa.coordinator.consumer_group_records import (
     TARGET_MEMBER_TYPE,
     TARGET_METADATA_TYPE,
     Assignment,
+    ClassicMemberMetadata,
     ConsumerGroupKey,
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataValue,
@@ -86,6 +87,9 @@ class ConsumerHeartbeat:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    # A classic member's JoinGroup, translated (rule 38): no epoch checks, ``owned`` is what
+    # its subscription says it still owns.
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +134,22 @@ class ConsumerConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
     max_size: int = 1000  # group.consumer.max.size (bounded: members cost memory)
+    # group.consumer.migration.policy: bidirectional | upgrade | downgrade | disabled
+    migration_policy: str = "bidirectional"
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        return self.migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        return self.migration_policy in ("bidirectional", "downgrade")
 
 
 Emit = Callable[[ConsumerGroupKey, ConsumerGroupValue | None], None]
+# Called before a consumer-protocol member is removed; True if it converted the group to a
+# classic group instead (online downgrade, rule 38).
+Downgrade = Callable[[ConsumerGroup, str], bool]
 
 
 class _Refused(Exception):
@@ -157,6 +174,7 @@ class ConsumerGroups:
         self.groups: dict[str, ConsumerGroup] = {}
         self._emit = emit
         self._new_member_id = new_member_id
+        self.downgrade: Downgrade = lambda group, member_id: False
 
     # == heartbeat =================================================================================
 
@@ -194,7 +212,11 @@ class ConsumerGroups:
                 member.metadata.subscribed_topic_regex != meta.subscribed_topic_regex
             ):
                 bump = True
-        group.session_deadlines[member.member_id] = now_ms + self.config.session_timeout_ms
+        group.session_deadlines[member.member_id] = now_ms + (
+            req.classic.session_timeout_ms
+            if req.classic is not None
+            else self.config.session_timeout_ms
+        )
         subs = {m.member_id: m.metadata for m in group.members.values() if m.member_id not in gone}
         subs[member.member_id] = meta
         resolved = {mid: _resolve(md, topics) for mid, md in subs.items()}
@@ -227,7 +249,11 @@ class ConsumerGroups:
             )
             group.topics_signature = signature
         # -- 4. reconciliation -------------------------------------------------------------------
-        owned = {} if req.member_epoch == 0 else req.owned
+        owned = req.owned
+        if req.classic is not None:
+            owned = req.owned or {}  # a subscription without owned partitions owns none
+        elif req.member_epoch == 0:
+            owned = {}
         nxt = reconcile(
             member,
             assignment_epoch,
@@ -266,6 +292,7 @@ class ConsumerGroups:
         self.groups.setdefault(group.group_id, group)  # its records are replayed into it
         send = (
             req.member_epoch == 0
+            or req.classic is not None
             or nxt.assigned != member.assigned
             or (req.owned is not None and req.owned != nxt.assigned)
         )
@@ -283,6 +310,20 @@ class ConsumerGroups:
     ) -> tuple[ConsumerMember, bool, str | None]:
         """The member the heartbeat is from as it is now, whether it is new (joins), and the
         static member it replaces, if any."""
+        if req.classic is not None:
+            # A classic JoinGroup: a member id the group does not know is a new member; a
+            # known one rejoins keeping its assignment (what it still owns is reconciled).
+            existing = group.members.get(req.member_id)
+            if existing is not None:
+                return existing, False, None
+            if len(group.members) >= self.config.max_size:
+                raise _Refused(E.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
+            if req.instance_id is not None and group.static_member(req.instance_id):
+                raise _Refused(
+                    E.UNRELEASED_INSTANCE_ID,
+                    f"instance {req.instance_id} is still in use by another member",
+                )
+            return ConsumerMember(req.member_id, _empty_metadata()), True, None
         if req.member_epoch == 0:
             if len(group.members) >= self.config.max_size and req.member_id not in group.members:
                 raise _Refused(E.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
@@ -365,14 +406,19 @@ class ConsumerGroups:
         for t in (CURRENT_ASSIGNMENT_TYPE, TARGET_MEMBER_TYPE, MEMBER_METADATA_TYPE):
             self._emit(_key(t, group.group_id, member_id), None)
 
-    def remove_member(self, group: ConsumerGroup, member_id: str) -> None:
+    def remove_member(self, group: ConsumerGroup, member_id: str) -> bool:
         """The member is gone (left or fenced): its records go and the group epoch moves on,
-        so the others get its partitions."""
+        so the others get its partitions. If it was the last consumer-protocol member of a
+        group whose other members are classic, the group may become a classic group instead
+        (rule 38)."""
+        if self.downgrade(group, member_id):
+            return True
         self._delete_member(group, member_id)
         self._emit(
             _key(GROUP_METADATA_TYPE, group.group_id),
             ConsumerGroupMetadataValue(group.group_epoch + 1),
         )
+        return False
 
     def _assignor(self, subs: Mapping[str, ConsumerGroupMemberMetadataValue]) -> str:
         """The assignor most members ask for; ties and no preference: the configured order."""
@@ -395,7 +441,8 @@ class ConsumerGroups:
                 ):
                     group.session_deadlines.pop(mid, None)
                     group.revocation_deadlines.pop(mid, None)
-                    self.remove_member(group, mid)
+                    if self.remove_member(group, mid):
+                        break  # the group is becoming a classic group
 
     # == admin =====================================================================================
 
@@ -440,8 +487,82 @@ class ConsumerGroups:
         if member is None:
             return E.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return E.STALE_MEMBER_EPOCH
+            # A classic member's generation is its member epoch (rule 38).
+            return E.ILLEGAL_GENERATION if member.is_classic else E.STALE_MEMBER_EPOCH
         return E.NONE
+
+    # == classic members of a consumer group (online migration, rule 38) ========================
+
+    def classic_member(
+        self, group: ConsumerGroup, member_id: str, instance_id: str | None, generation: int
+    ) -> tuple[ErrorCode, ConsumerMember | None]:
+        """Validate a classic member's SyncGroup or Heartbeat: Kafka's classic errors."""
+        member = group.members.get(member_id)
+        if member is None:
+            if instance_id is not None and group.static_member(instance_id) is not None:
+                return E.FENCED_INSTANCE_ID, None
+            return E.UNKNOWN_MEMBER_ID, None
+        if not member.is_classic:
+            return E.UNKNOWN_MEMBER_ID, None  # a consumer-protocol member heartbeats otherwise
+        if instance_id is not None and member.instance_id != instance_id:
+            return E.FENCED_INSTANCE_ID, None
+        if generation != member.member_epoch:
+            return E.ILLEGAL_GENERATION, None
+        return E.NONE, member
+
+    def classic_heartbeat(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        now_ms: int,
+    ) -> ErrorCode:
+        """A classic member's Heartbeat: it is told to rejoin (REBALANCE_IN_PROGRESS) when the
+        group moved past its epoch, when it must give partitions up, or when partitions it
+        waits for are free; it must rejoin within its rebalance timeout."""
+        error, member = self.classic_member(group, member_id, instance_id, generation)
+        if member is None:
+            return error
+        group.session_deadlines[member_id] = now_ms + member.session_timeout_ms(
+            self.config.session_timeout_ms
+        )
+        if (
+            member.member_epoch < group.group_epoch
+            or member.state == MemberState.UNREVOKED_PARTITIONS
+            or (
+                member.state == MemberState.UNRELEASED_PARTITIONS
+                and not group.waiting_on_unreleased(member)
+            )
+        ):
+            group.revocation_deadlines.setdefault(
+                member_id, now_ms + member.metadata.rebalance_timeout_ms
+            )
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def classic_leave(
+        self, group: ConsumerGroup, members: list[tuple[str, str | None]]
+    ) -> list[tuple[str, str | None, ErrorCode]]:
+        """LeaveGroup of classic members (or of any member by id) of a consumer group."""
+        results: list[tuple[str, str | None, ErrorCode]] = []
+        for member_id, iid in members:
+            member = group.members.get(member_id) if member_id else None
+            if iid is not None:
+                known = group.static_member(iid)
+                if known is None:
+                    results.append((member_id, iid, E.UNKNOWN_MEMBER_ID))
+                    continue
+                if member_id and known.member_id != member_id:
+                    results.append((member_id, iid, E.FENCED_INSTANCE_ID))
+                    continue
+                member = known
+            if member is None:
+                results.append((member_id, iid, E.UNKNOWN_MEMBER_ID))
+                continue
+            self.remove_member(group, member.member_id)
+            results.append((member_id, iid, E.NONE))
+        return results
 
     def subscribes(self, group: ConsumerGroup, topic: str) -> bool:
         """Does a member subscribe to ``topic``, by name or by regex?"""
@@ -531,6 +652,7 @@ def _updated_metadata(
         regex,
         req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else base.rebalance_timeout_ms,
         req.server_assignor if req.server_assignor is not None else base.server_assignor,
+        req.classic if req.classic is not None else base.classic,
     )
 
 

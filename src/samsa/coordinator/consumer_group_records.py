@@ -26,6 +26,10 @@ version and use Kafka's flexible encoding (unsigned-varint lengths plus one, tag
 A member leaving is three tombstones (types 8, 7, 5); a group deleted is the tombstones of
 its members and then of types 6 and 3. Partitions are named by topic id, as Kafka does, so a
 topic deleted and re-created under the same name is a different topic.
+
+A member of a consumer group that speaks the classic protocol (online migration) has Kafka's
+tagged field 0 of its member metadata, ClassicMemberMetadata: its session timeout and the
+protocols of its JoinGroup.
 """
 
 from __future__ import annotations
@@ -70,6 +74,16 @@ class ConsumerGroupMetadataValue:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """Tagged field 0 of the member metadata: set for a member of a consumer group that
+    speaks the classic protocol (online migration, rule 38), null for a consumer-protocol
+    member."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata) in the member's preference
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -79,6 +93,7 @@ class ConsumerGroupMemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +189,20 @@ def _partitions(out: bytearray, assignment: Assignment) -> None:
         out.append(0)  # no tagged fields
 
 
+def _classic_metadata(classic: ClassicMemberMetadata) -> bytes:
+    # A nullable struct starts with an int8: -1 null, 1 present (Kafka's generated code).
+    out = bytearray(_I8.pack(1))
+    out += _I32.pack(classic.session_timeout_ms)
+    _uvarint(out, len(classic.protocols) + 1)
+    for name, metadata in classic.protocols:
+        _cstr(out, name)
+        _uvarint(out, len(metadata) + 1)
+        out += metadata
+        out.append(0)  # no tagged fields
+    out.append(0)
+    return bytes(out)
+
+
 def encode_consumer_value(value: ConsumerGroupValue) -> bytes:
     out = bytearray(_I16.pack(0))
     if isinstance(value, ConsumerGroupMetadataValue):
@@ -189,6 +218,13 @@ def encode_consumer_value(value: ConsumerGroupValue) -> bytes:
         _cstr(out, value.subscribed_topic_regex)
         out += _I32.pack(value.rebalance_timeout_ms)
         _cstr(out, value.server_assignor)
+        if value.classic is not None:
+            tagged = _classic_metadata(value.classic)
+            out.append(1)  # one tagged field: tag 0, ClassicMemberMetadata
+            out.append(0)
+            _uvarint(out, len(tagged))
+            out += tagged
+            return bytes(out)
     elif isinstance(value, TargetAssignmentMetadataValue):
         out += _I32.pack(value.assignment_epoch)
     elif isinstance(value, TargetAssignmentMemberValue):
@@ -265,6 +301,13 @@ class _Reader:
         n = self.uvarint()
         return max(n - 1, 0)
 
+    def tags(self) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
+
     def skip_tags(self) -> None:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
@@ -281,6 +324,21 @@ class _Reader:
         return out
 
 
+def _read_classic(data: bytes) -> ClassicMemberMetadata | None:
+    r = _Reader(data)
+    if r.i8() < 0:  # a null struct
+        return None
+    session_timeout = r.i32()
+    protocols = []
+    for _ in range(r.count()):
+        name = r.required_cstr()
+        metadata = r.take(r.count())
+        r.skip_tags()
+        protocols.append((name, metadata))
+    r.skip_tags()
+    return ClassicMemberMetadata(session_timeout, tuple(protocols))
+
+
 def decode_consumer_value(key: ConsumerGroupKey, data: bytes) -> ConsumerGroupValue:
     r = _Reader(data)
     version = r.i16()
@@ -295,8 +353,11 @@ def decode_consumer_value(key: ConsumerGroupKey, data: bytes) -> ConsumerGroupVa
         client_id = r.required_cstr()
         client_host = r.required_cstr()
         names = tuple(r.required_cstr() for _ in range(r.count()))
-        value = ConsumerGroupMemberMetadataValue(
-            instance_id, rack_id, client_id, client_host, names, r.cstr(), r.i32(), r.cstr()
+        regex, timeout, assignor = r.cstr(), r.i32(), r.cstr()
+        tagged = r.tags().get(0)
+        classic = None if tagged is None else _read_classic(tagged)
+        return ConsumerGroupMemberMetadataValue(
+            instance_id, rack_id, client_id, client_host, names, regex, timeout, assignor, classic
         )
     elif key.type == TARGET_METADATA_TYPE:
         value = TargetAssignmentMetadataValue(r.i32())

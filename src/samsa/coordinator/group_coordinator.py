@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from samsa.coordinator.consumer_group import ConsumerGroup, MemberState
 from samsa.coordinator.consumer_group_coordinator import (
     ConsumerConfig,
     ConsumerGroupDescription,
@@ -61,7 +62,29 @@ from samsa.coordinator.consumer_group_coordinator import (
     ConsumerHeartbeatResult,
     TopicInfo,
 )
-from samsa.coordinator.consumer_group_records import ConsumerGroupKey
+from samsa.coordinator.consumer_group_records import (
+    CURRENT_ASSIGNMENT_TYPE,
+    GROUP_METADATA_TYPE,
+    MEMBER_METADATA_TYPE,
+    TARGET_MEMBER_TYPE,
+    TARGET_METADATA_TYPE,
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupValue,
+    CurrentMemberAssignmentValue,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+)
+from samsa.coordinator.consumer_protocol import (
+    PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
 from samsa.coordinator.group import Group, GroupState, Member
 from samsa.coordinator.offsets import (
     OFFSETS_TOPIC,
@@ -221,6 +244,7 @@ class GroupCoordinator:
         self,
         config: GroupConfig | None = None,
         new_member_id: Callable[[str], str] = _default_member_id,
+        topics: Callable[[], Mapping[str, TopicInfo]] = dict,
     ) -> None:
         self.config = config or GroupConfig()
         self.groups: dict[str, Group] = {}
@@ -231,6 +255,13 @@ class GroupCoordinator:
         self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
         # KIP-848 consumer groups; a group id names a classic or a consumer group, not both.
         self.consumer = ConsumerGroups(self.config.consumer, self._emit)
+        # Online migration between the protocols (rule 38): the cluster's topics (partitions
+        # are named by id in consumer groups, by name in the classic protocol), and the groups
+        # whose conversion records are written but not yet replayed.
+        self.topics = topics
+        self.consumer.downgrade = self._maybe_downgrade
+        self._upgrading: dict[str, Group] = {}
+        self._downgrading: dict[str, Group] = {}
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)
@@ -296,9 +327,9 @@ class GroupCoordinator:
         cgroup = self.consumer.groups.get(req.group_id)
         if cgroup is not None:
             if cgroup.members:
-                # A consumer-protocol group with members: classic members cannot join it (no
-                # online migration).
-                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+                # A consumer group with members: the classic member joins it as a member of
+                # the consumer group (online migration, rule 38).
+                return self._classic_join_consumer_group(cgroup, req, now_ms)
             # An empty one becomes a classic group, its offsets kept (as Kafka does for
             # empty groups): its records are deleted ahead of the classic group's.
             self.consumer.delete(cgroup)
@@ -557,6 +588,19 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
         now_ms: int,
     ) -> Outcome[CoordinatorRecord, Any]:
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            return self._outcome(
+                self._classic_sync_consumer_group(
+                    cgroup,
+                    generation,
+                    member_id,
+                    group_instance_id,
+                    protocol_type,
+                    protocol_name,
+                    now_ms,
+                )
+            )
         group = self.groups.get(group_id)
         if group is None:
             return self._outcome(SyncResult(E.UNKNOWN_MEMBER_ID))
@@ -601,6 +645,13 @@ class GroupCoordinator:
         """The log refused ``records``: a leader's assignment among them is not stored, so
         the members waiting for it get ``error`` and the group rebalances (as Kafka does)."""
         for rec in records:
+            upgraded = self._upgrading.pop(rec.group_id, None)
+            if upgraded is not None:
+                # The conversion is not in the log: the group is the classic one it was.
+                self.consumer.groups.pop(rec.group_id, None)
+                self.groups[rec.group_id] = upgraded
+                continue
+            self._downgrading.pop(rec.group_id, None)
             cgroup = self.consumer.groups.get(rec.group_id)
             if cgroup is not None and not cgroup.members and cgroup.group_epoch == 0:
                 del self.consumer.groups[rec.group_id]  # its first heartbeat was not stored
@@ -631,6 +682,9 @@ class GroupCoordinator:
     def _heartbeat(
         self, group_id: str, generation: int, member_id: str, iid: str | None, now_ms: int
     ) -> ErrorCode:
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            return self.consumer.classic_heartbeat(cgroup, member_id, iid, generation, now_ms)
         group = self.groups.get(group_id)
         if group is None:
             return E.UNKNOWN_MEMBER_ID
@@ -652,6 +706,9 @@ class GroupCoordinator:
         self, group_id: str, members: list[tuple[str, str | None]], now_ms: int
     ) -> Outcome[CoordinatorRecord, Any]:
         """Response: (top-level error, [(member id, instance id, error)])."""
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            return self._outcome((E.NONE, self.consumer.classic_leave(cgroup, members)))
         group = self.groups.get(group_id)
         if group is None:
             return self._outcome((E.NONE, [(m, i, E.UNKNOWN_MEMBER_ID) for m, i in members]))
@@ -688,24 +745,216 @@ class GroupCoordinator:
         self, req: ConsumerHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
     ) -> Outcome[CoordinatorRecord, ConsumerHeartbeatResult]:
         """A consumer-protocol member's heartbeat (``consumer_group_coordinator.py``). An
-        empty classic group becomes a consumer group when such a member joins it (Kafka's
-        ``group.consumer.migration.policy`` for empty groups); a classic group with members
-        is not a consumer group (GROUP_ID_NOT_FOUND)."""
-        classic = self.groups.get(req.group_id)
-        if classic is not None and req.group_id not in self.consumer.groups:
+        empty classic group becomes a consumer group when such a member joins it, whatever
+        ``group.consumer.migration.policy`` says; a classic group with members does so only
+        if the policy allows upgrades and its members speak the ``consumer`` embedded protocol
+        (rule 38); otherwise it is not a consumer group (GROUP_ID_NOT_FOUND, as Kafka)."""
+        gid = req.group_id
+        classic = self.groups.get(gid)
+        if classic is not None and gid not in self.consumer.groups:
             if classic.members or not classic.is_in(S.EMPTY):
+                why = self._upgrade_refused(classic, req)
+                if why is None:
+                    return self._outcome(self._upgrade(classic, req, topics, now_ms))
                 return self._outcome(
-                    ConsumerHeartbeatResult(
-                        E.GROUP_ID_NOT_FOUND,
-                        f"group {req.group_id} is not a consumer group",
-                        req.member_id or None,
-                    )
+                    ConsumerHeartbeatResult(E.GROUP_ID_NOT_FOUND, why, req.member_id or None)
                 )
         result = self.consumer.heartbeat(req, topics, now_ms)
         if classic is not None and result.error == E.NONE and classic.stored is not None:
             # The classic group's metadata goes first: replay order is log order.
-            self._buf.records.insert(0, CoordinatorRecord(GroupMetadataKey(req.group_id), None))
+            self._buf.records.insert(0, CoordinatorRecord(GroupMetadataKey(gid), None))
         return self._outcome(result)
+
+    # == online migration (rule 38) ================================================================
+
+    def _upgrade_refused(self, classic: Group, req: ConsumerHeartbeat) -> str | None:
+        """Why a classic group with members cannot become a consumer group now (Kafka's
+        validateOnlineUpgrade), or None."""
+        gid = classic.group_id
+        if req.member_epoch != 0:
+            return f"group {gid} is not a consumer group"  # only a joining member converts
+        if not self.config.consumer.upgrade_enabled:
+            return f"group {gid} is not a consumer group: online upgrade is disabled"
+        if classic.protocol_type != PROTOCOL_TYPE:
+            return f"group {gid} is not a consumer group and does not use the consumer protocol"
+        if len(classic.members) > self.config.consumer.max_size:
+            return f"group {gid} has more members than group.consumer.max.size allows"
+        return None
+
+    def _upgrade(
+        self,
+        classic: Group,
+        req: ConsumerHeartbeat,
+        topics: Mapping[str, TopicInfo],
+        now_ms: int,
+    ) -> ConsumerHeartbeatResult:
+        """Kafka's convertToConsumerGroup: the classic group's metadata is tombstoned and the
+        consumer group's records say the same thing (group and assignment epochs at the
+        classic generation; each member, marked classic, owns and targets its last classic
+        assignment); then the joining member's heartbeat runs against that group. Nothing
+        of it stays if the heartbeat is refused."""
+        gid = classic.group_id
+        mark = len(self._buf.records)
+        try:
+            records = _consumer_records_of(classic, topics)
+        except ConsumerProtocolError as exc:
+            return ConsumerHeartbeatResult(
+                E.GROUP_ID_NOT_FOUND,
+                f"cannot upgrade group {gid}: its consumer protocol is malformed ({exc})",
+                req.member_id or None,
+            )
+        self._emit(GroupMetadataKey(gid), None)
+        cgroup = ConsumerGroup(gid)
+        for key, value in records:
+            self._emit(key, value)
+            # The heartbeat below needs the converted group before its records are replayed
+            # (replaying them again later changes nothing).
+            cgroup.replay(key, value, now_ms, self.config.consumer.session_timeout_ms)
+        self.consumer.groups[gid] = cgroup
+        del self.groups[gid]
+        result = self.consumer.heartbeat(req, topics, now_ms)
+        if result.error != E.NONE:
+            del self.consumer.groups[gid]
+            self.groups[gid] = classic
+            del self._buf.records[mark:]
+            return result
+        # Members waiting for a JoinGroup or SyncGroup answer rejoin the consumer group.
+        for m in classic.members.values():
+            if m.awaiting_join:
+                self._reply(Owed.JOIN, classic, m.member_id, JoinResult(E.REBALANCE_IN_PROGRESS))
+            if m.awaiting_sync:
+                self._reply(Owed.SYNC, classic, m.member_id, SyncResult(E.REBALANCE_IN_PROGRESS))
+        self._upgrading[gid] = classic
+        log.info("group %s: upgraded from classic to consumer group", gid)
+        return result
+
+    def _classic_join_consumer_group(
+        self, cgroup: ConsumerGroup, req: JoinRequest, now_ms: int
+    ) -> JoinResult:
+        """Kafka's classicGroupJoinToConsumerGroup: a classic member's JoinGroup becomes a
+        heartbeat of a member of the consumer group, reconciled as any other (its
+        subscription says what it still owns); it is answered at once, as a follower (no
+        leader: the server assigns), at its member epoch as the generation."""
+        names = [p for p, _ in req.protocols]
+        others = [
+            m for m in cgroup.members.values() if m.is_classic and m.member_id != req.member_id
+        ]
+        supported = [
+            p
+            for p in names
+            if all(
+                p in {n for n, _ in m.metadata.classic.protocols}  # type: ignore[union-attr]
+                for m in others
+            )
+        ]
+        if req.protocol_type != PROTOCOL_TYPE or not supported:
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+        if not req.member_id and req.require_known_member_id:
+            return JoinResult(E.MEMBER_ID_REQUIRED, self._new_member_id(req.client_id))
+        member_id = req.member_id or self._new_member_id(req.client_id)
+        try:
+            sub = decode_subscription(req.protocols[0][1])
+        except ConsumerProtocolError as exc:
+            log.info("group %s: JoinGroup of %s refused: %s", cgroup.group_id, member_id, exc)
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+        topics = self.topics()
+        owned: Assignment = {}
+        for name, parts in sub.owned.items():
+            if name in topics and parts:
+                owned[topics[name].topic_id] = parts
+        hb = ConsumerHeartbeat(
+            group_id=cgroup.group_id,
+            member_id=member_id,
+            member_epoch=0,
+            instance_id=req.group_instance_id,
+            rack_id=sub.rack_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            subscribed_topic_names=sub.topics,
+            owned=owned,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            classic=ClassicMemberMetadata(req.session_timeout_ms, tuple(req.protocols)),
+        )
+        result = self.consumer.heartbeat(hb, topics, now_ms)
+        if result.error != E.NONE:
+            return JoinResult(result.error, member_id)
+        return JoinResult(
+            E.NONE, member_id, result.member_epoch, PROTOCOL_TYPE, supported[0], "", False, ()
+        )
+
+    def _classic_sync_consumer_group(
+        self,
+        cgroup: ConsumerGroup,
+        generation: int,
+        member_id: str,
+        iid: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        now_ms: int,
+    ) -> SyncResult:
+        """Kafka's classicGroupSyncToConsumerGroup: the member receives the partitions the
+        consumer group assigns it, in the consumer protocol's assignment format."""
+        error, member = self.consumer.classic_member(cgroup, member_id, iid, generation)
+        if member is None:
+            return SyncResult(error)
+        classic = member.metadata.classic
+        assert classic is not None
+        protocols = [n for n, _ in classic.protocols]
+        if (protocol_type is not None and protocol_type != PROTOCOL_TYPE) or (
+            protocol_name is not None and protocol_name not in protocols
+        ):
+            return SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
+        cgroup.session_deadlines[member_id] = now_ms + classic.session_timeout_ms
+        names = {t.topic_id: t.name for t in self.topics().values()}
+        return SyncResult(
+            E.NONE,
+            PROTOCOL_TYPE,
+            protocol_name or protocols[0],
+            _classic_assignment(member.assigned, names),
+        )
+
+    def _maybe_downgrade(self, cgroup: ConsumerGroup, leaving_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember and convertToClassicGroup: when
+        the last consumer-protocol member of a group whose other members are classic leaves
+        (or is fenced), the consumer group's records are tombstoned and a classic group of
+        the others is written at the group epoch; once replayed it rebalances, so each member
+        rejoins the classic way."""
+        leaving = cgroup.members.get(leaving_id)
+        rest = [m for m in cgroup.members.values() if m.member_id != leaving_id]
+        if leaving is None or leaving.is_classic or not rest:
+            return False
+        if not all(m.is_classic for m in rest):
+            return False
+        if not self.config.consumer.downgrade_enabled:
+            log.info("group %s: not downgraded: online downgrade is disabled", cgroup.group_id)
+            return False
+        gid = cgroup.group_id
+        names = {t.topic_id: t.name for t in self.topics().values()}
+        group = Group(gid, state=S.STABLE, generation=cgroup.group_epoch)
+        for m in rest:
+            classic = m.metadata.classic
+            assert classic is not None
+            group.add(
+                Member(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.metadata.client_id,
+                    client_host=m.metadata.client_host,
+                    rebalance_timeout_ms=m.metadata.rebalance_timeout_ms,
+                    session_timeout_ms=classic.session_timeout_ms,
+                    protocol_type=PROTOCOL_TYPE,
+                    protocols=list(classic.protocols),
+                    assignment=_classic_assignment(m.assigned, names),
+                )
+            )
+        group.protocol_name = group.select_protocol() if group.candidate_protocols() else None
+        if group.protocol_name is None:
+            return False  # no protocol every member speaks: stays a consumer group
+        self.consumer.delete(cgroup)
+        self._emit(GroupMetadataKey(gid), group.to_record(0))
+        self._downgrading[gid] = group
+        log.info("group %s: downgrading from consumer to classic group", gid)
+        return True
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9+ from a consumer-protocol member: it must be one, at its epoch."""
@@ -1005,8 +1254,12 @@ class GroupCoordinator:
         key, value = record.key, record.value
         if isinstance(key, ConsumerGroupKey):
             classic = self.groups.get(key.group)
-            if classic is not None and not classic.members:
-                del self.groups[key.group]  # an empty classic group became a consumer group
+            if classic is not None and (value is not None or not classic.members):
+                # The group became a consumer group (an empty one, or one with members: an
+                # online upgrade, whose tombstone of the classic metadata came first).
+                del self.groups[key.group]
+            if value is not None:
+                self._upgrading.pop(key.group, None)
             self.consumer.replay(key, value, now_ms)  # type: ignore[arg-type]
             return
         group = self.groups.get(key.group)
@@ -1028,6 +1281,16 @@ class GroupCoordinator:
                 del self.groups[key.group]
             return
         assert isinstance(value, GroupMetadataValue)
+        downgraded = self._downgrading.pop(key.group, None)
+        if downgraded is not None and not self._loading:
+            # An online downgrade is in the log: the classic group takes over and rebalances
+            # at once, so its members rejoin the classic way (rule 38).
+            downgraded.stored = value
+            for m in downgraded.members.values():
+                m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+            self.groups[key.group] = downgraded
+            self._prepare_rebalance(downgraded, now_ms)
+            return
         if group is None:
             group = self.groups[key.group] = Group(key.group)
         if self._loading:
@@ -1094,3 +1357,51 @@ class GroupCoordinator:
                 ],
             }
         return out
+
+
+# --- online migration helpers ----------------------------------------------------------------
+
+
+def _classic_assignment(assigned: Assignment, names: Mapping[uuid.UUID, str]) -> bytes:
+    return encode_assignment({names[tid]: ps for tid, ps in assigned.items() if tid in names})
+
+
+def _consumer_records_of(
+    classic: Group, topics: Mapping[str, TopicInfo]
+) -> list[tuple[ConsumerGroupKey, ConsumerGroupValue]]:
+    """The records of the consumer group a classic group becomes (Kafka's
+    ConsumerGroup.fromClassicGroup and createConsumerGroupRecords)."""
+    gid, epoch = classic.group_id, classic.generation
+    members: list[tuple[str, ConsumerGroupMemberMetadataValue, Assignment]] = []
+    for m in classic.members.values():
+        protocol = classic.protocol_name or (m.protocols[0][0] if m.protocols else "")
+        sub = decode_subscription(m.metadata(protocol))
+        assigned: Assignment = {}
+        for name, parts in decode_assignment(m.assignment).items():
+            if name in topics and parts:
+                assigned[topics[name].topic_id] = parts
+        meta = ConsumerGroupMemberMetadataValue(
+            m.group_instance_id,
+            sub.rack_id,
+            m.client_id,
+            m.client_host,
+            tuple(sorted(set(sub.topics))),
+            None,
+            m.rebalance_timeout_ms,
+            None,
+            ClassicMemberMetadata(m.session_timeout_ms, tuple(m.protocols)),
+        )
+        members.append((m.member_id, meta, assigned))
+    out: list[tuple[ConsumerGroupKey, ConsumerGroupValue]] = []
+    for mid, meta, _ in members:
+        out.append((ConsumerGroupKey(MEMBER_METADATA_TYPE, gid, mid), meta))
+    out.append((ConsumerGroupKey(GROUP_METADATA_TYPE, gid), ConsumerGroupMetadataValue(epoch)))
+    for mid, _, assigned in members:
+        out.append(
+            (ConsumerGroupKey(TARGET_MEMBER_TYPE, gid, mid), TargetAssignmentMemberValue(assigned))
+        )
+    out.append((ConsumerGroupKey(TARGET_METADATA_TYPE, gid), TargetAssignmentMetadataValue(epoch)))
+    for mid, _, assigned in members:
+        current = CurrentMemberAssignmentValue(epoch, epoch, int(MemberState.STABLE), assigned)
+        out.append((ConsumerGroupKey(CURRENT_ASSIGNMENT_TYPE, gid, mid), current))
+    return out

@@ -75,7 +75,7 @@ class GroupCoordinatorRuntime:
         self.clock = clock
         # The cluster's topics, which consumer groups subscribe to (by name or regex).
         self.topics = topics
-        self.coordinator = GroupCoordinator(config)
+        self.coordinator = GroupCoordinator(config, topics=topics)
         self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
         self.store = store
         self.verify_txn = verify_txn

@@ -283,10 +283,12 @@ def classic_join(h: Harness, group: str) -> Any:
     return h.run(h.c.join_group(req, h.now))
 
 
-def test_classic_join_to_a_consumer_group_is_refused_unless_it_is_empty() -> None:
+def test_classic_join_to_a_consumer_group_needs_a_readable_subscription() -> None:
     h = Harness()
     h.hb("a", 0)
     h.run(h.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 2, 9)], h.now))
+    # A classic member may join a consumer group with members (rule 38), not with an
+    # embedded protocol that is not the consumer protocol's.
     assert classic_join(h, G).error == E.INCONSISTENT_GROUP_PROTOCOL
     assert G in h.c.consumer.groups
     h.hb("a", -1)
@@ -301,10 +303,10 @@ def test_classic_join_to_a_consumer_group_is_refused_unless_it_is_empty() -> Non
     assert fresh.fetch_offsets(G, [("t", [2])])[0].offset == 9
 
 
-def test_consumer_member_cannot_join_a_classic_group_with_members() -> None:
-    h = Harness()
+def test_consumer_member_cannot_join_a_classic_group_with_members_when_disabled() -> None:
+    h = Harness(migration_policy="disabled")
     classic_join(h, G)
-    assert h.hb("a", 0).error == E.GROUP_ID_NOT_FOUND
+    assert h.hb("a", 0).error == E.GROUP_ID_NOT_FOUND  # rule 38's policy
 
 
 def test_empty_classic_group_converts_and_keeps_its_offsets() -> None:
