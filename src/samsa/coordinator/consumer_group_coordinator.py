@@ -114,6 +114,7 @@ class ConsumerMemberDescription:
     subscribed_topic_regex: str | None
     assignment: Assignment
     target: Assignment
+    classic: bool = False  # speaks the classic protocol (rule 38)
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,6 +465,7 @@ class ConsumerGroups:
                 m.metadata.subscribed_topic_regex,
                 m.assigned,
                 group.targets.get(m.member_id, {}),
+                m.is_classic,
             )
             for m in group.members.values()
         )

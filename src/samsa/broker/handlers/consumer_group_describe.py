@@ -61,7 +61,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=_assignment(v, m.assignment, names),
                 target_assignment=_assignment(v, m.target, names),
-                member_type=1,  # a consumer-protocol member
+                member_type=0 if m.classic else 1,  # a classic member: online migration
             )
             for m in d.members
         )
