@@ -345,6 +345,9 @@ def test_replay_mid_migration_rebuilds_the_group_and_members_carry_on() -> None:
     fresh = h.replayed()
     assert fresh.durable_state() == h.c.durable_state()
     assert G not in fresh.groups
+    # The classic members' sessions are theirs (3 s), the consumer member's the broker's.
+    deadlines = fresh.consumer.groups[G].session_deadlines
+    assert (deadlines[a], deadlines["k"]) == (h.now + 3000, h.now + 45_000)
     h.c = fresh  # the broker restarted: the members go on against the replayed group
     assert h.heartbeat(a, 3) == E.NONE
     assert h.heartbeat(b, 2) == E.REBALANCE_IN_PROGRESS
