@@ -22,6 +22,12 @@ A heartbeat, in order (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``):
 A member that stops heartbeating for ``group.consumer.session.timeout.ms``, or does not
 revoke within its rebalance timeout, is fenced by :meth:`ConsumerGroups.tick`: its records are
 deleted and its partitions become free.
+
+During an online migration (rule 38) a consumer group may also hold classic members, whose
+member metadata carries Kafka's ClassicMemberMetadata: their JoinGroup runs as a heartbeat
+(``ConsumerHeartbeat.classic``, no epoch checks, what they own read from their subscription),
+their Heartbeat tells them to rejoin (:meth:`ConsumerGroups.classic_heartbeat`) and their
+sessions use their own timeout.
 """
 
 from __future__ import annotations

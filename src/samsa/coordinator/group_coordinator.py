@@ -37,10 +37,14 @@ Timers are deadlines in the data (``heartbeat_deadline_ms``, ``join_deadline_ms`
 
 KIP-848 consumer groups (``consumer_heartbeat``) are served by ``self.consumer``
 (``consumer_group_coordinator.py``), through the same outcome and replay. A group id names one
-kind of group: a classic JoinGroup for a consumer group with members gets
-INCONSISTENT_GROUP_PROTOCOL, a consumer-protocol member joining a classic group with members
-GROUP_ID_NOT_FOUND; an empty group of either kind becomes one of the other kind when a member
-of that kind joins it (its records are deleted first; its offsets stay).
+kind of group; an empty group of either kind becomes one of the other kind when a member
+of that kind joins it (its records are deleted first; its offsets stay). Groups with members
+migrate online (rule 38, ``group.consumer.migration.policy``): a consumer-protocol member
+joining a classic group converts it (``_upgrade``), classic members of a consumer group are
+served by translating JoinGroup/SyncGroup/Heartbeat/LeaveGroup into the consumer group's
+operations, and the last consumer-protocol member leaving converts it back
+(``_maybe_downgrade``); each conversion is tombstones of the old kind's records followed by
+the new kind's records, so replay rebuilds whichever group the log last said.
 """
 
 from __future__ import annotations
