@@ -82,13 +82,6 @@ from samsa.coordinator.consumer_group_records import (
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
 )
-from samsa.coordinator.consumer_protocol import (
-    PROTOCOL_TYPE,
-    ConsumerProtocolError,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-)
 from samsa.coordinator.group import Group, GroupState, Member
 from samsa.coordinator.offsets import (
     OFFSETS_TOPIC,
@@ -110,6 +103,13 @@ from samsa.coordinator.offsets_records import (
 )
 from samsa.coordinator.ports import StoredBatch
 from samsa.coordinator.runtime import Outcome
+from samsa.protocol.consumer_protocol import (
+    PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
 from samsa.protocol.errors import ErrorCode
 
 S = GroupState

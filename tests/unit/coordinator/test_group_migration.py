@@ -43,6 +43,11 @@ from samsa.coordinator.group_coordinator import (
     SyncResult,
 )
 from samsa.coordinator.offsets import decode
+from samsa.protocol.consumer_protocol import (
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+)
 from samsa.protocol.errors import ErrorCode as E
 
 G = "mig"
@@ -378,3 +383,31 @@ def test_a_conversion_the_log_refused_leaves_the_classic_group() -> None:
     h.c.store_failed(outcome.records, E.NOT_ENOUGH_REPLICAS)
     assert G not in h.c.consumer.groups and set(h.c.groups[G].members) == {a, b}
     assert h.heartbeat(a, 2) == E.NONE
+
+
+def test_embedded_protocol_of_every_version_and_bad_bytes() -> None:
+    import io
+
+    from kio.schema.consumer_protocol_subscription.v3 import ConsumerProtocolSubscription
+    from kio.schema.consumer_protocol_subscription.v3.data import TopicPartition as SubTP
+    from kio.serial import entity_writer
+
+    buf = io.BytesIO()
+    buf.write(b"\x00\x03")
+    sub = ConsumerProtocolSubscription(
+        topics=("t",), owned_partitions=(SubTP(topic="t", partitions=(1, 2)),), rack_id="r1"
+    )
+    entity_writer(ConsumerProtocolSubscription)(buf, sub)
+    v3 = buf.getvalue()
+    got = decode_subscription(v3)
+    assert (got.topics, got.owned, got.rack_id) == (("t",), {"t": frozenset({1, 2})}, "r1")
+    # A version newer than known is read with the newest schema (versions only append).
+    assert decode_subscription(b"\x00\x09" + v3[2:]) == got
+    assert decode_subscription(encode_subscription(["a", "b"])).topics == ("a", "b")
+    assert decode_assignment(b"") == {}
+    assert decode_assignment(encode_assignment({"t": [4]})) == {"t": frozenset({4})}
+    for bad in (b"", b"\x00", b"\xff\xff" + v3[2:], b"\x00\x01\x00\x00\x00\x05\x00"):
+        with pytest.raises(ConsumerProtocolError):
+            decode_subscription(bad)
+    with pytest.raises(ConsumerProtocolError):
+        decode_assignment(b"\x00\x00\x00\x00\x00\x02")
