@@ -882,6 +882,8 @@ class GroupCoordinator:
         result = self.consumer.heartbeat(hb, topics, now_ms)
         if result.error != E.NONE:
             return JoinResult(result.error, member_id)
+        # Its SyncGroup is due within the rebalance timeout (Kafka's sync timeout).
+        cgroup.revocation_deadlines.setdefault(member_id, now_ms + req.rebalance_timeout_ms)
         return JoinResult(
             E.NONE, member_id, result.member_epoch, PROTOCOL_TYPE, supported[0], "", False, ()
         )
@@ -909,6 +911,8 @@ class GroupCoordinator:
         ):
             return SyncResult(E.INCONSISTENT_GROUP_PROTOCOL)
         cgroup.session_deadlines[member_id] = now_ms + classic.session_timeout_ms
+        if member.state != MemberState.UNREVOKED_PARTITIONS:  # else it must still rejoin
+            cgroup.revocation_deadlines.pop(member_id, None)
         names = {t.topic_id: t.name for t in self.topics().values()}
         return SyncResult(
             E.NONE,

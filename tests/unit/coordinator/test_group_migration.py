@@ -95,7 +95,9 @@ class Harness:
         return result
 
     def sync(self, member_id: str, generation: int, assignments: dict[str, bytes]) -> Any:
-        out = self.c.sync_group(G, generation, member_id, None, "consumer", None, assignments, 0)
+        out = self.c.sync_group(
+            G, generation, member_id, None, "consumer", None, assignments, self.now
+        )
         result = self.run(out)
         if isinstance(result, Pending):
             return self.replies.pop(("sync", member_id), result)
@@ -254,6 +256,20 @@ def test_a_classic_member_that_does_not_rejoin_in_time_is_removed() -> None:
         if second >= 2:
             assert h.heartbeat(b, 2) == E.REBALANCE_IN_PROGRESS
     # a's rebalance timeout (5 s) has passed, b's has not
+    members = h.c.consumer.groups[G].members
+    assert a not in members and b in members
+
+
+def test_a_classic_member_that_joins_but_never_syncs_is_removed() -> None:
+    h = Harness(session_timeout_ms=60_000)
+    a, b, _ = upgraded(h)
+    assert h.join(a).generation == 3
+    synced(h.sync(b, h.join(b).generation, {}))
+    for _ in range(4):  # both heartbeat; only b sent SyncGroup
+        h.tick(1000)
+        assert h.heartbeat(a, 3) == E.NONE
+        assert h.heartbeat(b, 3) == E.NONE
+    h.tick(1000)  # a's rebalance timeout (5 s) since it joined
     members = h.c.consumer.groups[G].members
     assert a not in members and b in members
 
