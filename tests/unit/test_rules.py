@@ -49,6 +49,7 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/log/test_log_topic_configs.py",
     ),
     "Authorization": ("tests/unit/broker/test_authorizer.py",),
+    "Topic configs applied on append": ("tests/unit/log/test_log_validator.py",),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

@@ -67,6 +67,20 @@ def _integer(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _level(low: int, high: int, default: int | None = None) -> Callable[[str], int]:
+    """A KIP-390 compression level: within [low, high], or the codec's default marker."""
+    within = _integer(-(2**31), INT_MAX)
+
+    def parse(raw: str) -> int:
+        value = within(raw)
+        if value != default and not low <= value <= high:
+            extra = f" or {default}" if default is not None else ""
+            raise ValueError(f"must be between {low} and {high}{extra}")
+        return value
+
+    return parse
+
+
 def _ratio(raw: str) -> float:
     try:
         value = float(raw)
@@ -217,6 +231,47 @@ _KEYS = (
         ("log.cleaner.min.cleanable.ratio",),
         "0.5",
         "The share of uncompacted log above which the cleaner compacts it.",
+    ),
+    TopicConfigKey(
+        "compression.type",
+        ConfigType.STRING,
+        "compression_type",
+        _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        "producer",
+        ("compression.type",),
+        "producer",
+        "The codec batches are stored in; a batch in another is re-encoded on append "
+        "(rule 38). 'producer' keeps the producer's codec, 'uncompressed' stores none.",
+    ),
+    TopicConfigKey(
+        "compression.gzip.level",
+        ConfigType.INT,
+        "compression_gzip_level",
+        _level(1, 9, -1),
+        "-1",
+        ("compression.gzip.level",),
+        "-1",
+        "The gzip level of batches the broker re-encodes in gzip (1-9; -1: the default).",
+    ),
+    TopicConfigKey(
+        "compression.lz4.level",
+        ConfigType.INT,
+        "compression_lz4_level",
+        _level(1, 17),
+        "9",
+        ("compression.lz4.level",),
+        "9",
+        "The lz4 level of batches the broker re-encodes in lz4.",
+    ),
+    TopicConfigKey(
+        "compression.zstd.level",
+        ConfigType.INT,
+        "compression_zstd_level",
+        _level(-131072, 22),  # zstd's ZSTD_minCLevel() .. ZSTD_maxCLevel()
+        "3",
+        ("compression.zstd.level",),
+        "3",
+        "The zstd level of batches the broker re-encodes in zstd.",
     ),
 )
 

@@ -61,6 +61,7 @@ from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManag
 from samsa.log.segment import FileSlice, LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
+from samsa.log.validator import recompressed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     CRC_START,
@@ -116,6 +117,12 @@ class LogConfig:
     segment_ms: int = 604_800_000  # segment.ms (log.roll.hours=168): roll an older segment
     # message.timestamp.type: "LogAppendTime" stamps each batch with the broker's clock.
     message_timestamp_type: str = "CreateTime"
+    # compression.type: the codec batches are stored in ("producer": the batch's own), and
+    # the KIP-390 levels a re-encode uses (rule 38, log/validator.py).
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     @property
     def log_append_time(self) -> bool:
@@ -249,6 +256,15 @@ class Log:
         if self._closed:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
         append_time = -1
+        if origin == AppendOrigin.CLIENT and not batch.is_control:
+            try:
+                batch = recompressed(batch, self.config)  # rule 38: the topic's codec
+            except ValueError as exc:
+                return AppendResult(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    log_start_offset=self.log_start_offset,
+                    message=str(exc),
+                )
         if self.config.log_append_time and not batch.is_control:
             batch = with_log_append_time(batch, now_ms)
             append_time = now_ms

@@ -34,7 +34,11 @@ NOW = 1_800_000_000_000
         ({"segment.ms": "0"}, "at least 1"),
         ({"message.timestamp.type": "Now"}, "CreateTime, LogAppendTime"),
         ({"max.message.bytes": "-1"}, "at least 0"),
-        ({"min.insync.replicas": "1"}, "unknown topic config"),
+        ({"no.such.config": "1"}, "unknown topic config"),
+        ({"compression.type": "brotli"}, "must be one of uncompressed, zstd"),
+        ({"compression.gzip.level": "0"}, "between 1 and 9 or -1"),
+        ({"compression.lz4.level": "18"}, "between 1 and 17"),
+        ({"compression.zstd.level": "23"}, "between -131072 and 22"),
     ],
 )
 def test_bad_values_and_unknown_keys_are_refused(configs: dict[str, str], words: str) -> None:

@@ -1,0 +1,117 @@
+"""Topic configs that act on each append, through confluent-kafka (docs/semantics.md):
+compression.type re-encodes what producers send (rule 38)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from samsa.protocol.records import Compression, RecordBatchView, scan_batches
+
+TIMEOUT = 15.0
+
+
+def _create(bootstrap: str, name: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(TIMEOUT)
+
+
+def _consume(bootstrap: str, topic: str, n: int, **extra: Any) -> list[bytes]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False, **extra}
+    )
+    consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+    out: list[bytes] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(out) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                out.append(msg.value())
+        # Nothing more arrives (read_committed must not show aborted records late).
+        extra_msg = consumer.poll(0.5)
+        assert extra_msg is None or extra_msg.error() is not None, extra_msg.value()
+    finally:
+        consumer.close()
+    return out
+
+
+def _on_disk(data_dir: Path, topic: str) -> list[RecordBatchView]:
+    """The partition's batches as samsa's log reader scans its segment files."""
+    batches: list[RecordBatchView] = []
+    for path in sorted((data_dir / f"{topic}-0").glob("*.log")):
+        scan = scan_batches(path.read_bytes())
+        assert scan.problem is None
+        batches += scan.batches
+    return batches
+
+
+def test_lz4_from_confluent_is_stored_as_zstd_and_read_back(shared_broker: Any) -> None:
+    """Rule 38: a compression.type=zstd topic stores zstd whatever the producer sent."""
+    bootstrap = shared_broker.bootstrap
+    _create(bootstrap, "zstd-topic", {"compression.type": "zstd"})
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 5})
+    sent = [b"value %d " % i * 20 for i in range(200)]
+    for value in sent:
+        producer.produce("zstd-topic", value)
+    assert producer.flush(TIMEOUT) == 0
+    assert _consume(bootstrap, "zstd-topic", len(sent)) == sent
+    batches = _on_disk(shared_broker.data_dir, "zstd-topic")
+    assert batches and {b.compression for b in batches} == {Compression.ZSTD}
+    assert sum(b.record_count for b in batches) == len(sent)
+    assert all(b.crc_is_valid() for b in batches)
+
+
+def test_transactions_through_a_re_encoding_topic(shared_broker: Any) -> None:
+    """Rule 38: transactional batches keep their flag and producer fields when re-encoded, so
+    read_committed sees committed records only."""
+    bootstrap = shared_broker.bootstrap
+    _create(bootstrap, "gzip-txn", {"compression.type": "gzip"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "compression.type": "lz4",
+            "transactional.id": "recompress-txn",
+            "linger.ms": 5,
+        }
+    )
+    producer.init_transactions(TIMEOUT)
+    for label, commit in ((b"a", True), (b"b", False), (b"c", True)):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce("gzip-txn", label + b"%d" % i)
+        if commit:
+            producer.commit_transaction(TIMEOUT)
+        else:
+            producer.abort_transaction(TIMEOUT)
+    committed = [label + b"%d" % i for label in (b"a", b"c") for i in range(10)]
+    got = _consume(bootstrap, "gzip-txn", 20, **{"isolation.level": "read_committed"})
+    assert got == committed
+    data = [b for b in _on_disk(shared_broker.data_dir, "gzip-txn") if not b.is_control]
+    assert data and all(b.is_transactional and b.compression == Compression.GZIP for b in data)
+    assert all(b.producer_id >= 0 and b.base_sequence >= 0 for b in data)
+
+
+def test_uncompressed_and_producer_topics(shared_broker: Any) -> None:
+    """Rule 38: 'uncompressed' stores no codec; 'producer' (the default) keeps the producer's."""
+    bootstrap = shared_broker.bootstrap
+    _create(bootstrap, "plain-topic", {"compression.type": "uncompressed"})
+    _create(bootstrap, "as-sent", {})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "compression.type": "snappy", "linger.ms": 5}
+    )
+    for topic in ("plain-topic", "as-sent"):
+        for i in range(50):
+            producer.produce(topic, b"x%d" % i * 30)
+    assert producer.flush(TIMEOUT) == 0
+    assert _consume(bootstrap, "plain-topic", 50) == [b"x%d" % i * 30 for i in range(50)]
+    assert {b.compression for b in _on_disk(shared_broker.data_dir, "plain-topic")} == {
+        Compression.NONE
+    }
+    assert {b.compression for b in _on_disk(shared_broker.data_dir, "as-sent")} == {
+        Compression.SNAPPY
+    }
