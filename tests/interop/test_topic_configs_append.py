@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from samsa.protocol.records import Compression, RecordBatchView, scan_batches
@@ -115,3 +115,35 @@ def test_uncompressed_and_producer_topics(shared_broker: Any) -> None:
     assert {b.compression for b in _on_disk(shared_broker.data_dir, "as-sent")} == {
         Compression.SNAPPY
     }
+
+
+def _deliver(bootstrap: str, topic: str, acks: str) -> list[Any]:
+    """The delivery reports of three records sent with ``acks``: errors or None."""
+    reports: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "enable.idempotence": False,
+            # NOT_ENOUGH_REPLICAS is retriable: no retries, so the callback sees it (with
+            # retries, librdkafka reports the message timeout instead), and a bound anyway.
+            "retries": 0,
+            "message.timeout.ms": 5000,
+            "linger.ms": 0,
+        }
+    )
+    for i in range(3):
+        producer.produce(topic, b"m%d" % i, on_delivery=lambda err, _msg: reports.append(err))
+    producer.flush(TIMEOUT)
+    return reports
+
+
+def test_min_insync_replicas_with_confluent_acks(shared_broker: Any) -> None:
+    """Rule 39: acks=all to a min.insync.replicas=2 topic fails with NOT_ENOUGH_REPLICAS (a
+    retriable error); acks=1 succeeds."""
+    bootstrap = shared_broker.bootstrap
+    _create(bootstrap, "misr", {"min.insync.replicas": "2"})
+    failed = _deliver(bootstrap, "misr", "all")
+    assert [err.code() if err else None for err in failed] == [KafkaError.NOT_ENOUGH_REPLICAS] * 3
+    assert _deliver(bootstrap, "misr", "1") == [None, None, None]
+    assert _consume(bootstrap, "misr", 3) == [b"m0", b"m1", b"m2"]

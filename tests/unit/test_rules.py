@@ -49,7 +49,10 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/log/test_log_topic_configs.py",
     ),
     "Authorization": ("tests/unit/broker/test_authorizer.py",),
-    "Topic configs applied on append": ("tests/unit/log/test_log_validator.py",),
+    "Topic configs applied on append": (
+        "tests/unit/log/test_log_validator.py",
+        "tests/unit/broker/test_produce_topic_configs.py",
+    ),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

@@ -273,6 +273,17 @@ _KEYS = (
         "3",
         "The zstd level of batches the broker re-encodes in zstd.",
     ),
+    TopicConfigKey(
+        "min.insync.replicas",
+        ConfigType.INT,
+        "min_insync_replicas",
+        _integer(1, INT_MAX),
+        "1",
+        ("min.insync.replicas",),
+        "1",
+        "The in-sync replicas an acks=all Produce needs (NOT_ENOUGH_REPLICAS below it); "
+        "samsa has one, so above 1 every acks=all write is refused (rule 39).",
+    ),
 )
 
 TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {k.name: k for k in _KEYS}

@@ -123,6 +123,8 @@ class LogConfig:
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
+    # min.insync.replicas: an acks=all Produce needs this many in-sync replicas; one here.
+    min_insync_replicas: int = 1
 
     @property
     def log_append_time(self) -> bool:

@@ -39,6 +39,7 @@ NOW = 1_800_000_000_000
         ({"compression.gzip.level": "0"}, "between 1 and 9 or -1"),
         ({"compression.lz4.level": "18"}, "between 1 and 17"),
         ({"compression.zstd.level": "23"}, "between -131072 and 22"),
+        ({"min.insync.replicas": "0"}, "at least 1"),
     ],
 )
 def test_bad_values_and_unknown_keys_are_refused(configs: dict[str, str], words: str) -> None:
