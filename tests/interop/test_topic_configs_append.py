@@ -1,5 +1,6 @@
 """Topic configs that act on each append, through confluent-kafka (docs/semantics.md):
-compression.type re-encodes what producers send (rule 38)."""
+compression.type re-encodes what producers send (rule 38), min.insync.replicas refuses acks=all
+(rule 39), CreateTime windows refuse out-of-range timestamps (rule 40)."""
 
 from __future__ import annotations
 
@@ -147,3 +148,28 @@ def test_min_insync_replicas_with_confluent_acks(shared_broker: Any) -> None:
     assert [err.code() if err else None for err in failed] == [KafkaError.NOT_ENOUGH_REPLICAS] * 3
     assert _deliver(bootstrap, "misr", "1") == [None, None, None]
     assert _consume(bootstrap, "misr", 3) == [b"m0", b"m1", b"m2"]
+
+
+def test_out_of_window_timestamps_are_refused(shared_broker: Any) -> None:
+    """Rule 40: confluent-kafka producing a two-day-old and a two-hour-ahead timestamp to a
+    topic with message.timestamp.before.max.ms of a day gets INVALID_TIMESTAMP for both."""
+    bootstrap = shared_broker.bootstrap
+    _create(bootstrap, "window", {"message.timestamp.before.max.ms": "86400000"})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    reports: dict[bytes, Any] = {}
+    now = int(time.time() * 1000)
+    for value, ts in ((b"old", now - 2 * 86_400_000), (b"ahead", now + 7_200_000), (b"now", now)):
+        producer.produce(
+            "window",
+            value,
+            timestamp=ts,
+            on_delivery=lambda err, msg: reports.__setitem__(msg.value(), err),
+        )
+        producer.flush(TIMEOUT)  # one batch each
+    codes = {v: (err.code() if err else None) for v, err in reports.items()}
+    assert codes == {
+        b"old": KafkaError.INVALID_TIMESTAMP,
+        b"ahead": KafkaError.INVALID_TIMESTAMP,
+        b"now": None,
+    }
+    assert _consume(bootstrap, "window", 1) == [b"now"]

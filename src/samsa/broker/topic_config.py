@@ -284,7 +284,35 @@ _KEYS = (
         "The in-sync replicas an acks=all Produce needs (NOT_ENOUGH_REPLICAS below it); "
         "samsa has one, so above 1 every acks=all write is refused (rule 39).",
     ),
+    TopicConfigKey(
+        "message.timestamp.before.max.ms",
+        ConfigType.LONG,
+        "message_timestamp_before_max_ms",
+        _integer(0, LONG_MAX),
+        str(LONG_MAX),
+        ("log.message.timestamp.before.max.ms",),
+        str(LONG_MAX),
+        "Under CreateTime, a batch with a record timestamp older than this before the broker's "
+        "clock is refused with INVALID_TIMESTAMP (rule 40).",
+    ),
+    TopicConfigKey(
+        "message.timestamp.after.max.ms",
+        ConfigType.LONG,
+        "message_timestamp_after_max_ms",
+        _integer(0, LONG_MAX),
+        "3600000",
+        ("log.message.timestamp.after.max.ms",),
+        "3600000",
+        "Under CreateTime, a batch with a record timestamp further than this ahead of the "
+        "broker's clock is refused with INVALID_TIMESTAMP (rule 40).",
+    ),
 )
+
+# Keys Kafka 4 removed: refused like unknown keys, saying what replaced them.
+_REMOVED = {
+    "message.timestamp.difference.max.ms": "removed in Kafka 4.0 (KIP-937); use "
+    "message.timestamp.before.max.ms and message.timestamp.after.max.ms",
+}
 
 TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {k.name: k for k in _KEYS}
 
@@ -300,7 +328,8 @@ def parse_topic_configs(configs: Mapping[str, str]) -> dict[str, object]:
     for name, raw in configs.items():
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
-            raise InvalidConfigError(f"unknown topic config {name!r}")
+            why = _REMOVED.get(name)
+            raise InvalidConfigError(f"unknown topic config {name!r}" + (f": {why}" if why else ""))
         if raw is None:
             raise InvalidConfigError(f"config {name} has no value")
         try:

@@ -61,7 +61,7 @@ from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManag
 from samsa.log.segment import FileSlice, LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
-from samsa.log.validator import recompressed
+from samsa.log.validator import recompressed, timestamp_problem
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     CRC_START,
@@ -125,6 +125,9 @@ class LogConfig:
     compression_zstd_level: int = 3
     # min.insync.replicas: an acks=all Produce needs this many in-sync replicas; one here.
     min_insync_replicas: int = 1
+    # KIP-937: the CreateTime window around the broker's clock (rule 40); Kafka 4's defaults.
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 3_600_000
 
     @property
     def log_append_time(self) -> bool:
@@ -259,6 +262,12 @@ class Log:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
         append_time = -1
         if origin == AppendOrigin.CLIENT and not batch.is_control:
+            late = timestamp_problem(batch, self.config, now_ms)  # rule 40
+            if late is not None:
+                start = self.log_start_offset
+                return AppendResult(
+                    ErrorCode.INVALID_TIMESTAMP, log_start_offset=start, message=late
+                )
             try:
                 batch = recompressed(batch, self.config)  # rule 38: the topic's codec
             except ValueError as exc:

@@ -1,5 +1,10 @@
 """What the log does to a client's batch before writing it, by the topic's configs (Kafka's
-``LogValidator``; docs/semantics.md rule 38).
+``LogValidator``; docs/semantics.md rules 38 and 40).
+
+Timestamps (rule 40): under CreateTime every record's timestamp must lie within
+``[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`` (records
+without a timestamp, -1, are not checked); one record outside refuses the whole batch with
+INVALID_TIMESTAMP. Under LogAppendTime the broker's clock replaces them, so nothing is checked.
 
 Codec (rule 38): with ``compression.type`` other than ``producer`` a batch in another codec is
 re-encoded in the topic's: its records section is decompressed and compressed again (at the
@@ -17,6 +22,7 @@ from samsa.protocol.records import (
     Compression,
     RecordBatchView,
     compress,
+    record_timestamps,
     records_section,
     with_records_section,
 )
@@ -64,3 +70,32 @@ def recompressed(batch: RecordBatchView, config: LogConfig) -> RecordBatchView:
         raise ValueError(f"records cannot be decompressed: {exc}") from None
     body = compress(codec, records, _level(config, codec))
     return RecordBatchView(with_records_section(batch, codec, body))
+
+
+def timestamp_problem(batch: RecordBatchView, config: LogConfig, now_ms: int) -> str | None:
+    """Why the batch's CreateTime timestamps are out of the topic's window, or None."""
+    if config.log_append_time:
+        return None
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
+    low = now_ms - before if before < now_ms else -1  # unbounded below: any timestamp >= 0
+    high = now_ms + after if after < LONG_MAX - now_ms else LONG_MAX
+    # The header's max timestamp bounds every record's from above (clients compute it; a
+    # batch claiming less than one of its records has would break the time index anyway),
+    # so the records are read only when the lower bound can matter.
+    if batch.max_timestamp > high:
+        return _out_of_range(batch.max_timestamp, low, high)
+    if low < 0:
+        return None
+    try:
+        timestamps = record_timestamps(batch)
+    except Exception as exc:
+        return f"records cannot be read: {exc}"
+    for ts in timestamps:
+        if ts != -1 and not low <= ts <= high:
+            return _out_of_range(ts, low, high)
+    return None
+
+
+def _out_of_range(ts: int, low: int, high: int) -> str:
+    return f"timestamp {ts} is out of range: it must be within [{low}, {high}]"

@@ -543,8 +543,10 @@ def record_timestamps(view: RecordBatchView, data: bytes | memoryview | None = N
     attributes and timestamp delta; ``data`` is the decompressed records section if known.
     ValueError if the records do not hold ``record_count`` records."""
     if data is None:
-        data = records_section(view) if view.compression else (
-            memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
+        data = (
+            records_section(view)
+            if view.compression
+            else (memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size])
         )
     out = []
     pos = 0

@@ -40,6 +40,8 @@ NOW = 1_800_000_000_000
         ({"compression.lz4.level": "18"}, "between 1 and 17"),
         ({"compression.zstd.level": "23"}, "between -131072 and 22"),
         ({"min.insync.replicas": "0"}, "at least 1"),
+        ({"message.timestamp.after.max.ms": "-1"}, "at least 0"),
+        ({"message.timestamp.difference.max.ms": "1000"}, "removed in Kafka 4.0 (KIP-937)"),
     ],
 )
 def test_bad_values_and_unknown_keys_are_refused(configs: dict[str, str], words: str) -> None:

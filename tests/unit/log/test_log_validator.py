@@ -1,5 +1,7 @@
-"""Topic configs the log applies to each client batch (docs/semantics.md, rule 38):
-compression.type re-encodes batches in the topic's codec."""
+"""Topic configs the log applies to each client batch (docs/semantics.md, rules 38-40):
+compression.type re-encodes batches in the topic's codec (rule 38), CreateTime windows refuse
+out-of-range timestamps (rule 40); min.insync.replicas (rule 39) is the produce handler's, in
+tests/unit/broker/test_produce_topic_configs.py."""
 
 from __future__ import annotations
 
@@ -145,4 +147,53 @@ def test_coordinator_batches_are_not_re_encoded(tmp_path: Path) -> None:
     log = Log.open(tmp_path, LogConfig(compression_type="zstd"), NOW)
     log.append(batch(Compression.NONE), NOW, AppendOrigin.COORDINATOR)
     assert stored(log)[0].compression == Compression.NONE
+    log.close(NOW)
+
+
+DAY = 86_400_000
+
+
+def stamped(*timestamps: int) -> RecordBatchView:
+    return RecordBatchView(
+        build_batch([NewRecord(value=b"v", key=b"k", timestamp=ts) for ts in timestamps])
+    )
+
+
+@pytest.mark.parametrize("codec", ["producer", "zstd"])
+def test_create_time_outside_the_window_is_refused(tmp_path: Path, codec: str) -> None:
+    """Rule 40: each record's timestamp is checked, not only the batch's first or max one;
+    the whole batch is refused and nothing is written."""
+    config = LogConfig(message_timestamp_before_max_ms=DAY, compression_type=codec)
+    log = Log.open(tmp_path, config, NOW)
+    for bad in (
+        stamped(NOW, NOW - DAY - 1, NOW),  # an old record in the middle
+        stamped(NOW + 3_600_001),  # Kafka 4's after.max.ms default: one hour ahead
+    ):
+        result = log.append(bad, NOW)
+        assert result.error == ErrorCode.INVALID_TIMESTAMP and "out of range" in (
+            result.message or ""
+        )
+    assert log.log_end_offset == 0 and stored(log) == []
+    ok = log.append(stamped(NOW - DAY, NOW + 3_600_000, NOW), NOW)
+    assert ok.error == ErrorCode.NONE and log.log_end_offset == 3
+    log.close(NOW)
+
+
+def test_the_window_follows_the_config(tmp_path: Path) -> None:
+    """Rule 40: after.max.ms widens or narrows the future side; before.max.ms at its default
+    (Long.MAX) lets any past timestamp in."""
+    log = Log.open(tmp_path, LogConfig(message_timestamp_after_max_ms=10 * DAY), NOW)
+    assert log.append(stamped(0, NOW + 10 * DAY), NOW).error == ErrorCode.NONE
+    log.config = LogConfig(message_timestamp_after_max_ms=0)
+    assert log.append(stamped(NOW + 1), NOW).error == ErrorCode.INVALID_TIMESTAMP
+    assert log.append(stamped(NOW), NOW).error == ErrorCode.NONE
+    log.close(NOW)
+
+
+def test_log_append_time_topics_are_not_checked(tmp_path: Path) -> None:
+    """Rule 40: under LogAppendTime the broker's clock replaces the producer's timestamps."""
+    config = LogConfig(message_timestamp_type="LogAppendTime", message_timestamp_before_max_ms=0)
+    log = Log.open(tmp_path, config, NOW)
+    result = log.append(stamped(NOW - 10 * DAY, NOW + 10 * DAY), NOW)
+    assert result.error == ErrorCode.NONE and result.log_append_time == NOW
     log.close(NOW)
