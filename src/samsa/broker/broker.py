@@ -332,7 +332,8 @@ class Broker:
         )
 
     def needs_flush(self, plog: Log) -> bool:
-        return plog.unflushed_messages >= self.config.log_flush_interval_messages
+        # The topic's flush.messages / flush.ms, else log.flush.interval.messages (rule 41).
+        return plog.flush_due(now_ms())
 
     def flush(self, plog: Log) -> asyncio.Future[BaseException | None]:
         """Completes once ``plog`` is fsynced: with None, or with the failure (the data

@@ -306,6 +306,28 @@ _KEYS = (
         "Under CreateTime, a batch with a record timestamp further than this ahead of the "
         "broker's clock is refused with INVALID_TIMESTAMP (rule 40).",
     ),
+    TopicConfigKey(
+        "flush.messages",
+        ConfigType.LONG,
+        "flush_interval_messages",
+        _integer(1, LONG_MAX),
+        str(LONG_MAX),
+        ("log.flush.interval.messages",),
+        str(LONG_MAX),
+        "An append leaving this many records unflushed is fsynced before it is acknowledged "
+        "(1: every append; rule 41).",
+    ),
+    TopicConfigKey(
+        "flush.ms",
+        ConfigType.LONG,
+        "flush_ms",
+        _integer(0, LONG_MAX),
+        str(LONG_MAX),
+        ("log.flush.interval.ms",),
+        str(LONG_MAX),
+        "An append while records older than this are unflushed is fsynced before it is "
+        "acknowledged (0: every append; rule 41).",
+    ),
 )
 
 # Keys Kafka 4 removed: refused like unknown keys, saying what replaced them.

@@ -104,7 +104,10 @@ def read_log_start_offset(directory: Path) -> int | None:
 class LogConfig:
     segment_bytes: int = 1_073_741_824  # log.segment.bytes
     index_interval_bytes: int = 4096
-    flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages (the broker flushes)
+    # flush.messages / flush.ms (log.flush.interval.*): an append leaving this many records,
+    # or records this old, unflushed makes an fsync due before the ack (rule 41).
+    flush_interval_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
     producer_id_expiration_ms: int = 86_400_000
     max_message_bytes: int = 1_048_588  # message.max.bytes: larger batches get MESSAGE_TOO_LARGE
     retention_ms: int = 604_800_000  # log.retention.ms (168 hours); -1: keep forever
@@ -196,6 +199,7 @@ class Log:
         )
         self.recovery_point = loaded.recovery_point
         self.unflushed_messages = 0
+        self.unflushed_since_ms: int | None = None  # when the oldest unflushed append came
         self.load_report: LoadReport = loaded.report
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
@@ -365,6 +369,8 @@ class Log:
                 self._dirty.append(seg)
             self.log_end_offset = last + 1
             self.unflushed_messages += batch.record_count
+            if self.unflushed_since_ms is None:
+                self.unflushed_since_ms = now_ms
         return base, last
 
     def append_end_txn_marker(
@@ -548,6 +554,17 @@ class Log:
 
     # -- durability and lifecycle ---------------------------------------------------------------
 
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether what is appended must be fsynced now (rule 41): ``flush.messages`` records
+        or more are unflushed, or the oldest unflushed append is ``flush.ms`` old."""
+        if not self.unflushed_messages:
+            return False
+        cfg = self.config
+        since = self.unflushed_since_ms
+        return self.unflushed_messages >= cfg.flush_interval_messages or (
+            since is not None and now_ms - since >= cfg.flush_ms
+        )
+
     def _segment_base(self, offset: int) -> int:
         i = bisect_right(self._bases, offset) - 1
         return self._bases[max(i, 0)]
@@ -569,6 +586,7 @@ class Log:
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
             self.unflushed_messages = 0
+            self.unflushed_since_ms = None
             segments = list(self._segments)
             bases = list(self._bases)
         for seg, pending in work:

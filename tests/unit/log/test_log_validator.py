@@ -1,6 +1,7 @@
-"""Topic configs the log applies to each client batch (docs/semantics.md, rules 38-40):
+"""Topic configs the log applies to each client batch (docs/semantics.md, rules 38-41):
 compression.type re-encodes batches in the topic's codec (rule 38), CreateTime windows refuse
-out-of-range timestamps (rule 40); min.insync.replicas (rule 39) is the produce handler's, in
+out-of-range timestamps (rule 40), flush.messages and flush.ms make a flush due (rule 41);
+min.insync.replicas (rule 39) is the produce handler's, in
 tests/unit/broker/test_produce_topic_configs.py."""
 
 from __future__ import annotations
@@ -196,4 +197,21 @@ def test_log_append_time_topics_are_not_checked(tmp_path: Path) -> None:
     log = Log.open(tmp_path, config, NOW)
     result = log.append(stamped(NOW - 10 * DAY, NOW + 10 * DAY), NOW)
     assert result.error == ErrorCode.NONE and result.log_append_time == NOW
+    log.close(NOW)
+
+
+def test_flush_is_due_by_the_topics_messages_or_age(tmp_path: Path) -> None:
+    """Rule 41: flush.messages counts unflushed records, flush.ms the age of the oldest
+    unflushed append; a flush resets both."""
+    log = Log.open(tmp_path, LogConfig(flush_interval_messages=5, flush_ms=1000), NOW)
+    assert not log.flush_due(NOW)
+    log.append(stamped(NOW, NOW), NOW)
+    assert not log.flush_due(NOW + 999)
+    assert log.flush_due(NOW + 1000)  # the first append's records are a second old
+    log.append(stamped(NOW, NOW, NOW), NOW + 10)
+    assert log.flush_due(NOW + 10)  # five records
+    log.flush()
+    assert not log.flush_due(NOW + 5000)
+    log.append(stamped(NOW), NOW + 5000)
+    assert not log.flush_due(NOW + 5999) and log.flush_due(NOW + 6000)
     log.close(NOW)

@@ -180,7 +180,10 @@ def _append_one(
     # for a duplicate, whose original append may still be waiting for its round.
     if plog.unflushed_messages and (
         broker.needs_flush(plog)
-        or (result.duplicate and broker.config.log_flush_interval_messages <= 1)
+        or (
+            result.duplicate
+            and (plog.config.flush_interval_messages <= 1 or not plog.config.flush_ms)
+        )
     ):
         to_flush.add(plog)
     return ProducePartitionResult(
