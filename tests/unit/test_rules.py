@@ -52,6 +52,7 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
     "Topic configs applied on append": (
         "tests/unit/log/test_log_validator.py",
         "tests/unit/broker/test_produce_topic_configs.py",
+        "tests/unit/broker/test_topic_config_table.py",
     ),
 }
 

@@ -13,6 +13,7 @@ Kafka does.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,6 +82,42 @@ def _level(low: int, high: int, default: int | None = None) -> Callable[[str], i
     return parse
 
 
+def _boolean(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
+
+
+_REPLICA = re.compile(r"^\d+:\d+$")
+
+
+def _throttled_replicas(raw: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: '*' or partition:broker pairs."""
+    items = [p.strip() for p in raw.split(",") if p.strip()]
+    if items != ["*"] and not all(_REPLICA.match(p) for p in items):
+        raise ValueError("must be '*' or a list of partitionId:brokerId pairs")
+    return ",".join(items)
+
+
+_NO_TIERED_STORAGE = "samsa has no tiered storage"
+
+
+def _remote_storage(raw: str) -> bool:
+    if _boolean(raw):
+        raise ValueError(f"{_NO_TIERED_STORAGE}; only false is accepted")
+    return False
+
+
+def _local_retention(raw: str) -> int:
+    value = _integer(-2, LONG_MAX)(raw)
+    if value != -2:
+        raise ValueError(
+            f"{_NO_TIERED_STORAGE}; only -2 (the whole retention is local) is accepted"
+        )
+    return value
+
+
 def _ratio(raw: str) -> float:
     try:
         value = float(raw)
@@ -115,7 +152,8 @@ class TopicConfigKey:
     parse: Callable[[str], object]  # raises ValueError with the reason
     default: str  # Kafka's default, in the topic's unit
     # Broker settings it inherits from, most specific first; the last holds Kafka's default
-    # (shown as such) with ``default_synonym_value`` in its own unit.
+    # (shown as such) with ``default_synonym_value`` in its own unit. None for a key Kafka
+    # has no broker setting for.
     synonyms: tuple[str, ...]
     default_synonym_value: str
     doc: str
@@ -328,6 +366,134 @@ _KEYS = (
         "An append while records older than this are unflushed is fsynced before it is "
         "acknowledged (0: every append; rule 41).",
     ),
+    TopicConfigKey(
+        "segment.jitter.ms",
+        ConfigType.LONG,
+        "segment_jitter_ms",
+        _integer(0, LONG_MAX),
+        "0",
+        ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+        "0",
+        "Each segment rolls up to a random share of this sooner than segment.ms.",
+    ),
+    TopicConfigKey(
+        "index.interval.bytes",
+        ConfigType.INT,
+        "index_interval_bytes",
+        _integer(0, INT_MAX),
+        "4096",
+        ("log.index.interval.bytes",),
+        "4096",
+        "Bytes of batches between offset-index entries (new segments take a new value).",
+    ),
+    TopicConfigKey(
+        "segment.index.bytes",
+        ConfigType.INT,
+        "segment_index_bytes",
+        _integer(4, INT_MAX),
+        "10485760",
+        ("log.index.size.max.bytes",),
+        "10485760",
+        "Kafka's preallocated index size. samsa: validated and kept; its indexes grow as needed "
+        "and a segment rolls by segment.bytes only (rule 42).",
+    ),
+    TopicConfigKey(
+        "preallocate",
+        ConfigType.BOOLEAN,
+        "preallocate",
+        _boolean,
+        "false",
+        ("log.preallocate",),
+        "false",
+        "Kafka preallocates new segment files. samsa: validated and kept; files grow as written "
+        "(rule 42).",
+    ),
+    TopicConfigKey(
+        "file.delete.delay.ms",
+        ConfigType.LONG,
+        "file_delete_delay_ms",
+        _integer(0, LONG_MAX),
+        "60000",
+        ("log.segment.delete.delay.ms",),
+        "60000",
+        "Kafka's wait before deleting a segment's files. samsa: validated and kept; a fetch "
+        "holds the files it reads, so they are deleted at once (rule 42).",
+    ),
+    TopicConfigKey(
+        "unclean.leader.election.enable",
+        ConfigType.BOOLEAN,
+        "unclean_leader_election_enable",
+        _boolean,
+        "false",
+        ("unclean.leader.election.enable",),
+        "false",
+        "Whether a replica outside the in-sync set may become leader. samsa: one replica, "
+        "always the leader, so nothing to elect (rule 42).",
+    ),
+    TopicConfigKey(
+        "leader.replication.throttled.replicas",
+        ConfigType.LIST,
+        "leader_replication_throttled_replicas",
+        _throttled_replicas,
+        "",
+        (),
+        "",
+        "Replicas whose replication the leader throttles. samsa: no followers, nothing to "
+        "throttle (rule 42).",
+    ),
+    TopicConfigKey(
+        "follower.replication.throttled.replicas",
+        ConfigType.LIST,
+        "follower_replication_throttled_replicas",
+        _throttled_replicas,
+        "",
+        (),
+        "",
+        "Replicas whose fetching from the leader is throttled. samsa: no followers (rule 42).",
+    ),
+    TopicConfigKey(
+        "message.downconversion.enable",
+        ConfigType.BOOLEAN,
+        "message_downconversion_enable",
+        _boolean,
+        "true",
+        ("log.message.downconversion.enable",),
+        "true",
+        "Deprecated and without effect since Kafka 4.0, which no longer down-converts; "
+        "samsa never did (rule 42).",
+    ),
+    TopicConfigKey(
+        "remote.storage.enable",
+        ConfigType.BOOLEAN,
+        "remote_storage_enable",
+        _remote_storage,
+        "false",
+        (),
+        "",
+        "Tiered storage. samsa has none: only false is accepted (rule 42).",
+    ),
+    TopicConfigKey(
+        "local.retention.ms",
+        ConfigType.LONG,
+        "local_retention_ms",
+        _local_retention,
+        "-2",
+        ("log.local.retention.ms",),
+        "-2",
+        "Tiered storage's local retention; -2: retention.ms. samsa has no tiered storage: only "
+        "-2 is accepted (rule 42).",
+    ),
+    TopicConfigKey(
+        "local.retention.bytes",
+        ConfigType.LONG,
+        "local_retention_bytes",
+        _local_retention,
+        "-2",
+        ("log.local.retention.bytes",),
+        "-2",
+        "Tiered storage's local retention; -2: retention.bytes. samsa has no tiered storage: "
+        "only -2 is accepted (rule 42).",
+    ),
 )
 
 # Keys Kafka 4 removed: refused like unknown keys, saying what replaced them.
@@ -396,13 +562,15 @@ def describe_topic_configs(
             found = broker_setting(broker, name)
             if found is not None and not found[1]:
                 synonyms.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-        synonyms.append(
-            Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
-        )
-        head = synonyms[0]
-        value = head.value if head.source != ConfigSource.DEFAULT_CONFIG else key.default
+        if key.synonyms:
+            synonyms.append(
+                Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
+            )
+        # A key without a broker synonym has no synonyms at all when the topic has no value.
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+        value = synonyms[0].value if source != ConfigSource.DEFAULT_CONFIG else key.default
         out.append(
-            DescribedConfig(key.name, value, head.source, key.config_type, tuple(synonyms), key.doc)
+            DescribedConfig(key.name, value, source, key.config_type, tuple(synonyms), key.doc)
         )
     return out
 

@@ -36,6 +36,7 @@ cleaned segments in (:meth:`Log.replace_segments`), and refuses keyless records.
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import struct
 import threading
@@ -83,6 +84,7 @@ _MAX_TIMESTAMP_AT = CRC_START + 2 + 4 + 8  # attributes, lastOffsetDelta, baseTi
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
+_JITTER = random.Random()  # segment.jitter.ms draws (not security relevant)
 
 
 def with_log_append_time(batch: RecordBatchView, now_ms: int) -> RecordBatchView:
@@ -128,6 +130,20 @@ class LogConfig:
     compression_zstd_level: int = 3
     # min.insync.replicas: an acks=all Produce needs this many in-sync replicas; one here.
     min_insync_replicas: int = 1
+    # segment.jitter.ms: each segment rolls up to a random share of this before segment.ms.
+    segment_jitter_ms: int = 0
+    # Kafka topic configs whose meaning is trivially true for one broker holding the only
+    # replica, or that samsa's storage does not need: validated, kept, described (rule 42).
+    unclean_leader_election_enable: bool = False
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
+    message_downconversion_enable: bool = True
+    preallocate: bool = False
+    segment_index_bytes: int = 10_485_760
+    file_delete_delay_ms: int = 60_000
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
     # KIP-937: the CreateTime window around the broker's clock (rule 40); Kafka 4's defaults.
     message_timestamp_before_max_ms: int = 2**63 - 1
     message_timestamp_after_max_ms: int = 3_600_000
@@ -208,6 +224,7 @@ class Log:
         # timestamp (None: not looked up yet), Kafka's rollingBasedTimestamp.
         self._active_since = now_ms
         self._active_first_ts: int | None = None
+        self._roll_jitter = self._new_roll_jitter()
         self._dirty = [s for s in self._segments if s.dirty]
         self._dir_dirty = loaded.created_segment
         # Base of the segment holding the checkpointed recovery point (see flush).
@@ -353,7 +370,8 @@ class Log:
                 if seg.size and (
                     seg.size + size > self.config.segment_bytes
                     or last - seg.base_offset > INT32_MAX
-                    or self._waited_for_roll(seg, batch, now_ms) > self.config.segment_ms
+                    or self._waited_for_roll(seg, batch, now_ms)
+                    > self.config.segment_ms - self._roll_jitter
                 ):
                     seg = self._roll(base, now_ms)
                 seg.append(batch, base, last)
@@ -430,6 +448,13 @@ class Log:
             return batch.max_timestamp - self._active_first_ts
         return now_ms - self._active_since
 
+    def _new_roll_jitter(self) -> int:
+        """How much sooner than segment.ms the new active segment rolls: as Kafka, a random
+        share of ``segment.jitter.ms`` (below segment.ms), so partitions made together do not
+        all roll at once."""
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return _JITTER.randrange(jitter) if jitter > 0 else 0
+
     def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
         """Start a new active segment at ``base_offset`` (called under the lock)."""
         old = self._active
@@ -443,6 +468,7 @@ class Log:
         self._active = seg
         self._active_since = now_ms
         self._active_first_ts = None
+        self._roll_jitter = self._new_roll_jitter()
         self._dir_dirty = True
         try:
             write_snapshot(self.directory, base_offset, self.producer_state.entries())

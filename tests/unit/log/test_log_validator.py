@@ -215,3 +215,18 @@ def test_flush_is_due_by_the_topics_messages_or_age(tmp_path: Path) -> None:
     log.append(stamped(NOW), NOW + 5000)
     assert not log.flush_due(NOW + 5999) and log.flush_due(NOW + 6000)
     log.close(NOW)
+
+
+def test_segment_jitter_rolls_sooner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 42: segment.jitter.ms takes a random share (here fixed at half an hour) off
+    segment.ms for each new segment; without it the same appends do not roll."""
+    hour = 3_600_000
+    monkeypatch.setattr("samsa.log.log._JITTER.randrange", lambda n: min(n - 1, hour // 2))
+    for jitter, segments in ((0, 1), (hour, 2)):
+        log = Log.open(
+            tmp_path / str(jitter), LogConfig(segment_ms=hour, segment_jitter_ms=jitter), NOW
+        )
+        log.append(stamped(NOW), NOW)
+        log.append(stamped(NOW + hour // 2 + 1), NOW + hour // 2 + 1)
+        assert len(log.segments) == segments
+        log.close(NOW)
