@@ -1,15 +1,19 @@
 """Topic configs that act on each append, through confluent-kafka (docs/semantics.md):
 compression.type re-encodes what producers send (rule 38), min.insync.replicas refuses acks=all
-(rule 39), CreateTime windows refuse out-of-range timestamps (rule 40)."""
+(rule 39), CreateTime windows refuse out-of-range timestamps (rule 40); the admin client and
+`samsa configs` round-trip the keys (rules 38-42)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from samsa.protocol.records import Compression, RecordBatchView, scan_batches
 
@@ -173,3 +177,71 @@ def test_out_of_window_timestamps_are_refused(shared_broker: Any) -> None:
         b"now": None,
     }
     assert _consume(bootstrap, "window", 1) == [b"now"]
+
+
+def test_confluent_admin_round_trips_kafkas_keys(shared_broker: Any) -> None:
+    """Rules 27 and 38-42: CreateTopics with a mix of the keys, then DescribeConfigs shows
+    each as the topic's own value, and Kafka's defaults for the rest; tiered storage refused."""
+    admin = AdminClient({"bootstrap.servers": shared_broker.bootstrap})
+    mix = {
+        "compression.type": "lz4",
+        "compression.lz4.level": "12",
+        "min.insync.replicas": "1",
+        "message.timestamp.after.max.ms": "60000",
+        "flush.messages": "10",
+        "unclean.leader.election.enable": "true",
+        "leader.replication.throttled.replicas": "0:0",
+        "message.downconversion.enable": "false",
+        "preallocate": "true",
+        "segment.jitter.ms": "1000",
+        "file.delete.delay.ms": "0",
+        "remote.storage.enable": "false",
+    }
+    admin.create_topics([NewTopic("mix", 1, 1, config=mix)])["mix"].result(TIMEOUT)
+    res = ConfigResource("topic", "mix")
+    described = admin.describe_configs([res])[res].result(TIMEOUT)
+    for name, value in mix.items():
+        entry = described[name]
+        assert (entry.value, entry.source) == (value, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    for name, value in (("compression.zstd.level", "3"), ("local.retention.ms", "-2")):
+        assert (described[name].value, described[name].source) == (
+            value,
+            ConfigSource.DEFAULT_CONFIG.value,
+        )
+    futures = admin.create_topics(
+        [NewTopic("tiered", 1, 1, config={"remote.storage.enable": "true"})]
+    )
+    with pytest.raises(KafkaException) as info:
+        futures["tiered"].result(TIMEOUT)
+    assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "no tiered storage" in info.value.args[0].str()
+
+
+def _samsa(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "samsa", *args, "--bootstrap-server", bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_samsa_configs_alters_the_codec_of_a_live_topic(shared_broker: Any) -> None:
+    """Rule 38 with rule 28: `samsa configs --alter --add-config compression.type=zstd` applies
+    to the next append of an existing topic."""
+    bootstrap = shared_broker.bootstrap
+    _create(bootstrap, "later-zstd", {})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer.produce("later-zstd", b"before" * 20)
+    assert producer.flush(TIMEOUT) == 0
+    entity = ["configs", "--entity-type", "topics", "--entity-name", "later-zstd"]
+    out = _samsa(bootstrap, *entity, "--alter", "--add-config", "compression.type=zstd")
+    assert out.returncode == 0, out.stderr
+    assert (
+        "  compression.type=zstd sensitive=false" in _samsa(bootstrap, *entity, "--describe").stdout
+    )
+    producer.produce("later-zstd", b"after" * 20)
+    assert producer.flush(TIMEOUT) == 0
+    codecs = [b.compression for b in _on_disk(shared_broker.data_dir, "later-zstd")]
+    assert codecs == [Compression.NONE, Compression.ZSTD]
+    assert _consume(bootstrap, "later-zstd", 2) == [b"before" * 20, b"after" * 20]
