@@ -282,21 +282,28 @@ class Log:
         if self._closed:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
         append_time = -1
-        if origin == AppendOrigin.CLIENT and not batch.is_control:
-            late = timestamp_problem(batch, self.config, now_ms)  # rule 40
-            if late is not None:
-                start = self.log_start_offset
-                return AppendResult(
-                    ErrorCode.INVALID_TIMESTAMP, log_start_offset=start, message=late
-                )
-            try:
-                batch = recompressed(batch, self.config)  # rule 38: the topic's codec
-            except ValueError as exc:
-                return AppendResult(
-                    ErrorCode.CORRUPT_MESSAGE,
-                    log_start_offset=self.log_start_offset,
-                    message=str(exc),
-                )
+        cfg = self.config
+        if origin is AppendOrigin.CLIENT and not batch.is_control:
+            # Rule 40; the common case (a batch of now, no lower bound) without a call.
+            if (
+                cfg.message_timestamp_before_max_ms < now_ms
+                or batch.max_timestamp - now_ms > cfg.message_timestamp_after_max_ms
+            ):
+                late = timestamp_problem(batch, cfg, now_ms)
+                if late is not None:
+                    start = self.log_start_offset
+                    return AppendResult(
+                        ErrorCode.INVALID_TIMESTAMP, log_start_offset=start, message=late
+                    )
+            if cfg.compression_type != "producer":
+                try:
+                    batch = recompressed(batch, cfg)  # rule 38: the topic's codec
+                except ValueError as exc:
+                    return AppendResult(
+                        ErrorCode.CORRUPT_MESSAGE,
+                        log_start_offset=self.log_start_offset,
+                        message=str(exc),
+                    )
         if self.config.log_append_time and not batch.is_control:
             batch = with_log_append_time(batch, now_ms)
             append_time = now_ms
