@@ -259,9 +259,69 @@ def test_broker_defaults_of_topic_configs_are_read_and_checked() -> None:
         "7200000",
         ConfigSource.STATIC_BROKER_CONFIG,
     )
-    for key, value in (("log.cleanup.policy", "shred"), ("log.message.timestamp.type", "Now")):
+    for key, value in (
+        ("log.cleanup.policy", "shred"),
+        ("log.message.timestamp.type", "Now"),
+        ("compression.type", "brotli"),
+        ("compression.gzip.level", "0"),
+        ("compression.zstd.level", "23"),
+        ("min.insync.replicas", "0"),
+        ("log.message.timestamp.after.max.ms", "-1"),
+        ("log.flush.interval.ms", "-1"),
+        ("log.roll.jitter.ms", "-1"),
+    ):
         with pytest.raises(ConfigError, match=key):
             BrokerConfig().with_properties({key: value}).validate()
+
+
+def test_broker_settings_are_the_defaults_of_the_new_keys(tmp_path: Path) -> None:
+    """Rules 27 and 38-41: compression.type, min.insync.replicas, the KIP-937 window and
+    log.flush.interval.ms set broker-wide are what a topic without its own value gets, and
+    DescribeConfigs names them as STATIC_BROKER_CONFIG."""
+    from samsa.broker.broker import Broker
+
+    props = {
+        "compression.type": "zstd",
+        "compression.zstd.level": "7",
+        "min.insync.replicas": "2",
+        "log.message.timestamp.before.max.ms": "1000",
+        "log.message.timestamp.after.max.ms": "2000",
+        "log.flush.interval.ms": "0",
+        "log.roll.jitter.ms": "10",
+    }
+    config = BrokerConfig(data_dir=tmp_path, port=0).with_properties(props)
+    broker = Broker(config)
+    try:
+        cfg = broker.log_config
+        assert (cfg.compression_type, cfg.compression_zstd_level) == ("zstd", 7)
+        assert cfg.min_insync_replicas == 2
+        assert (cfg.message_timestamp_before_max_ms, cfg.message_timestamp_after_max_ms) == (
+            1000,
+            2000,
+        )
+        assert (cfg.flush_ms, cfg.segment_jitter_ms) == (0, 10)
+    finally:
+        broker.topics.close(NOW)
+    described = {d.name: d for d in describe_topic_configs(config, {"min.insync.replicas": "1"})}
+    for name, value in (
+        ("compression.type", "zstd"),
+        ("compression.zstd.level", "7"),
+        ("message.timestamp.before.max.ms", "1000"),
+        ("message.timestamp.after.max.ms", "2000"),
+        ("flush.ms", "0"),
+        ("segment.jitter.ms", "10"),
+    ):
+        assert (described[name].value, described[name].source) == (
+            value,
+            ConfigSource.STATIC_BROKER_CONFIG,
+        ), name
+    misr = described["min.insync.replicas"]
+    assert (misr.value, misr.source) == ("1", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert [(s.name, s.value, s.source) for s in misr.synonyms] == [
+        ("min.insync.replicas", "1", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("min.insync.replicas", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("min.insync.replicas", "1", ConfigSource.DEFAULT_CONFIG),
+    ]
 
 
 def test_partitions_are_bounded_by_max_partitions(tmp_path: Path) -> None:
