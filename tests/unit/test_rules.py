@@ -52,6 +52,11 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
     "Online migration between the group protocols": (
         "tests/unit/coordinator/test_group_migration.py",
     ),
+    "Topic configs applied on append": (
+        "tests/unit/log/test_log_validator.py",
+        "tests/unit/broker/test_produce_topic_configs.py",
+        "tests/unit/broker/test_topic_config_table.py",
+    ),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

@@ -74,6 +74,15 @@ class Broker:
             segment_ms=config.log_roll_ms,
             cleanup_policy=config.log_cleanup_policy,
             message_timestamp_type=config.log_message_timestamp_type,
+            compression_type=config.compression_type,
+            compression_gzip_level=config.compression_gzip_level,
+            compression_lz4_level=config.compression_lz4_level,
+            compression_zstd_level=config.compression_zstd_level,
+            min_insync_replicas=config.min_insync_replicas,
+            message_timestamp_before_max_ms=config.log_message_timestamp_before_max_ms,
+            message_timestamp_after_max_ms=config.log_message_timestamp_after_max_ms,
+            flush_ms=config.log_flush_interval_ms,
+            segment_jitter_ms=config.log_roll_jitter_ms,
             min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
             min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
             max_compaction_lag_ms=config.log_cleaner_max_compaction_lag_ms,
@@ -332,7 +341,8 @@ class Broker:
         )
 
     def needs_flush(self, plog: Log) -> bool:
-        return plog.unflushed_messages >= self.config.log_flush_interval_messages
+        # The topic's flush.messages / flush.ms, else log.flush.interval.messages (rule 42).
+        return plog.flush_due(now_ms())
 
     def flush(self, plog: Log) -> asyncio.Future[BaseException | None]:
         """Completes once ``plog`` is fsynced: with None, or with the failure (the data

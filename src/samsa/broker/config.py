@@ -44,6 +44,16 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.roll.ms": "log_roll_ms",
     "log.cleanup.policy": "log_cleanup_policy",
     "log.message.timestamp.type": "log_message_timestamp_type",
+    # Broker defaults of more topic configs (broker/topic_config.py, rules 39-43).
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
+    "min.insync.replicas": "min_insync_replicas",
+    "log.message.timestamp.before.max.ms": "log_message_timestamp_before_max_ms",
+    "log.message.timestamp.after.max.ms": "log_message_timestamp_after_max_ms",
+    "log.flush.interval.ms": "log_flush_interval_ms",
+    "log.roll.jitter.ms": "log_roll_jitter_ms",
     "log.retention.check.interval.ms": "log_retention_check_interval_ms",
     "log.cleaner.enable": "log_cleaner_enable",
     "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
@@ -170,6 +180,14 @@ _RANGES: dict[str, Range] = {
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
     "log_roll_ms": Range(1, LONG_MAX),
+    "compression_gzip_level": Range(-1, 9),  # 1-9, or -1 (checked in validate)
+    "compression_lz4_level": Range(1, 17),
+    "compression_zstd_level": Range(-131072, 22),
+    "min_insync_replicas": Range(1),
+    "log_message_timestamp_before_max_ms": Range(0, LONG_MAX),
+    "log_message_timestamp_after_max_ms": Range(0, LONG_MAX),
+    "log_flush_interval_ms": Range(0, LONG_MAX),
+    "log_roll_jitter_ms": Range(0, LONG_MAX),
     "log_retention_check_interval_ms": Range(1, LONG_MAX),
     "log_cleaner_backoff_ms": Range(0, LONG_MAX),
     # KafkaConfig: "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread".
@@ -287,6 +305,17 @@ class BrokerConfig:
     log_roll_ms: int = 604_800_000  # 168 hours, Kafka's log.roll.hours default
     log_cleanup_policy: str = "delete"
     log_message_timestamp_type: str = "CreateTime"
+    # ... and of compression.type (+ levels), min.insync.replicas, the KIP-937 window,
+    # flush.ms and segment.jitter.ms (Kafka 4's defaults).
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    min_insync_replicas: int = 1
+    log_message_timestamp_before_max_ms: int = LONG_MAX
+    log_message_timestamp_after_max_ms: int = 3_600_000
+    log_flush_interval_ms: int = LONG_MAX
+    log_roll_jitter_ms: int = 0
     log_retention_check_interval_ms: int = 300_000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000  # sleep between checks when there is nothing to clean
@@ -388,6 +417,20 @@ class BrokerConfig:
                 "log.message.timestamp.type must be CreateTime or LogAppendTime, "
                 f"got {self.log_message_timestamp_type!r}"
             )
+        if self.compression_type not in (
+            "producer",
+            "uncompressed",
+            "gzip",
+            "snappy",
+            "lz4",
+            "zstd",
+        ):
+            raise ConfigError(
+                "compression.type must be one of producer, uncompressed, gzip, snappy, lz4, "
+                f"zstd, got {self.compression_type!r}"
+            )
+        if self.compression_gzip_level == 0:
+            raise ConfigError("compression.gzip.level must be between 1 and 9 or -1, got 0")
         if not self.log_cleaner_io_max_bytes_per_second > 0:
             raise ConfigError(
                 "log.cleaner.io.max.bytes.per.second must be positive, "

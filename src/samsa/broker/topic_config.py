@@ -13,6 +13,7 @@ Kafka does.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -67,6 +68,56 @@ def _integer(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _level(low: int, high: int, default: int | None = None) -> Callable[[str], int]:
+    """A KIP-390 compression level: within [low, high], or the codec's default marker."""
+    within = _integer(-(2**31), INT_MAX)
+
+    def parse(raw: str) -> int:
+        value = within(raw)
+        if value != default and not low <= value <= high:
+            extra = f" or {default}" if default is not None else ""
+            raise ValueError(f"must be between {low} and {high}{extra}")
+        return value
+
+    return parse
+
+
+def _boolean(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
+
+
+_REPLICA = re.compile(r"^\d+:\d+$")
+
+
+def _throttled_replicas(raw: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: '*' or partition:broker pairs."""
+    items = [p.strip() for p in raw.split(",") if p.strip()]
+    if items != ["*"] and not all(_REPLICA.match(p) for p in items):
+        raise ValueError("must be '*' or a list of partitionId:brokerId pairs")
+    return ",".join(items)
+
+
+_NO_TIERED_STORAGE = "samsa has no tiered storage"
+
+
+def _remote_storage(raw: str) -> bool:
+    if _boolean(raw):
+        raise ValueError(f"{_NO_TIERED_STORAGE}; only false is accepted")
+    return False
+
+
+def _local_retention(raw: str) -> int:
+    value = _integer(-2, LONG_MAX)(raw)
+    if value != -2:
+        raise ValueError(
+            f"{_NO_TIERED_STORAGE}; only -2 (the whole retention is local) is accepted"
+        )
+    return value
+
+
 def _ratio(raw: str) -> float:
     try:
         value = float(raw)
@@ -101,7 +152,8 @@ class TopicConfigKey:
     parse: Callable[[str], object]  # raises ValueError with the reason
     default: str  # Kafka's default, in the topic's unit
     # Broker settings it inherits from, most specific first; the last holds Kafka's default
-    # (shown as such) with ``default_synonym_value`` in its own unit.
+    # (shown as such) with ``default_synonym_value`` in its own unit. None for a key Kafka
+    # has no broker setting for.
     synonyms: tuple[str, ...]
     default_synonym_value: str
     doc: str
@@ -218,7 +270,237 @@ _KEYS = (
         "0.5",
         "The share of uncompacted log above which the cleaner compacts it.",
     ),
+    TopicConfigKey(
+        "compression.type",
+        ConfigType.STRING,
+        "compression_type",
+        _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        "producer",
+        ("compression.type",),
+        "producer",
+        "The codec batches are stored in; a batch in another is re-encoded on append "
+        "(rule 39). 'producer' keeps the producer's codec, 'uncompressed' stores none.",
+    ),
+    TopicConfigKey(
+        "compression.gzip.level",
+        ConfigType.INT,
+        "compression_gzip_level",
+        _level(1, 9, -1),
+        "-1",
+        ("compression.gzip.level",),
+        "-1",
+        "The gzip level of batches the broker re-encodes in gzip (1-9; -1: the default).",
+    ),
+    TopicConfigKey(
+        "compression.lz4.level",
+        ConfigType.INT,
+        "compression_lz4_level",
+        _level(1, 17),
+        "9",
+        ("compression.lz4.level",),
+        "9",
+        "The lz4 level of batches the broker re-encodes in lz4.",
+    ),
+    TopicConfigKey(
+        "compression.zstd.level",
+        ConfigType.INT,
+        "compression_zstd_level",
+        _level(-131072, 22),  # zstd's ZSTD_minCLevel() .. ZSTD_maxCLevel()
+        "3",
+        ("compression.zstd.level",),
+        "3",
+        "The zstd level of batches the broker re-encodes in zstd.",
+    ),
+    TopicConfigKey(
+        "min.insync.replicas",
+        ConfigType.INT,
+        "min_insync_replicas",
+        _integer(1, INT_MAX),
+        "1",
+        ("min.insync.replicas",),
+        "1",
+        "The in-sync replicas an acks=all Produce needs (NOT_ENOUGH_REPLICAS below it); "
+        "samsa has one, so above 1 every acks=all write is refused (rule 40).",
+    ),
+    TopicConfigKey(
+        "message.timestamp.before.max.ms",
+        ConfigType.LONG,
+        "message_timestamp_before_max_ms",
+        _integer(0, LONG_MAX),
+        str(LONG_MAX),
+        ("log.message.timestamp.before.max.ms",),
+        str(LONG_MAX),
+        "Under CreateTime, a batch with a record timestamp older than this before the broker's "
+        "clock is refused with INVALID_TIMESTAMP (rule 41).",
+    ),
+    TopicConfigKey(
+        "message.timestamp.after.max.ms",
+        ConfigType.LONG,
+        "message_timestamp_after_max_ms",
+        _integer(0, LONG_MAX),
+        "3600000",
+        ("log.message.timestamp.after.max.ms",),
+        "3600000",
+        "Under CreateTime, a batch with a record timestamp further than this ahead of the "
+        "broker's clock is refused with INVALID_TIMESTAMP (rule 41).",
+    ),
+    TopicConfigKey(
+        "flush.messages",
+        ConfigType.LONG,
+        "flush_interval_messages",
+        _integer(1, LONG_MAX),
+        str(LONG_MAX),
+        ("log.flush.interval.messages",),
+        str(LONG_MAX),
+        "An append leaving this many records unflushed is fsynced before it is acknowledged "
+        "(1: every append; rule 42).",
+    ),
+    TopicConfigKey(
+        "flush.ms",
+        ConfigType.LONG,
+        "flush_ms",
+        _integer(0, LONG_MAX),
+        str(LONG_MAX),
+        ("log.flush.interval.ms",),
+        str(LONG_MAX),
+        "An append while records older than this are unflushed is fsynced before it is "
+        "acknowledged (0: every append; rule 42).",
+    ),
+    TopicConfigKey(
+        "segment.jitter.ms",
+        ConfigType.LONG,
+        "segment_jitter_ms",
+        _integer(0, LONG_MAX),
+        "0",
+        ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+        "0",
+        "Each segment rolls up to a random share of this sooner than segment.ms.",
+    ),
+    TopicConfigKey(
+        "index.interval.bytes",
+        ConfigType.INT,
+        "index_interval_bytes",
+        _integer(0, INT_MAX),
+        "4096",
+        ("log.index.interval.bytes",),
+        "4096",
+        "Bytes of batches between offset-index entries (new segments take a new value).",
+    ),
+    TopicConfigKey(
+        "segment.index.bytes",
+        ConfigType.INT,
+        "segment_index_bytes",
+        _integer(4, INT_MAX),
+        "10485760",
+        ("log.index.size.max.bytes",),
+        "10485760",
+        "Kafka's preallocated index size. samsa: validated and kept; its indexes grow as needed "
+        "and a segment rolls by segment.bytes only (rule 43).",
+    ),
+    TopicConfigKey(
+        "preallocate",
+        ConfigType.BOOLEAN,
+        "preallocate",
+        _boolean,
+        "false",
+        ("log.preallocate",),
+        "false",
+        "Kafka preallocates new segment files. samsa: validated and kept; files grow as written "
+        "(rule 43).",
+    ),
+    TopicConfigKey(
+        "file.delete.delay.ms",
+        ConfigType.LONG,
+        "file_delete_delay_ms",
+        _integer(0, LONG_MAX),
+        "60000",
+        ("log.segment.delete.delay.ms",),
+        "60000",
+        "Kafka's wait before deleting a segment's files. samsa: validated and kept; a fetch "
+        "holds the files it reads, so they are deleted at once (rule 43).",
+    ),
+    TopicConfigKey(
+        "unclean.leader.election.enable",
+        ConfigType.BOOLEAN,
+        "unclean_leader_election_enable",
+        _boolean,
+        "false",
+        ("unclean.leader.election.enable",),
+        "false",
+        "Whether a replica outside the in-sync set may become leader. samsa: one replica, "
+        "always the leader, so nothing to elect (rule 43).",
+    ),
+    TopicConfigKey(
+        "leader.replication.throttled.replicas",
+        ConfigType.LIST,
+        "leader_replication_throttled_replicas",
+        _throttled_replicas,
+        "",
+        (),
+        "",
+        "Replicas whose replication the leader throttles. samsa: no followers, nothing to "
+        "throttle (rule 43).",
+    ),
+    TopicConfigKey(
+        "follower.replication.throttled.replicas",
+        ConfigType.LIST,
+        "follower_replication_throttled_replicas",
+        _throttled_replicas,
+        "",
+        (),
+        "",
+        "Replicas whose fetching from the leader is throttled. samsa: no followers (rule 43).",
+    ),
+    TopicConfigKey(
+        "message.downconversion.enable",
+        ConfigType.BOOLEAN,
+        "message_downconversion_enable",
+        _boolean,
+        "true",
+        ("log.message.downconversion.enable",),
+        "true",
+        "Deprecated and without effect since Kafka 4.0, which no longer down-converts; "
+        "samsa never did (rule 43).",
+    ),
+    TopicConfigKey(
+        "remote.storage.enable",
+        ConfigType.BOOLEAN,
+        "remote_storage_enable",
+        _remote_storage,
+        "false",
+        (),
+        "",
+        "Tiered storage. samsa has none: only false is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "local.retention.ms",
+        ConfigType.LONG,
+        "local_retention_ms",
+        _local_retention,
+        "-2",
+        ("log.local.retention.ms",),
+        "-2",
+        "Tiered storage's local retention; -2: retention.ms. samsa has no tiered storage: only "
+        "-2 is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "local.retention.bytes",
+        ConfigType.LONG,
+        "local_retention_bytes",
+        _local_retention,
+        "-2",
+        ("log.local.retention.bytes",),
+        "-2",
+        "Tiered storage's local retention; -2: retention.bytes. samsa has no tiered storage: "
+        "only -2 is accepted (rule 43).",
+    ),
 )
+
+# Keys Kafka 4 removed: refused like unknown keys, saying what replaced them.
+_REMOVED = {
+    "message.timestamp.difference.max.ms": "removed in Kafka 4.0 (KIP-937); use "
+    "message.timestamp.before.max.ms and message.timestamp.after.max.ms",
+}
 
 TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {k.name: k for k in _KEYS}
 
@@ -234,7 +516,8 @@ def parse_topic_configs(configs: Mapping[str, str]) -> dict[str, object]:
     for name, raw in configs.items():
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
-            raise InvalidConfigError(f"unknown topic config {name!r}")
+            why = _REMOVED.get(name)
+            raise InvalidConfigError(f"unknown topic config {name!r}" + (f": {why}" if why else ""))
         if raw is None:
             raise InvalidConfigError(f"config {name} has no value")
         try:
@@ -279,13 +562,15 @@ def describe_topic_configs(
             found = broker_setting(broker, name)
             if found is not None and not found[1]:
                 synonyms.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-        synonyms.append(
-            Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
-        )
-        head = synonyms[0]
-        value = head.value if head.source != ConfigSource.DEFAULT_CONFIG else key.default
+        if key.synonyms:
+            synonyms.append(
+                Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
+            )
+        # A key without a broker synonym has no synonyms at all when the topic has no value.
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+        value = synonyms[0].value if source != ConfigSource.DEFAULT_CONFIG else key.default
         out.append(
-            DescribedConfig(key.name, value, head.source, key.config_type, tuple(synonyms), key.doc)
+            DescribedConfig(key.name, value, source, key.config_type, tuple(synonyms), key.doc)
         )
     return out
 

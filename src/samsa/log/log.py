@@ -36,6 +36,7 @@ cleaned segments in (:meth:`Log.replace_segments`), and refuses keyless records.
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import struct
 import threading
@@ -61,6 +62,7 @@ from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManag
 from samsa.log.segment import FileSlice, LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
+from samsa.log.validator import recompressed, timestamp_problem
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     CRC_START,
@@ -82,6 +84,7 @@ _MAX_TIMESTAMP_AT = CRC_START + 2 + 4 + 8  # attributes, lastOffsetDelta, baseTi
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
+_JITTER = random.Random()  # segment.jitter.ms draws (not security relevant)
 
 
 def with_log_append_time(batch: RecordBatchView, now_ms: int) -> RecordBatchView:
@@ -103,7 +106,10 @@ def read_log_start_offset(directory: Path) -> int | None:
 class LogConfig:
     segment_bytes: int = 1_073_741_824  # log.segment.bytes
     index_interval_bytes: int = 4096
-    flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages (the broker flushes)
+    # flush.messages / flush.ms (log.flush.interval.*): an append leaving this many records,
+    # or records this old, unflushed makes an fsync due before the ack (rule 42).
+    flush_interval_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
     producer_id_expiration_ms: int = 86_400_000
     max_message_bytes: int = 1_048_588  # message.max.bytes: larger batches get MESSAGE_TOO_LARGE
     retention_ms: int = 604_800_000  # log.retention.ms (168 hours); -1: keep forever
@@ -116,6 +122,31 @@ class LogConfig:
     segment_ms: int = 604_800_000  # segment.ms (log.roll.hours=168): roll an older segment
     # message.timestamp.type: "LogAppendTime" stamps each batch with the broker's clock.
     message_timestamp_type: str = "CreateTime"
+    # compression.type: the codec batches are stored in ("producer": the batch's own), and
+    # the KIP-390 levels a re-encode uses (rule 39, log/validator.py).
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    # min.insync.replicas: an acks=all Produce needs this many in-sync replicas; one here.
+    min_insync_replicas: int = 1
+    # segment.jitter.ms: each segment rolls up to a random share of this before segment.ms.
+    segment_jitter_ms: int = 0
+    # Kafka topic configs whose meaning is trivially true for one broker holding the only
+    # replica, or that samsa's storage does not need: validated, kept, described (rule 43).
+    unclean_leader_election_enable: bool = False
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
+    message_downconversion_enable: bool = True
+    preallocate: bool = False
+    segment_index_bytes: int = 10_485_760
+    file_delete_delay_ms: int = 60_000
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    # KIP-937: the CreateTime window around the broker's clock (rule 41); Kafka 4's defaults.
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 3_600_000
 
     @property
     def log_append_time(self) -> bool:
@@ -184,6 +215,7 @@ class Log:
         )
         self.recovery_point = loaded.recovery_point
         self.unflushed_messages = 0
+        self.unflushed_since_ms: int | None = None  # when the oldest unflushed append came
         self.load_report: LoadReport = loaded.report
         self._segments = loaded.segments
         self._bases = [s.base_offset for s in self._segments]
@@ -192,6 +224,7 @@ class Log:
         # timestamp (None: not looked up yet), Kafka's rollingBasedTimestamp.
         self._active_since = now_ms
         self._active_first_ts: int | None = None
+        self._roll_jitter = self._new_roll_jitter()
         self._dirty = [s for s in self._segments if s.dirty]
         self._dir_dirty = loaded.created_segment
         # Base of the segment holding the checkpointed recovery point (see flush).
@@ -249,6 +282,28 @@ class Log:
         if self._closed:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
         append_time = -1
+        cfg = self.config
+        if origin is AppendOrigin.CLIENT and not batch.is_control:
+            # Rule 40; the common case (a batch of now, no lower bound) without a call.
+            if (
+                cfg.message_timestamp_before_max_ms < now_ms
+                or batch.max_timestamp - now_ms > cfg.message_timestamp_after_max_ms
+            ):
+                late = timestamp_problem(batch, cfg, now_ms)
+                if late is not None:
+                    start = self.log_start_offset
+                    return AppendResult(
+                        ErrorCode.INVALID_TIMESTAMP, log_start_offset=start, message=late
+                    )
+            if cfg.compression_type != "producer":
+                try:
+                    batch = recompressed(batch, cfg)  # rule 39: the topic's codec
+                except ValueError as exc:
+                    return AppendResult(
+                        ErrorCode.CORRUPT_MESSAGE,
+                        log_start_offset=self.log_start_offset,
+                        message=str(exc),
+                    )
         if self.config.log_append_time and not batch.is_control:
             batch = with_log_append_time(batch, now_ms)
             append_time = now_ms
@@ -322,7 +377,8 @@ class Log:
                 if seg.size and (
                     seg.size + size > self.config.segment_bytes
                     or last - seg.base_offset > INT32_MAX
-                    or self._waited_for_roll(seg, batch, now_ms) > self.config.segment_ms
+                    or self._waited_for_roll(seg, batch, now_ms)
+                    > self.config.segment_ms - self._roll_jitter
                 ):
                     seg = self._roll(base, now_ms)
                 seg.append(batch, base, last)
@@ -338,6 +394,8 @@ class Log:
                 self._dirty.append(seg)
             self.log_end_offset = last + 1
             self.unflushed_messages += batch.record_count
+            if self.unflushed_since_ms is None:
+                self.unflushed_since_ms = now_ms
         return base, last
 
     def append_end_txn_marker(
@@ -397,6 +455,13 @@ class Log:
             return batch.max_timestamp - self._active_first_ts
         return now_ms - self._active_since
 
+    def _new_roll_jitter(self) -> int:
+        """How much sooner than segment.ms the new active segment rolls: as Kafka, a random
+        share of ``segment.jitter.ms`` (below segment.ms), so partitions made together do not
+        all roll at once."""
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        return _JITTER.randrange(jitter) if jitter > 0 else 0
+
     def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
         """Start a new active segment at ``base_offset`` (called under the lock)."""
         old = self._active
@@ -410,6 +475,7 @@ class Log:
         self._active = seg
         self._active_since = now_ms
         self._active_first_ts = None
+        self._roll_jitter = self._new_roll_jitter()
         self._dir_dirty = True
         try:
             write_snapshot(self.directory, base_offset, self.producer_state.entries())
@@ -521,6 +587,17 @@ class Log:
 
     # -- durability and lifecycle ---------------------------------------------------------------
 
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether what is appended must be fsynced now (rule 42): ``flush.messages`` records
+        or more are unflushed, or the oldest unflushed append is ``flush.ms`` old."""
+        if not self.unflushed_messages:
+            return False
+        cfg = self.config
+        since = self.unflushed_since_ms
+        return self.unflushed_messages >= cfg.flush_interval_messages or (
+            since is not None and now_ms - since >= cfg.flush_ms
+        )
+
     def _segment_base(self, offset: int) -> int:
         i = bisect_right(self._bases, offset) - 1
         return self._bases[max(i, 0)]
@@ -542,6 +619,7 @@ class Log:
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
             self.unflushed_messages = 0
+            self.unflushed_since_ms = None
             segments = list(self._segments)
             bases = list(self._bases)
         for seg, pending in work:

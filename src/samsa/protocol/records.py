@@ -346,18 +346,19 @@ def encode_record(
     return bytes(out)
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """``data`` in ``codec``; ``level`` None is the library's default (snappy has none)."""
     if codec == Compression.NONE:
         return data
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == Compression.SNAPPY:
         # Kafka's Java client writes snappy in xerial framing; librdkafka reads both.
         return _xerial_snappy(data)
     if codec == Compression.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec {codec}")
 
 
@@ -516,6 +517,47 @@ def decode_records(view: RecordBatchView) -> list[Record]:
                 headers=tuple(headers),
             )
         )
+    return out
+
+
+def records_section(view: RecordBatchView) -> bytes:
+    """The batch's records, decompressed: the bytes a codec change re-encodes."""
+    raw = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
+    return decompress(view.compression, raw)
+
+
+def with_records_section(view: RecordBatchView, codec: int, body: bytes) -> bytes:
+    """The batch with ``body`` (records already in ``codec``) as its records: the header kept
+    (producer id, epoch, sequence, transactional and control flags, timestamps), the codec
+    bits, batch length and CRC-32C rewritten."""
+    header = bytearray(memoryview(view.buf)[view.pos : view.pos + HEADER_SIZE])
+    struct.pack_into(">i", header, 8, HEADER_SIZE - LOG_OVERHEAD + len(body))
+    struct.pack_into(">h", header, CRC_START, (view.attributes & ~COMPRESSION_MASK) | codec)
+    crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(header)[CRC_START:]))
+    struct.pack_into(">I", header, CRC_START - 4, crc)
+    return bytes(header) + body
+
+
+def record_timestamps(view: RecordBatchView, data: bytes | memoryview | None = None) -> list[int]:
+    """Every record's timestamp (base timestamp + delta), reading only each record's length,
+    attributes and timestamp delta; ``data`` is the decompressed records section if known.
+    ValueError if the records do not hold ``record_count`` records."""
+    if data is None:
+        data = (
+            records_section(view)
+            if view.compression
+            else (memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size])
+        )
+    out = []
+    pos = 0
+    for _ in range(view.record_count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        if length < 1 or end > len(data):
+            raise ValueError("record length exceeds the batch")
+        delta, _ = _read_varint(data, pos + 1)  # after the attributes byte
+        out.append(view.base_timestamp + delta)
+        pos = end
     return out
 
 

@@ -283,7 +283,7 @@ def test_create_topics_answers_the_configs_and_refuses_unknown_keys(
         assert configs["segment.ms"] == ("5000", 1)
         assert configs["retention.ms"] == ("604800000", 5)
     assert dynamic(conn, "created-cfg") == {"segment.ms": "5000"}
-    bad = create_with(conn, "created-bad", {"min.insync.replicas": "2"}, False)
+    bad = create_with(conn, "created-bad", {"no.such.config": "2"}, False)
     assert int(bad.error_code) == ErrorCode.INVALID_CONFIG and bad.configs is None
     assert int(describe(conn, TOPIC, "created-bad").error_code) == (
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -1,6 +1,7 @@
 """The topic config table (docs/semantics.md, rules 27, 28 and 32): validation, sources and
 synonyms, incremental edits; the TopicManager persisting altered configs and added partitions;
-DeleteRecords' offset rules (rule 31)."""
+DeleteRecords' offset rules (rule 31); the rest of Kafka's keys, those trivially true on one
+broker and the tiered-storage ones refused (rule 43)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,26 @@ NOW = 1_800_000_000_000
         ({"segment.ms": "0"}, "at least 1"),
         ({"message.timestamp.type": "Now"}, "CreateTime, LogAppendTime"),
         ({"max.message.bytes": "-1"}, "at least 0"),
-        ({"min.insync.replicas": "1"}, "unknown topic config"),
+        ({"no.such.config": "1"}, "unknown topic config"),
+        ({"compression.type": "brotli"}, "must be one of uncompressed, zstd"),
+        ({"compression.gzip.level": "0"}, "between 1 and 9 or -1"),
+        ({"compression.lz4.level": "18"}, "between 1 and 17"),
+        ({"compression.zstd.level": "23"}, "between -131072 and 22"),
+        ({"min.insync.replicas": "0"}, "at least 1"),
+        ({"message.timestamp.after.max.ms": "-1"}, "at least 0"),
+        ({"message.timestamp.difference.max.ms": "1000"}, "removed in Kafka 4.0 (KIP-937)"),
+        ({"unclean.leader.election.enable": "yes"}, "must be true or false"),
+        ({"leader.replication.throttled.replicas": "0-1"}, "partitionId:brokerId"),
+        ({"follower.replication.throttled.replicas": "0:1,*"}, "partitionId:brokerId"),
+        ({"remote.storage.enable": "true"}, "samsa has no tiered storage"),
+        ({"local.retention.ms": "1000"}, "samsa has no tiered storage"),
+        ({"local.retention.bytes": "-1"}, "samsa has no tiered storage"),
+        ({"segment.index.bytes": "3"}, "at least 4"),
+        ({"segment.jitter.ms": "-1"}, "at least 0"),
+        ({"preallocate": "maybe"}, "must be true or false"),
+        ({"file.delete.delay.ms": "-1"}, "at least 0"),
+        ({"flush.messages": "0"}, "at least 1"),
+        ({"flush.ms": "-1"}, "at least 0"),
     ],
 )
 def test_bad_values_and_unknown_keys_are_refused(configs: dict[str, str], words: str) -> None:
@@ -71,6 +91,84 @@ def test_sources_and_synonyms_in_kafkas_order() -> None:
     ]
     ts = described["message.timestamp.type"]
     assert (ts.value, ts.source) == ("CreateTime", ConfigSource.DEFAULT_CONFIG)
+
+
+def test_the_rest_of_kafkas_keys_parse_and_describe() -> None:
+    """Rule 42: every Kafka 4 topic key samsa takes is validated to its LogConfig field and
+    listed by DescribeConfigs with Kafka's default; keys without a broker synonym have none."""
+    values = parse_topic_configs(
+        {
+            "compression.type": "zstd",
+            "compression.zstd.level": "-5",
+            "min.insync.replicas": "2",
+            "message.timestamp.after.max.ms": "0",
+            "flush.ms": "0",
+            "unclean.leader.election.enable": "TRUE",
+            "leader.replication.throttled.replicas": " 0:1, 1:1 ",
+            "follower.replication.throttled.replicas": "*",
+            "message.downconversion.enable": "false",
+            "preallocate": "true",
+            "segment.jitter.ms": "100",
+            "segment.index.bytes": "4096",
+            "index.interval.bytes": "0",
+            "file.delete.delay.ms": "0",
+            "remote.storage.enable": "false",
+            "local.retention.ms": "-2",
+        }
+    )
+    assert values == {
+        "compression_type": "zstd",
+        "compression_zstd_level": -5,
+        "min_insync_replicas": 2,
+        "message_timestamp_after_max_ms": 0,
+        "flush_ms": 0,
+        "unclean_leader_election_enable": True,
+        "leader_replication_throttled_replicas": "0:1,1:1",
+        "follower_replication_throttled_replicas": "*",
+        "message_downconversion_enable": False,
+        "preallocate": True,
+        "segment_jitter_ms": 100,
+        "segment_index_bytes": 4096,
+        "index_interval_bytes": 0,
+        "file_delete_delay_ms": 0,
+        "remote_storage_enable": False,
+        "local_retention_ms": -2,
+    }
+    broker = BrokerConfig().with_properties({"log.flush.interval.messages": "1"})
+    described = {d.name: d for d in describe_topic_configs(broker, {})}
+    defaults = {
+        "compression.type": "producer",
+        "compression.gzip.level": "-1",
+        "compression.lz4.level": "9",
+        "compression.zstd.level": "3",
+        "min.insync.replicas": "1",
+        "message.timestamp.before.max.ms": str(2**63 - 1),
+        "message.timestamp.after.max.ms": "3600000",
+        "flush.ms": str(2**63 - 1),
+        "unclean.leader.election.enable": "false",
+        "message.downconversion.enable": "true",
+        "preallocate": "false",
+        "segment.jitter.ms": "0",
+        "segment.index.bytes": "10485760",
+        "index.interval.bytes": "4096",
+        "file.delete.delay.ms": "60000",
+        "remote.storage.enable": "false",
+        "local.retention.ms": "-2",
+        "local.retention.bytes": "-2",
+        "leader.replication.throttled.replicas": "",
+    }
+    for name, value in defaults.items():
+        assert (described[name].value, described[name].source) == (
+            value,
+            ConfigSource.DEFAULT_CONFIG,
+        ), name
+    assert described["leader.replication.throttled.replicas"].synonyms == ()
+    assert [(s.name, s.source) for s in described["compression.type"].synonyms] == [
+        ("compression.type", ConfigSource.DEFAULT_CONFIG)
+    ]
+    flush = described["flush.messages"]
+    assert (flush.value, flush.source) == ("1", ConfigSource.STATIC_BROKER_CONFIG)
+    assert "samsa" in described["unclean.leader.election.enable"].doc
 
 
 def test_incremental_operations() -> None:
@@ -161,9 +259,69 @@ def test_broker_defaults_of_topic_configs_are_read_and_checked() -> None:
         "7200000",
         ConfigSource.STATIC_BROKER_CONFIG,
     )
-    for key, value in (("log.cleanup.policy", "shred"), ("log.message.timestamp.type", "Now")):
+    for key, value in (
+        ("log.cleanup.policy", "shred"),
+        ("log.message.timestamp.type", "Now"),
+        ("compression.type", "brotli"),
+        ("compression.gzip.level", "0"),
+        ("compression.zstd.level", "23"),
+        ("min.insync.replicas", "0"),
+        ("log.message.timestamp.after.max.ms", "-1"),
+        ("log.flush.interval.ms", "-1"),
+        ("log.roll.jitter.ms", "-1"),
+    ):
         with pytest.raises(ConfigError, match=key):
             BrokerConfig().with_properties({key: value}).validate()
+
+
+def test_broker_settings_are_the_defaults_of_the_new_keys(tmp_path: Path) -> None:
+    """Rules 27 and 38-41: compression.type, min.insync.replicas, the KIP-937 window and
+    log.flush.interval.ms set broker-wide are what a topic without its own value gets, and
+    DescribeConfigs names them as STATIC_BROKER_CONFIG."""
+    from samsa.broker.broker import Broker
+
+    props = {
+        "compression.type": "zstd",
+        "compression.zstd.level": "7",
+        "min.insync.replicas": "2",
+        "log.message.timestamp.before.max.ms": "1000",
+        "log.message.timestamp.after.max.ms": "2000",
+        "log.flush.interval.ms": "0",
+        "log.roll.jitter.ms": "10",
+    }
+    config = BrokerConfig(data_dir=tmp_path, port=0).with_properties(props)
+    broker = Broker(config)
+    try:
+        cfg = broker.log_config
+        assert (cfg.compression_type, cfg.compression_zstd_level) == ("zstd", 7)
+        assert cfg.min_insync_replicas == 2
+        assert (cfg.message_timestamp_before_max_ms, cfg.message_timestamp_after_max_ms) == (
+            1000,
+            2000,
+        )
+        assert (cfg.flush_ms, cfg.segment_jitter_ms) == (0, 10)
+    finally:
+        broker.topics.close(NOW)
+    described = {d.name: d for d in describe_topic_configs(config, {"min.insync.replicas": "1"})}
+    for name, value in (
+        ("compression.type", "zstd"),
+        ("compression.zstd.level", "7"),
+        ("message.timestamp.before.max.ms", "1000"),
+        ("message.timestamp.after.max.ms", "2000"),
+        ("flush.ms", "0"),
+        ("segment.jitter.ms", "10"),
+    ):
+        assert (described[name].value, described[name].source) == (
+            value,
+            ConfigSource.STATIC_BROKER_CONFIG,
+        ), name
+    misr = described["min.insync.replicas"]
+    assert (misr.value, misr.source) == ("1", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert [(s.name, s.value, s.source) for s in misr.synonyms] == [
+        ("min.insync.replicas", "1", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("min.insync.replicas", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ("min.insync.replicas", "1", ConfigSource.DEFAULT_CONFIG),
+    ]
 
 
 def test_partitions_are_bounded_by_max_partitions(tmp_path: Path) -> None:

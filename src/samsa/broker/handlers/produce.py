@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from samsa.broker.broker import Broker
     from samsa.log.log import Log
 
+# One broker, replication factor 1: the leader is the whole in-sync replica set.
+_IN_SYNC_REPLICAS = 1
+
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     # Rule 33 (Kafka's checks): Write on each topic; a transactional batch needs Write on its
@@ -57,6 +60,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     owner,
                     may_create,
                     implicit_add=ctx.version >= 12,
+                    acks=request.acks,
                 )
             if result.error_code == ErrorCode.NONE and to_flush:
                 part = broker.topics.get_partition(topic.name, pdata.index)
@@ -107,6 +111,7 @@ def _append_one(
     owner: str | None = None,
     auto_create: bool = True,
     implicit_add: bool = False,
+    acks: int = 1,
 ) -> ProducePartitionResult:
     index = pdata.index
     partition = broker.partition_or_error(topic, index, auto_create=auto_create)
@@ -151,8 +156,19 @@ def _append_one(
             return ProducePartitionResult(
                 index, code, error_message=f"transactional batch refused: {code.name}"
             )
-    result = broker.append(partition, batch)
     plog = partition.log
+    if acks == -1 and plog.config.min_insync_replicas > _IN_SYNC_REPLICAS:
+        # Rule 39: as Kafka's leader, refuse before appending anything.
+        return ProducePartitionResult(
+            index,
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            log_start_offset=plog.log_start_offset,
+            error_message=(
+                f"the in-sync replicas ({_IN_SYNC_REPLICAS}) are fewer than "
+                f"min.insync.replicas ({plog.config.min_insync_replicas})"
+            ),
+        )
+    result = broker.append(partition, batch)
     if result.error != ErrorCode.NONE:
         return ProducePartitionResult(
             index,
@@ -164,7 +180,10 @@ def _append_one(
     # for a duplicate, whose original append may still be waiting for its round.
     if plog.unflushed_messages and (
         broker.needs_flush(plog)
-        or (result.duplicate and broker.config.log_flush_interval_messages <= 1)
+        or (
+            result.duplicate
+            and (plog.config.flush_interval_messages <= 1 or not plog.config.flush_ms)
+        )
     ):
         to_flush.add(plog)
     return ProducePartitionResult(
