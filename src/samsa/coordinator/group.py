@@ -189,14 +189,18 @@ class Group:
         return max(candidates, key=lambda p: votes[p])  # ties: the first candidate
 
     def subscribed_topics(self) -> frozenset[str] | None:
-        """Topics the members subscribe to, or None if the protocol type is not known."""
+        """Topics the members of a ``consumer`` protocol group subscribe to; None if not known
+        (another protocol type, no protocol chosen yet, a subscription that does not parse)."""
         from samsa.coordinator.offsets_records import subscribed_topics
 
         if self.protocol_type != "consumer" or self.protocol_name is None:
             return None
         topics: set[str] = set()
         for m in self.members.values():
-            topics |= subscribed_topics(m.metadata(self.protocol_name))
+            mine = subscribed_topics(m.metadata(self.protocol_name))
+            if mine is None:
+                return None
+            topics |= mine
         return frozenset(topics)
 
     # -- durable form ------------------------------------------------------------------------

@@ -1074,13 +1074,21 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.is_in(S.DEAD):
             return self._outcome((E.GROUP_ID_NOT_FOUND, {}))
-        subscribed = group.subscribed_topics() if not group.is_in(S.EMPTY) else frozenset()
-        if subscribed is None:
+        # As Kafka's ClassicGroup: a group with members may have offsets deleted only if it
+        # speaks the consumer protocol, and then only of topics it does not subscribe to; if
+        # its subscriptions are not known (no generation yet, metadata that does not parse),
+        # every topic counts as subscribed.
+        if group.is_in(S.EMPTY):
+            subscribed: frozenset[str] | None = frozenset()
+        elif group.protocol_type != "consumer":
             return self._outcome((E.NON_EMPTY_GROUP, {}))
+        else:
+            subscribed = group.subscribed_topics()
         errors: dict[tuple[str, int], ErrorCode] = {}
         for topic, partitions in topics:
+            held = subscribed is None or topic in subscribed
             for p in partitions:
-                errors[(topic, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else E.NONE
+                errors[(topic, p)] = E.GROUP_SUBSCRIBED_TO_TOPIC if held else E.NONE
         deleted = [tp for tp, e in errors.items() if e == E.NONE]
         self._buf.records += self.offsets.tombstones(group_id, deleted)
         return self._outcome((E.NONE, errors))

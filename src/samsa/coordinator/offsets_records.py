@@ -314,11 +314,12 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
-def subscribed_topics(subscription: bytes) -> frozenset[str]:
-    """The topics of a ``consumer`` protocol subscription (every version starts with them)."""
+def subscribed_topics(subscription: bytes) -> frozenset[str] | None:
+    """The topics of a ``consumer`` protocol subscription (every version starts with them);
+    None if it does not parse."""
     try:
         r = _Reader(subscription)
         r.i16()
         return frozenset(r.str() for _ in range(r.i32()))
     except RecordFormatError:
-        return frozenset()
+        return None

@@ -337,3 +337,38 @@ def test_replay_rebuilds_the_same_durable_state() -> None:
         fresh.sync_group(G, 3, b.member_id, None, None, None, {}, h.now).response.assignment
         == b"B3"
     )
+
+
+def test_delete_offsets_when_the_subscriptions_are_not_known() -> None:
+    """OffsetDelete as Kafka's ClassicGroup: a consumer-protocol group whose subscriptions are
+    not known (no generation yet, or metadata that does not parse) counts every topic as
+    subscribed; a non-empty group of another protocol type keeps all its offsets."""
+    h = Harness(initial_rebalance_delay_ms=3000)  # the first generation waits 3 s
+    h.run(h.c.commit_offsets(G, -1, "", None, [OffsetToCommit("other", 0, 1)], h.now))
+    first = h.join(session=60_000)
+    h.join(first.member_id, session=60_000)
+    assert h.group.state.value == "PreparingRebalance"
+    top, errors = h.run(h.c.delete_offsets(G, [("other", [0])], h.now))
+    assert (top, errors) == (E.NONE, {("other", 0): E.GROUP_SUBSCRIBED_TO_TOPIC})
+    assert ("other", 0) in h.c.offsets.committed(G)
+
+    bad = Harness()  # a subscription that does not parse, in a stable group
+    first = bad.join(session=60_000, protocols=(("range", b"\x00"),))
+    m = bad.join(first.member_id, session=60_000, protocols=(("range", b"\x00"),)).member_id
+    bad.sync(m, 1)
+    assert bad.group.state.value == "Stable"
+    bad.run(bad.c.commit_offsets(G, 1, m, None, [OffsetToCommit("other", 0, 1)], bad.now))
+    _, errors = bad.run(bad.c.delete_offsets(G, [("other", [0])], bad.now))
+    assert errors == {("other", 0): E.GROUP_SUBSCRIBED_TO_TOPIC}
+
+    other = Harness()  # a group of another protocol type with a member
+    protocols = (("v1", b""),)
+    req = JoinRequest(G, "", None, "c", "/127.0.0.1", 60_000, 5000, "connect", protocols, False)
+    joined = other.run(other.c.join_group(req, other.now))
+    if isinstance(joined, Pending):
+        joined = other.replies.pop(("join", joined.member_id))
+    assert joined.error == E.NONE
+    assert other.run(other.c.delete_offsets(G, [("other", [0])], other.now)) == (
+        E.NON_EMPTY_GROUP,
+        {},
+    )
