@@ -57,6 +57,7 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/broker/test_produce_topic_configs.py",
         "tests/unit/broker/test_topic_config_table.py",
     ),
+    "Dynamic broker configs": ("tests/unit/broker/test_dynamic_broker_config.py",),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)

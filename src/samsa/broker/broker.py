@@ -25,13 +25,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from samsa.broker.authorizer import AclError, Authorizer, authorizer_enabled, parse_super_users
-from samsa.broker.config import BrokerConfig
+from samsa.broker.config import BrokerConfig, ConfigError
 from samsa.broker.coordinator_log import CoordinatorLogs
+from samsa.broker.dynamic_config import (
+    DYNAMIC_CONFIGS_FILE,
+    DynamicBrokerConfigs,
+    DynamicConfigError,
+)
 from samsa.broker.fetch_session import FetchSessionCache
 from samsa.broker.flusher import Flusher
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
-from samsa.broker.topics import Partition, TopicError, TopicManager
+from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
+from samsa.broker.topics import Partition, TopicError, TopicManager, topic_log_config
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
 from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
@@ -63,31 +69,13 @@ class Broker:
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
         self.cluster_id = config.cluster_id or _load_cluster_id(self.data_dir, config.broker_id)
-        self.log_config = LogConfig(
-            segment_bytes=config.log_segment_bytes,
-            index_interval_bytes=config.log_index_interval_bytes,
-            flush_interval_messages=config.log_flush_interval_messages,
-            producer_id_expiration_ms=config.producer_id_expiration_ms,
-            max_message_bytes=config.message_max_bytes,
-            retention_ms=config.log_retention_ms,
-            retention_bytes=config.log_retention_bytes,
-            segment_ms=config.log_roll_ms,
-            cleanup_policy=config.log_cleanup_policy,
-            message_timestamp_type=config.log_message_timestamp_type,
-            compression_type=config.compression_type,
-            compression_gzip_level=config.compression_gzip_level,
-            compression_lz4_level=config.compression_lz4_level,
-            compression_zstd_level=config.compression_zstd_level,
-            min_insync_replicas=config.min_insync_replicas,
-            message_timestamp_before_max_ms=config.log_message_timestamp_before_max_ms,
-            message_timestamp_after_max_ms=config.log_message_timestamp_after_max_ms,
-            flush_ms=config.log_flush_interval_ms,
-            segment_jitter_ms=config.log_roll_jitter_ms,
-            min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
-            min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
-            max_compaction_lag_ms=config.log_cleaner_max_compaction_lag_ms,
-            delete_retention_ms=config.log_cleaner_delete_retention_ms,
-        )
+        # Dynamic broker configs (rule 44) apply before any log opens.
+        self.dynamic = DynamicBrokerConfigs(self.config, self.data_dir / DYNAMIC_CONFIGS_FILE)
+        try:
+            self.config = config = self.dynamic.load()
+        except ConfigError as exc:
+            raise StartupError(str(exc)) from None
+        self.log_config = _log_config(config)
         self.cleaner = LogCleaner(
             CleanerConfig(
                 dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
@@ -286,6 +274,59 @@ class Broker:
         for listener in list(self.offline_listeners):
             listener(reason)
 
+    # --- dynamic broker configs (rule 44) -----------------------------------------------
+
+    def alter_broker_configs(
+        self, resource_name: str, configs: dict[str, str], validate_only: bool
+    ) -> None:
+        """Make ``configs`` the dynamic set of the BROKER resource ``resource_name`` (``""``:
+        the cluster default), as Kafka's DynamicLogConfig: checked (DynamicConfigError), written
+        durably, then applied at once to every live log whose topic does not set the key."""
+        self.dynamic.level(resource_name)  # a wrong broker id is refused first, as Kafka does
+        if resource_name:
+            default, mine = self.dynamic.default, configs
+        else:
+            default, mine = configs, self.dynamic.broker
+        config = self.dynamic.effective(self.config, default, mine)
+        base = _log_config(config)
+        rebased = []
+        for topic in self.topics.topics.values():
+            try:
+                log_config = topic_log_config(
+                    base, topic.name, topic.configs, self.topics.internal_segment_bytes
+                )
+            except TopicError as exc:
+                raise DynamicConfigError(f"topic {topic.name}: {exc}") from None
+            rebased += [(p, log_config) for p in topic.partitions]
+        if validate_only:
+            return
+        if self.offline is not None:
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"log directory offline ({self.offline})"
+            )
+        try:
+            self.dynamic.store(resource_name, configs)
+        except OSError as exc:
+            log.error("cannot write the dynamic broker configs: %s", exc)
+            raise TopicError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot write the dynamic broker configs: {_reason(exc)}",
+            ) from None
+        self.config = config
+        self.log_config = self.topics.log_config = base
+        for p, log_config in rebased:
+            p.log.config = log_config  # read at each append, retention check and cleaner pass
+        log.info("dynamic broker configs %r now %s", resource_name, configs or "empty")
+
+    def describe_topic(self, configs: dict[str, str]) -> list[DescribedConfig]:
+        """DescribeConfigs of a topic with its own ``configs`` (rules 27 and 44)."""
+        return describe_topic_configs(
+            self.dynamic.static_view(self.config),
+            configs,
+            self.dynamic.broker,
+            self.dynamic.default,
+        )
+
     # --- topics -----------------------------------------------------------------------
 
     def create_topic(
@@ -348,6 +389,35 @@ class Broker:
         """Completes once ``plog`` is fsynced: with None, or with the failure (the data
         directory is then offline)."""
         return self.flusher.flush(plog)
+
+
+def _log_config(config: BrokerConfig) -> LogConfig:
+    """The broker-wide log defaults: a topic's own configs go over them."""
+    return LogConfig(
+        segment_bytes=config.log_segment_bytes,
+        index_interval_bytes=config.log_index_interval_bytes,
+        flush_interval_messages=config.log_flush_interval_messages,
+        producer_id_expiration_ms=config.producer_id_expiration_ms,
+        max_message_bytes=config.message_max_bytes,
+        retention_ms=config.log_retention_ms,
+        retention_bytes=config.log_retention_bytes,
+        segment_ms=config.log_roll_ms,
+        cleanup_policy=config.log_cleanup_policy,
+        message_timestamp_type=config.log_message_timestamp_type,
+        compression_type=config.compression_type,
+        compression_gzip_level=config.compression_gzip_level,
+        compression_lz4_level=config.compression_lz4_level,
+        compression_zstd_level=config.compression_zstd_level,
+        min_insync_replicas=config.min_insync_replicas,
+        message_timestamp_before_max_ms=config.log_message_timestamp_before_max_ms,
+        message_timestamp_after_max_ms=config.log_message_timestamp_after_max_ms,
+        flush_ms=config.log_flush_interval_ms,
+        segment_jitter_ms=config.log_roll_jitter_ms,
+        min_cleanable_dirty_ratio=config.log_cleaner_min_cleanable_ratio,
+        min_compaction_lag_ms=config.log_cleaner_min_compaction_lag_ms,
+        max_compaction_lag_ms=config.log_cleaner_max_compaction_lag_ms,
+        delete_retention_ms=config.log_cleaner_delete_retention_ms,
+    )
 
 
 def _group_config(config: BrokerConfig) -> GroupConfig:

@@ -249,6 +249,17 @@ def broker_setting(config: BrokerConfig, name: str) -> tuple[str | None, bool] |
     return _text(value), value == default
 
 
+def setting_attr(name: str) -> str | None:
+    """The BrokerConfig attribute of the setting Kafka calls ``name``; None if samsa has none."""
+    return _KAFKA_NAMES.get(name)
+
+
+def default_setting(name: str) -> str | None:
+    """Kafka's default of the setting ``name``, as DescribeConfigs shows it."""
+    attr = _KAFKA_NAMES[name]
+    return _text(next(f.default for f in fields(BrokerConfig) if f.name == attr))
+
+
 def broker_settings(config: BrokerConfig) -> list[tuple[str, str | None, bool]]:
     """(Kafka name, value, is default) of every broker setting, for DescribeConfigs."""
     out = []

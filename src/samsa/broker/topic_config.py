@@ -549,15 +549,26 @@ class DescribedConfig:
 
 
 def describe_topic_configs(
-    broker: BrokerConfig, configs: Mapping[str, str]
+    broker: BrokerConfig,
+    configs: Mapping[str, str],
+    dynamic_broker: Mapping[str, str] | None = None,
+    dynamic_default: Mapping[str, str] | None = None,
 ) -> list[DescribedConfig]:
     """Every supported key of a topic with its own ``configs``: value, source, synonyms
-    (rule 27)."""
+    (rule 27). ``broker`` holds the static settings; ``dynamic_broker`` and
+    ``dynamic_default`` the dynamic broker configs (rule 44), listed level by level, most
+    specific first, as Kafka does."""
+    levels = (
+        (dynamic_broker or {}, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (dynamic_default or {}, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+    )
     out = []
     for key in _KEYS:
         synonyms: list[Synonym] = []
         if key.name in configs:
             synonyms.append(Synonym(key.name, configs[key.name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        for values, level in levels:
+            synonyms += [Synonym(n, values[n], level) for n in key.synonyms if n in values]
         for name in key.synonyms:
             found = broker_setting(broker, name)
             if found is not None and not found[1]:
@@ -585,13 +596,19 @@ class AlterOp(enum.IntEnum):
 
 
 def apply_incremental(
-    current: Mapping[str, str], ops: list[tuple[str, int, str | None]]
+    current: Mapping[str, str],
+    ops: list[tuple[str, int, str | None]],
+    list_defaults: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """A topic's own configs after IncrementalAlterConfigs' ``(name, op, value)`` list, as
     Kafka computes it: SET replaces, DELETE drops (back to the inherited value), APPEND and
     SUBTRACT (list keys only) edit the topic's list, or the default list if it has none.
     InvalidConfigError for an unknown op, key or a list op on a non-list key; the result
-    still has to be validated (:func:`parse_topic_configs`)."""
+    still has to be validated (:func:`parse_topic_configs`). ``list_defaults`` maps the list
+    keys to their defaults when the resource is not a topic (a broker's, rule 44)."""
+    topic = list_defaults is None
+    if list_defaults is None:
+        list_defaults = {k.name: k.default for k in _KEYS if k.config_type == ConfigType.LIST}
     out = dict(current)
     for name, op, value in ops:
         if op == AlterOp.SET:
@@ -601,13 +618,12 @@ def apply_incremental(
         elif op == AlterOp.DELETE:
             out.pop(name, None)
         elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
-            key = TOPIC_CONFIG_KEYS.get(name)
-            if key is None:
+            if topic and name not in TOPIC_CONFIG_KEYS:
                 raise InvalidConfigError(f"unknown topic config {name!r}")
-            if key.config_type != ConfigType.LIST:
+            if name not in list_defaults:
                 verb = "append" if op == AlterOp.APPEND else "subtract"
                 raise InvalidConfigError(f"config value {verb} is not allowed for config {name}")
-            old = [p for p in out.get(name, key.default).split(",") if p]
+            old = [p for p in out.get(name, list_defaults[name]).split(",") if p]
             new = [p.strip() for p in (value or "").split(",") if p.strip()]
             if op == AlterOp.APPEND:
                 merged = list(dict.fromkeys(old + new))

@@ -1,4 +1,5 @@
-"""``samsa configs``: describe and alter topic configs, with kafka-configs' flags.
+"""``samsa configs``: describe and alter topic configs and dynamic broker configs (rule 44),
+with kafka-configs' flags (``--entity-default`` names the cluster-wide broker defaults).
 
 ``--describe`` prints the topic's own (dynamic) configs, or with ``--all`` every config with
 its source and synonyms; ``--alter`` sends one IncrementalAlterConfigs with ``--add-config``
@@ -57,10 +58,16 @@ def _configs(args: argparse.Namespace) -> int:
         raise ValueError("exactly one of --describe and --alter is needed")
     rtype = RESOURCE_TYPES[args.entity_type]
     name = args.entity_name
+    if args.entity_default:
+        if rtype == RESOURCE_TYPES["topics"]:
+            raise ValueError("--entity-default is only for --entity-type brokers")
+        if name is not None:
+            raise ValueError("only one of --entity-name and --entity-default")
+        name = ""  # the cluster-wide broker defaults (rule 44)
     if name is None:
         if rtype == RESOURCE_TYPES["topics"] or args.alter:
-            raise ValueError("--entity-name is needed")
-        name = ""  # the cluster-wide broker defaults
+            raise ValueError("--entity-name or --entity-default is needed")
+        name = ""
     resource = ConfigResource(rtype, name)
     with Admin(client_config(args)) as admin:
         return _describe(admin, args, resource) if args.describe else _alter(admin, args, resource)
@@ -68,9 +75,16 @@ def _configs(args: argparse.Namespace) -> int:
 
 def _describe(admin: Admin, args: argparse.Namespace, resource: ConfigResource) -> int:
     configs = admin.describe_configs([resource])[resource]
-    dynamic = {ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_BROKER_CONFIG}
-    what = _SINGULAR[args.entity_type]
-    print(f"{'All' if args.all else 'Dynamic'} configs for {what} {resource.name} are:")
+    dynamic = {
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+    }
+    if resource.name:
+        what = f"{_SINGULAR[args.entity_type]} {resource.name}"
+        print(f"{'All' if args.all else 'Dynamic'} configs for {what} are:")
+    else:  # as kafka-configs says it
+        print("Default configs for brokers in the cluster are:")
     for c in sorted(configs.values(), key=lambda c: c.name):
         if not args.all and c.source not in dynamic:
             continue
@@ -97,14 +111,22 @@ def _alter(admin: Admin, args: argparse.Namespace, resource: ConfigResource) -> 
     for err in admin.incremental_alter_configs({resource: ops}).values():
         if err is not None:
             raise err
-    print(f"Completed updating config for {_SINGULAR[args.entity_type]} {resource.name}.")
+    if resource.name:
+        print(f"Completed updating config for {_SINGULAR[args.entity_type]} {resource.name}.")
+    else:
+        print("Completed updating default config for brokers in the cluster.")
     return 0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("configs", help="describe and alter topic configs (kafka-configs)")
+    p = sub.add_parser("configs", help="describe and alter topic and broker configs")
     p.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), required=True)
     p.add_argument("--entity-name", help="the topic name or broker id")
+    p.add_argument(
+        "--entity-default",
+        action="store_true",
+        help="brokers: the cluster-wide default configs (rule 44)",
+    )
     p.add_argument("--describe", action="store_true", help="show the configs")
     p.add_argument("--alter", action="store_true", help="change the configs")
     p.add_argument("--all", action="store_true", help="describe: every config, not only dynamic")

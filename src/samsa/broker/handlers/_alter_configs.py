@@ -1,4 +1,5 @@
-"""What AlterConfigs and IncrementalAlterConfigs share: per-resource checks and answers."""
+"""What AlterConfigs and IncrementalAlterConfigs share: per-resource checks and answers, for
+a topic's configs and a broker's dynamic configs (rule 44)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.dynamic_config import DynamicConfigError
 from samsa.broker.handlers._base import Op, Res, authorized
 from samsa.broker.topic_config import InvalidConfigError
 from samsa.broker.topics import TopicError
@@ -30,9 +32,9 @@ def alter(
     new_configs: Callable[[dict[str, str], Any], dict[str, str]],
     ctx: RequestContext | None = None,
 ) -> bytes:
-    """Answer each resource of ``request``: a topic's configs become
-    ``new_configs(current, resource)``, validated and, unless ``validate_only``, persisted
-    and applied. Errors are per resource, as in Kafka."""
+    """Answer each resource of ``request``: a topic's configs, or a broker's dynamic set,
+    become ``new_configs(current, resource)``, validated and, unless ``validate_only``,
+    persisted and applied. Errors are per resource, as in Kafka."""
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
     responses = []
     for res in request.resources:
@@ -46,8 +48,7 @@ def alter(
             elif ctx is not None and (refused := _unauthorized(broker, ctx, res)) is not None:
                 code, message = refused, "not authorized to AlterConfigs"
             elif res.resource_type == BROKER:
-                code = ErrorCode.INVALID_CONFIG
-                message = "broker configs are static in samsa: set them in its properties file"
+                _alter_broker(broker, res, new_configs, request.validate_only)
             elif res.resource_type != TOPIC:
                 code = ErrorCode.INVALID_REQUEST
                 message = f"resource type {res.resource_type} not supported"
@@ -62,6 +63,8 @@ def alter(
                 broker.topics.alter_configs(res.resource_name, configs, request.validate_only)
         except InvalidConfigError as exc:
             code, message = ErrorCode.INVALID_CONFIG, str(exc)
+        except DynamicConfigError as exc:
+            code, message = ErrorCode.INVALID_REQUEST, str(exc)
         except TopicError as exc:
             code, message = exc.code, str(exc)
         responses.append(
@@ -80,6 +83,22 @@ def alter(
         version,
         make(key, version, response_class, throttle_time=0, responses=tuple(responses)),
     )
+
+
+def _alter_broker(
+    broker: Broker,
+    res: Any,
+    new_configs: Callable[[dict[str, str], Any], dict[str, str]],
+    validate_only: bool,
+) -> None:
+    """Rule 44: a BROKER resource's dynamic set; every refusal is INVALID_REQUEST, as Kafka's
+    ConfigAdminManager answers (KAFKA-13609)."""
+    current = broker.dynamic.level(res.resource_name)
+    try:
+        configs = new_configs(current, res)
+    except InvalidConfigError as exc:
+        raise DynamicConfigError(str(exc)) from None
+    broker.alter_broker_configs(res.resource_name, configs, validate_only)
 
 
 def _unauthorized(broker: Broker, ctx: RequestContext, res: Any) -> ErrorCode | None:

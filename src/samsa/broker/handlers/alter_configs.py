@@ -1,5 +1,5 @@
-"""AlterConfigs (the legacy API): a topic's own configs become exactly the given set; keys
-left out go back to their inherited value, as in Kafka."""
+"""AlterConfigs (the legacy API): a topic's own configs, or a broker's dynamic set (rule 44),
+become exactly the given set; keys left out go back to their inherited value, as in Kafka."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
-from samsa.broker.topic_config import describe_topic_configs
 from samsa.broker.topics import TopicError, topic_log_config, validate_topic_name
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -75,7 +74,7 @@ def _configs(broker: Broker, v: int, given: dict[str, str]) -> tuple[Any, ...]:
             config_source=int(d.source),
             is_sensitive=d.sensitive,
         )
-        for d in describe_topic_configs(broker.config, given)
+        for d in broker.describe_topic(given)
     )
 
 

@@ -1,20 +1,15 @@
 """DescribeConfigs: each topic's configs with their source and synonyms
-(:mod:`samsa.broker.topic_config`), and the broker's static settings, under Kafka's names."""
+(:mod:`samsa.broker.topic_config`), and the broker's settings under Kafka's names, static and
+dynamic (:mod:`samsa.broker.dynamic_config`, rule 44)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
-from samsa.broker.config import SENSITIVE, broker_settings
+from samsa.broker.dynamic_config import DynamicConfigError, describe_broker
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
-from samsa.broker.topic_config import (
-    ConfigSource,
-    ConfigType,
-    DescribedConfig,
-    Synonym,
-    describe_topic_configs,
-)
+from samsa.broker.topic_config import DescribedConfig
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -83,35 +78,12 @@ def _describe(broker: Broker, resource_type: int, name: str) -> list[DescribedCo
         topic = broker.topics.topics.get(name)
         if topic is None:
             raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-        return describe_topic_configs(broker.config, topic.configs)
+        return broker.describe_topic(topic.configs)
     if resource_type == BROKER:
-        if name == "":
-            return []  # the cluster-wide dynamic defaults: samsa has none
-        if name != str(broker.node_id):
-            raise _Refused(
-                ErrorCode.INVALID_REQUEST,
-                f"unexpected broker id {name!r}: expected {broker.node_id} or an empty string",
-            )
-        out = []
-        for key, value, is_default in broker_settings(broker.config):
-            source = (
-                ConfigSource.DEFAULT_CONFIG if is_default else ConfigSource.STATIC_BROKER_CONFIG
-            )
-            sensitive = key in SENSITIVE
-            shown = None if sensitive else value
-            out.append(
-                DescribedConfig(
-                    key,
-                    shown,
-                    source,
-                    ConfigType.PASSWORD if sensitive else ConfigType.UNKNOWN,
-                    (Synonym(key, shown, source),),
-                    "",
-                    read_only=True,  # static: set in the properties file or on the command line
-                    sensitive=sensitive,
-                )
-            )
-        return out
+        try:
+            return describe_broker(broker.dynamic, broker.config, name)
+        except DynamicConfigError as exc:
+            raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
     raise _Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} not supported")
 
 

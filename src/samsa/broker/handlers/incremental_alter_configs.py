@@ -1,11 +1,12 @@
 """IncrementalAlterConfigs (KIP-339): SET, DELETE, APPEND and SUBTRACT on a topic's own
-configs; keys not named keep their value."""
+configs or a broker's dynamic set (rule 44); keys not named keep their value."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._alter_configs import alter
+from samsa.broker.dynamic_config import LIST_DEFAULTS
+from samsa.broker.handlers._alter_configs import BROKER, alter
 from samsa.broker.handlers._base import Body, RequestContext
 from samsa.broker.topic_config import apply_incremental
 from samsa.protocol.messages import ApiKey
@@ -17,9 +18,10 @@ K = ApiKey.INCREMENTAL_ALTER_CONFIGS
 
 
 def _apply(current: dict[str, str], resource: Any) -> dict[str, str]:
-    return apply_incremental(
-        current, [(c.name, c.config_operation, c.value) for c in resource.configs]
-    )
+    ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+    if resource.resource_type == BROKER:
+        return apply_incremental(current, ops, LIST_DEFAULTS)  # rule 44
+    return apply_incremental(current, ops)
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
