@@ -100,12 +100,21 @@ def _produce(bootstrap: str, topics: list[str], n: int) -> None:
     assert producer.flush(TIMEOUT) == 0
 
 
-def _low(bootstrap: str, topic: str) -> int:
+def _watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "w"})
     try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)[0])
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)
+        return int(low), int(high)
     finally:
         consumer.close()
+
+
+def _low(bootstrap: str, topic: str) -> int:
+    return _watermarks(bootstrap, topic)[0]
+
+
+def _high(bootstrap: str, topic: str) -> int:
+    return _watermarks(bootstrap, topic)[1]
 
 
 def test_confluent_admin_changes_broker_defaults_live(broker_factory) -> None:  # type: ignore[no-untyped-def]
@@ -176,6 +185,13 @@ def test_confluent_admin_changes_broker_defaults_live(broker_factory) -> None:  
     configs = _describe(admin, THIS)
     assert (configs["log.retention.ms"].value, configs["log.roll.ms"].value) == ("1", "1")
     assert configs["log.roll.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    # ... and the logs opened with them: new batches roll and the old ones are deleted.
+    before = _high(broker.bootstrap, "plain")
+    _produce(broker.bootstrap, ["plain"], 3)
+    deadline = time.monotonic() + TIMEOUT
+    while _low(broker.bootstrap, "plain") <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _low(broker.bootstrap, "plain") > before
 
 
 def _samsa(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
