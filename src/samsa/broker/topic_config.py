@@ -5,9 +5,10 @@ Each key has Kafka's name, type, default and validator, the :class:`LogConfig` f
 and its broker synonyms (the ``log.*`` settings a topic without its own value inherits), in
 Kafka's order: the most specific broker name first, the one holding Kafka's default last.
 A topic's own values are its dynamic configs (source DYNAMIC_TOPIC_CONFIG); otherwise the
-first broker synonym set in the broker's config (STATIC_BROKER_CONFIG) wins, else Kafka's
-default (DEFAULT_CONFIG). Unknown keys and invalid values are refused with INVALID_CONFIG, as
-Kafka does.
+broker synonym set at the most specific level wins: this broker's dynamic config
+(DYNAMIC_BROKER_CONFIG), the cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG, rule 44), the
+broker's static config (STATIC_BROKER_CONFIG), else Kafka's default (DEFAULT_CONFIG).
+Unknown keys and invalid values are refused with INVALID_CONFIG, as Kafka does.
 """
 
 from __future__ import annotations
