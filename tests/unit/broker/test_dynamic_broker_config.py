@@ -20,7 +20,7 @@ from samsa.broker.dynamic_config import (
     DynamicConfigError,
     describe_broker,
 )
-from samsa.broker.topic_config import AlterOp, ConfigSource, apply_incremental
+from samsa.broker.topic_config import AlterOp, ConfigSource, DescribedConfig, apply_incremental
 
 S = ConfigSource
 
@@ -42,7 +42,7 @@ def _retention(broker: Broker, topic: str) -> int:
     return broker.topics.topics[topic].partitions[0].log.config.retention_ms
 
 
-def _described(broker: Broker, name: str, resource: str = "0") -> object:
+def _described(broker: Broker, name: str, resource: str = "0") -> DescribedConfig:
     return next(
         c for c in describe_broker(broker.dynamic, broker.config, resource) if c.name == name
     )
