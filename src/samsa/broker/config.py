@@ -54,6 +54,12 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.message.timestamp.after.max.ms": "log_message_timestamp_after_max_ms",
     "log.flush.interval.ms": "log_flush_interval_ms",
     "log.roll.jitter.ms": "log_roll_jitter_ms",
+    # Broker defaults of topic keys samsa validates and keeps (rule 43), dynamic as in Kafka.
+    "log.index.size.max.bytes": "log_index_size_max_bytes",
+    "log.preallocate": "log_preallocate",
+    "log.segment.delete.delay.ms": "log_segment_delete_delay_ms",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "log.message.downconversion.enable": "log_message_downconversion_enable",
     "log.retention.check.interval.ms": "log_retention_check_interval_ms",
     "log.cleaner.enable": "log_cleaner_enable",
     "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
@@ -188,6 +194,8 @@ _RANGES: dict[str, Range] = {
     "log_message_timestamp_after_max_ms": Range(0, LONG_MAX),
     "log_flush_interval_ms": Range(0, LONG_MAX),
     "log_roll_jitter_ms": Range(0, LONG_MAX),
+    "log_index_size_max_bytes": Range(4),
+    "log_segment_delete_delay_ms": Range(0, LONG_MAX),
     "log_retention_check_interval_ms": Range(1, LONG_MAX),
     "log_cleaner_backoff_ms": Range(0, LONG_MAX),
     # KafkaConfig: "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread".
@@ -327,6 +335,13 @@ class BrokerConfig:
     log_message_timestamp_after_max_ms: int = 3_600_000
     log_flush_interval_ms: int = LONG_MAX
     log_roll_jitter_ms: int = 0
+    # ... and of the topic keys that are trivially true here or describe Kafka's file layout
+    # (rule 43): validated, kept and described.
+    log_index_size_max_bytes: int = 10_485_760
+    log_preallocate: bool = False
+    log_segment_delete_delay_ms: int = 60_000
+    unclean_leader_election_enable: bool = False
+    log_message_downconversion_enable: bool = True
     log_retention_check_interval_ms: int = 300_000
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000  # sleep between checks when there is nothing to clean

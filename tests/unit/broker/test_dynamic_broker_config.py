@@ -127,6 +127,17 @@ def test_incremental_list_ops_on_a_broker_key() -> None:
         apply_incremental({}, [("log.retention.ms", int(AlterOp.APPEND), "1")], lists)
 
 
+def test_a_kept_key_takes_a_broker_default_too(broker: Broker) -> None:
+    """Keys rule 43 validates and keeps have their broker default, dynamic as in Kafka."""
+    broker.create_topic("t", 1)
+    broker.alter_broker_configs("", {"log.segment.delete.delay.ms": "5"}, False)
+    assert broker.topics.topics["t"].partitions[0].log.config.file_delete_delay_ms == 5
+    entry = {c.name: c for c in broker.describe_topic({})}["file.delete.delay.ms"]
+    assert (entry.value, entry.source) == ("5", S.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    with pytest.raises(DynamicConfigError, match=r"unclean\.leader\.election\.enable"):
+        broker.alter_broker_configs("", {"unclean.leader.election.enable": "maybe"}, False)
+
+
 def test_dynamic_keys_are_kafkas_dynamic_log_configs() -> None:
     assert {"log.retention.ms", "log.segment.bytes", "log.roll.ms", "message.max.bytes"} <= (
         DYNAMIC_KEYS
