@@ -135,20 +135,23 @@ def _error(v: int, name: str | None, topic_id: Any, code: ErrorCode) -> Any:
     )
 
 
+def partition_facts(node: int, index: int) -> dict[str, Any]:
+    """One partition as Metadata and DescribeTopicPartitions report it: this broker holds its
+    one replica, which leads (epoch 0, never re-elected), is in sync and is never offline."""
+    return {
+        "error_code": ErrorCode.NONE,
+        "partition_index": index,
+        "leader_id": node,
+        "leader_epoch": 0,
+        "replica_nodes": (node,),
+        "isr_nodes": (node,),
+        "offline_replicas": (),
+    }
+
+
 def _topic(v: int, node: int, topic: Topic) -> Any:
     partitions = tuple(
-        make(
-            K,
-            v,
-            "MetadataResponsePartition",
-            error_code=ErrorCode.NONE,
-            partition_index=p.index,
-            leader_id=node,
-            leader_epoch=0,
-            replica_nodes=(node,),
-            isr_nodes=(node,),
-            offline_replicas=(),
-        )
+        make(K, v, "MetadataResponsePartition", **partition_facts(node, p.index))
         for p in topic.partitions
     )
     return make(
