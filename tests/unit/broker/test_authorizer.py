@@ -729,6 +729,33 @@ def _describe_log_dirs(h: Harness, p: str) -> int:
     return int(r.error_code)
 
 
+def _describe_topic_partitions(h: Harness, p: str) -> int:
+    t = make_request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, "TopicRequest", name="team-a.orders")
+    r = h.call(p, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, "DescribeTopicPartitionsRequest",
+               topics=(t,), response_partition_limit=10, cursor=None)  # fmt: skip
+    [topic] = r.topics
+    assert (len(topic.partitions) > 0) == (topic.error_code == ErrorCode.NONE)
+    return int(topic.error_code)
+
+
+def _list_reassignments(h: Harness, p: str) -> int:
+    r = h.call(p, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, "ListPartitionReassignmentsRequest",
+               timeout=1000, topics=None)  # fmt: skip
+    assert r.topics == ()  # nothing ever moves on one broker
+    return int(r.error_code)
+
+
+def _alter_reassignments(h: Harness, p: str) -> int:
+    k = ApiKey.ALTER_PARTITION_REASSIGNMENTS
+    part = make_request(k, 1, "ReassignablePartition", partition_index=0, replicas=(0,))
+    t = make_request(k, 1, "ReassignableTopic", name="team-a.orders", partitions=(part,))
+    r = h.call(p, k, 1, "AlterPartitionReassignmentsRequest", timeout=1000,
+               allow_replication_factor_change=True, topics=(t,))  # fmt: skip
+    each = int(r.responses[0].partitions[0].error_code)
+    assert each == r.error_code  # NONE (a no-op) or the refusal, at both levels
+    return int(r.error_code)
+
+
 def _alter_scram(h: Harness, p: str) -> int:
     d = make_request(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
@@ -932,6 +959,11 @@ CASES: dict[str, Case] = {
     "DeleteAcls": Case(C, CLUSTER_NAME, Op.ALTER, XA, _delete_acls),
     "ElectLeaders": Case(C, CLUSTER_NAME, Op.ALTER, XA, _elect_leaders),
     "DescribeLogDirs": Case(C, CLUSTER_NAME, Op.DESCRIBE, XA, _describe_log_dirs),
+    "DescribeTopicPartitions": Case(
+        T, "team-a.orders", Op.DESCRIBE, TA, _describe_topic_partitions
+    ),
+    "ListPartitionReassignments": Case(C, CLUSTER_NAME, Op.DESCRIBE, XA, _list_reassignments),
+    "AlterPartitionReassignments": Case(C, CLUSTER_NAME, Op.ALTER, XA, _alter_reassignments),
 }
 
 
@@ -1042,6 +1074,51 @@ def test_metadata_and_lists_show_only_what_the_principal_may_describe(h: Harness
         assert {t.transactional_id for t in r.transaction_states} == {"team-a.txn"}
     finally:
         h.reset()
+
+
+def test_describe_topic_partitions_shows_only_what_the_principal_may_describe(
+    h: Harness,
+) -> None:
+    """Every topic: only those with Describe. Named: a denied topic gets 29 with the zero id,
+    after the described ones, whether it exists or not; the operations are the principal's."""
+    k = ApiKey.DESCRIBE_TOPIC_PARTITIONS
+
+    def describe(*names: str) -> Any:
+        topics = tuple(make_request(k, 0, "TopicRequest", name=n) for n in names)
+        return h.call(ALICE, k, 0, "DescribeTopicPartitionsRequest", topics=topics,
+                      response_partition_limit=2000, cursor=None)  # fmt: skip
+
+    h.reset()
+    h.grant(acl(T, "team-a.", Op.DESCRIBE, pattern=PRE), acl(T, "team-a.orders", Op.READ))
+    try:
+        names = [t.name for t in describe().topics]
+        assert "team-a.orders" in names and names == sorted(names)
+        assert all(n.startswith("team-a.") for n in names)
+        r = describe("team-b.events", "team-b.nothing", "team-a.orders")
+        # (the zero id decodes as None)
+        got = [(t.name, t.error_code, t.topic_id, len(t.partitions)) for t in r.topics]
+        assert got[0][:2] == ("team-a.orders", ErrorCode.NONE) and got[0][2] is not None
+        assert sorted(got[1:]) == [("team-b.events", TA, None, 0), ("team-b.nothing", TA, None, 0)]
+        assert r.topics[0].topic_authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    finally:
+        h.reset()
+
+
+def test_describe_topic_partitions_limit_is_capped(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limit above the broker's cap (Kafka's max.request.partition.size.limit) gets the cap."""
+    from samsa.broker.handlers import describe_topic_partitions
+
+    monkeypatch.setattr(describe_topic_partitions, "MAX_PARTITIONS", 1)
+    k = ApiKey.DESCRIBE_TOPIC_PARTITIONS
+    topics = tuple(
+        make_request(k, 0, "TopicRequest", name=n) for n in ("team-a.orders", "team-b.events")
+    )
+    r = h.call(ADMIN, k, 0, "DescribeTopicPartitionsRequest", topics=topics,
+               response_partition_limit=2000, cursor=None)  # fmt: skip
+    assert [(t.name, len(t.partitions)) for t in r.topics] == [("team-a.orders", 1)]
+    assert (r.next_cursor.topic_name, r.next_cursor.partition_index) == ("team-b.events", 0)
 
 
 # -- the issue's attacks, replayed ---------------------------------------------------------
