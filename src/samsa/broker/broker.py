@@ -32,6 +32,7 @@ from samsa.broker.dynamic_config import (
     DynamicBrokerConfigs,
     DynamicConfigError,
 )
+from samsa.broker.features import FEATURES_FILE, Features, FeaturesError
 from samsa.broker.fetch_session import FetchSessionCache
 from samsa.broker.flusher import Flusher
 from samsa.broker.metrics import BrokerMetrics
@@ -74,6 +75,13 @@ class Broker:
         try:
             self.config = config = self.dynamic.load()
         except ConfigError as exc:
+            raise StartupError(str(exc)) from None
+        # Finalized features (rule 45): the persisted levels, else the transaction.version setting.
+        try:
+            self.features = Features(
+                self.data_dir / FEATURES_FILE, config.broker_id, config.transaction_version
+            )
+        except FeaturesError as exc:
             raise StartupError(str(exc)) from None
         self.log_config = _log_config(config)
         self.cleaner = LogCleaner(

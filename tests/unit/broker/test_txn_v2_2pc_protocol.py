@@ -179,12 +179,13 @@ def features(conn: BlockingConnection, v: int) -> Any:
 def test_api_versions_offers_transaction_version_2(conn: BlockingConnection) -> None:
     resp = features(conn, 4)
     assert [(f.name, f.min_version, f.max_version) for f in resp.supported_features] == [
-        ("transaction.version", 0, 2)
+        ("group.version", 0, 1),  # rule 45
+        ("transaction.version", 0, 2),
     ]
     assert resp.finalized_features_epoch >= 0
     assert [
         (f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features
-    ] == [("transaction.version", 2, 2)]
+    ] == [("group.version", 1, 1), ("transaction.version", 2, 2)]
     assert features(conn, 3).supported_features == ()  # v3 omits features whose minimum is 0
     versions = {int(k.api_key): int(k.max_version) for k in resp.api_keys}
     assert versions[ApiKey.PRODUCE] >= 12 and versions[ApiKey.END_TXN] >= 5
@@ -353,7 +354,10 @@ def test_settings_turn_tv2_and_2pc_down(broker_factory: type[BrokerProcess]) -> 
     b = broker_factory(overrides={"transaction.version": "1"}).start()
     with BlockingConnection("127.0.0.1", b.port, timeout=10.0) as c:
         finalized = features(c, 4).finalized_features
-        assert [(f.name, f.max_version_level) for f in finalized] == [("transaction.version", 1)]
+        assert [(f.name, f.max_version_level) for f in finalized] == [
+            ("group.version", 1),
+            ("transaction.version", 1),
+        ]
         # transaction.two.phase.commit.enable is false by default: Kafka's answer.
         init(c, "tpc-off", v=6, enable_2pc=True, expect=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         assert int(init(c, "tpc-off", v=6).producer_epoch) == 0  # a plain producer still may

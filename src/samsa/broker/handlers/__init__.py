@@ -54,6 +54,7 @@ from samsa.broker.handlers import (
     sasl_handshake,
     sync_group,
     txn_offset_commit,
+    update_features,
 )
 from samsa.broker.handlers._base import Api, RequestContext
 from samsa.protocol.messages import ApiKey
@@ -85,6 +86,7 @@ APIS: dict[int, Api] = {
         Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, list_partition_reassignments.handle),
         Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, describe_topic_partitions.handle),  # KIP-966
         Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, describe_log_dirs.handle),
+        Api(ApiKey.UPDATE_FEATURES, 0, 2, update_features.handle),  # rule 45
         Api(ApiKey.DESCRIBE_PRODUCERS, 0, 0, describe_producers.handle),
         Api(ApiKey.FIND_COORDINATOR, 0, 6, find_coordinator.handle),
         Api(ApiKey.JOIN_GROUP, 0, 9, join_group.handle),
