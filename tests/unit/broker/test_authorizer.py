@@ -719,6 +719,29 @@ def _elect_leaders(h: Harness, p: str) -> int:
     return code
 
 
+def _update_features(h: Harness, p: str) -> int:
+    # validate_only at the finalized level: allowed, it changes nothing (rule 45)
+    key = make_request(
+        ApiKey.UPDATE_FEATURES,
+        1,
+        "FeatureUpdateKey",
+        feature="transaction.version",
+        max_version_level=2,
+        upgrade_type=1,
+    )
+    r = h.call(
+        p,
+        ApiKey.UPDATE_FEATURES,
+        1,
+        "UpdateFeaturesRequest",
+        feature_updates=(key,),
+        validate_only=True,
+    )
+    allowed = r.error_code == ErrorCode.NONE
+    assert [x.feature for x in r.results] == (["transaction.version"] if allowed else [])
+    return int(r.error_code)
+
+
 def _describe_log_dirs(h: Harness, p: str) -> int:
     r = h.call(p, ApiKey.DESCRIBE_LOG_DIRS, 4, "DescribeLogDirsRequest", topics=None)
     if r.error_code == ErrorCode.NONE:  # allowed: the data directory and its partitions
@@ -964,6 +987,7 @@ CASES: dict[str, Case] = {
     ),
     "ListPartitionReassignments": Case(C, CLUSTER_NAME, Op.DESCRIBE, XA, _list_reassignments),
     "AlterPartitionReassignments": Case(C, CLUSTER_NAME, Op.ALTER, XA, _alter_reassignments),
+    "UpdateFeatures": Case(C, CLUSTER_NAME, Op.ALTER, XA, _update_features),
 }
 
 
