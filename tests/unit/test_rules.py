@@ -58,6 +58,7 @@ GROUP_MODULES: dict[str, tuple[str, ...]] = {
         "tests/unit/broker/test_topic_config_table.py",
     ),
     "Dynamic broker configs": ("tests/unit/broker/test_dynamic_broker_config.py",),
+    "Finalized features": ("tests/unit/broker/test_features.py",),
 }
 
 _RULE = re.compile(r"^(\d+)\. \*\*", re.M)
