@@ -167,6 +167,9 @@ def test_v0_allow_downgrade(conn: BlockingConnection) -> None:
     assert r.error_code == E.INVALID_UPDATE_VERSION
     assert _update(conn, (TV, 1, SAFE_DOWNGRADE), v=0).error_code == E.NONE
     assert _finalized(conn)[1][TV] == 1
+    r = _update(conn, (TV, 2, SAFE_DOWNGRADE), v=0)  # allow_downgrade to a higher level
+    assert r.error_code == E.INVALID_UPDATE_VERSION
+    assert r.error_message.endswith("Can't downgrade to a newer version.")
     assert _update(conn, (TV, 2, UPGRADE), v=0).error_code == E.NONE
 
 
