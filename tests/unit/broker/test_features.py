@@ -2,7 +2,7 @@
 reports, Kafka's refusals (each INVALID_UPDATE_VERSION with its message, all or nothing),
 validate_only, v0's allow_downgrade and v2's answer without results, the epoch growing with
 each change, the level written before the answer and kept across SIGKILL, and a damaged
-features file stopping the start. With real clients: tests/interop/test_features.py."""
+features file stopping the start. With real clients: tests/interop/test_features_admin.py."""
 
 from __future__ import annotations
 
