@@ -276,8 +276,22 @@ CHILDREN = {
 
 def child(role: str, bootstrap: str, topic: str, n: int, cap: float) -> None:
     out = CHILDREN[role](bootstrap, topic, n, cap)
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = _peak_rss_mb()
     print(json.dumps(out), flush=True)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS. Linux's VmHWM belongs to the address space, so it starts
+    afresh at exec; ru_maxrss does not (a child forked from a large parent reports at least
+    the parent's size), hence only the fallback."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # --- parent ---------------------------------------------------------------------------------

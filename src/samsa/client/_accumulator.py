@@ -182,7 +182,7 @@ def _import_columnar() -> None:
     global _columnar_ready
     from samsa.protocol import columnar
 
-    columnar.encode_batches([b""], [b""])  # pyarrow's first conversion imports pandas too
+    columnar.encode_batches([b""], [b""])  # warm up: compute kernels load on first use
     _columnar_ready = True
 
 
@@ -890,7 +890,9 @@ class Columns:
     def take(self, rows: np.ndarray) -> Columns:
         import pyarrow as pa
 
-        idx = pa.array(rows)
+        from samsa.protocol.columnar import int_array
+
+        idx = int_array(rows.astype(np.int64), pa.int64())
         return Columns(
             self.values.take(idx),
             self.keys.take(idx) if self.keys is not None else None,
@@ -916,12 +918,12 @@ def plain_columns(items: Sequence[Item], now_ms: int) -> Columns | None:
         return None
     if len(set(map(TOPIC, items))) != 1:
         return None
-    import pyarrow as pa
+    from samsa.protocol.columnar import binary_array
 
     keys = list(map(KEY, items))
     return Columns(
-        pa.array(list(map(VALUE, items)), pa.large_binary()),
-        None if keys.count(None) == n else pa.array(keys, pa.large_binary()),
+        binary_array(list(map(VALUE, items)), "values"),
+        None if keys.count(None) == n else binary_array(keys, "keys"),
         np.full(n, now_ms, np.int64),
         None,
         None,
@@ -969,8 +971,9 @@ def _binary_column(data: Any, what: str) -> tuple[Any, np.ndarray]:
         raise TypeError(f"{what}: expected a column (a sequence or an Arrow array), not {data!r}")
     arr = col._to_arrow(data, what, pa.large_binary())
     lengths = np.diff(col._offsets(arr))
-    if arr.null_count:
-        lengths[arr.is_null().to_numpy(zero_copy_only=False)] = -1
+    nulls = col.null_mask(arr)
+    if nulls is not None:
+        lengths[nulls] = -1
     return arr, lengths
 
 
@@ -990,7 +993,7 @@ def _partition_column(partition: Any, n: int) -> np.ndarray | None:
     arr = col._to_arrow(partition, "partition", pa.int64())
     if len(arr) != n:
         raise ValueError(f"partition: {len(arr)} given for {n} values")
-    parts = arr.fill_null(-1).to_numpy().astype(np.int64)
+    parts = col.to_numpy(arr, fill=-1)
     if n and int(parts.min()) < -1:
         raise ValueError(f"partition must be >= 0 (or -1/None: any), not {int(parts.min())}")
     return None if (parts == -1).all() else parts

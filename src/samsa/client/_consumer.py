@@ -714,13 +714,12 @@ class AsyncConsumer:
         of a partition are in offset order, partitions one after another."""
         import pyarrow as pa
 
-        from samsa.protocol.columnar import ARROW_SCHEMA, ARROW_SCHEMA_HEADERS
+        from samsa.protocol.columnar import ARROW_SCHEMA, ARROW_SCHEMA_HEADERS, empty_batch
 
         limit = max_records or self.max_poll_records
         parts = await self._poll(timeout_ms, lambda: self._take_arrow(limit, include_headers))
         if not parts:
-            schema = ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
-            return pa.RecordBatch.from_pylist([], schema=schema)
+            return empty_batch(ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA)
         if len(parts) == 1:
             return parts[0]
         if hasattr(pa, "concat_batches"):  # pyarrow >= 19
@@ -878,8 +877,10 @@ class AsyncConsumer:
         if n:
             import numpy as np
 
+            from samsa.protocol.columnar import to_numpy
+
             cols = batch.columns
-            offsets = cols[4].to_numpy()
+            offsets = to_numpy(cols[4])
             # producer id and leader epoch are per batch: found by offset among the batches
             bases, pids, epochs = _batch_owners(e.data)
             at = np.searchsorted(np.asarray(bases, np.int64), offsets, "right") - 1
@@ -894,7 +895,7 @@ class AsyncConsumer:
                     itertools.repeat(tp.topic, n),
                     itertools.repeat(tp.partition, n),
                     offsets.tolist(),
-                    (cols[5].cast("int64").to_numpy() // 1000).tolist(),
+                    (to_numpy(cols[5]) // 1000).tolist(),
                     cols[0].to_pylist(),
                     cols[1].to_pylist(),
                     headers,
@@ -911,7 +912,7 @@ class AsyncConsumer:
         import numpy as np
         import pyarrow as pa
 
-        from samsa.protocol.columnar import ARROW_SCHEMA, decode_fetched
+        from samsa.protocol.columnar import ARROW_SCHEMA, decode_fetched, to_numpy
 
         batch = e.arrow
         if batch is not None:
@@ -941,7 +942,7 @@ class AsyncConsumer:
         batch, e.next_offset = d.batch, d.next_offset
         pos = self._positions[tp]
         if pos is not None and pos > e.start and batch.num_rows:  # some handed out already
-            offsets = batch.column(4).to_numpy()
+            offsets = to_numpy(batch.column(4))
             batch = batch.slice(int(np.searchsorted(offsets, pos)))
         e.arrow, e.records = batch, None
         return batch

@@ -37,7 +37,13 @@ raise :class:`InvalidBatchError`, and nothing is sized by a count the bytes cann
 
 The Arrow layout is Spark's Kafka source's (``key``, ``value``, ``topic``, ``partition``,
 ``offset``, ``timestamp`` in microseconds UTC, ``timestampType``, optional ``headers``), as
-in :mod:`samsa.spark._read`. pyarrow costs ~0.2 s to import: import this module lazily.
+in :mod:`samsa.spark._read`. pyarrow costs ~0.1 s to import: import this module lazily.
+
+No pandas. pyarrow imports pandas (when installed: pyspark brings it) the first time
+``pa.array``, ``pa.scalar``, ``Array.to_numpy`` or ``RecordBatch.from_pylist`` looks at a
+Python object, to check for pandas types: ~0.25 s and ~50 MB per process. So arrays are built
+from buffers here (:func:`binary_array`, :func:`int_array`) and read back through their
+buffers (:func:`to_numpy`), and none of those four is called.
 """
 
 from __future__ import annotations
@@ -97,7 +103,6 @@ _AFTER_CRC = struct.Struct(">hiqqqhii")
 _BEFORE_CRC = struct.Struct(">qiibI")
 _U64 = np.uint64
 _M = np.uint32(0x5BD1E995)
-_EMPTY = pa.scalar(b"", pa.large_binary())
 _MIN_RECORD = 7  # length, attributes, two deltas, key and value lengths, header count
 _GUESS_ROUNDS = 4
 
@@ -146,15 +151,150 @@ def _data(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8) if buf is not None else np.zeros(0, np.uint8)
 
 
+def _validity(nulls: np.ndarray | None) -> pa.Buffer | None:
+    if nulls is None or not nulls.any():
+        return None
+    return pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+
+
+def null_mask(arr: pa.Array) -> np.ndarray | None:
+    """Which rows of ``arr`` are null (None: none is), read from its validity bitmap."""
+    if arr.null_count == 0:
+        return None
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + len(arr)] == 0
+
+
+def to_numpy(arr: pa.Array, fill: int = 0) -> np.ndarray:
+    """An integer or timestamp array's values as int64 (nulls as ``fill``), read from its
+    data buffer (``Array.to_numpy`` would import pandas)."""
+    if pa.types.is_timestamp(arr.type) or pa.types.is_date64(arr.type):
+        dtype: Any = np.int64
+    elif pa.types.is_integer(arr.type):
+        kind = "i" if pa.types.is_signed_integer(arr.type) else "u"
+        dtype = np.dtype(f"<{kind}{arr.type.bit_width // 8}")
+    else:
+        raise TypeError(f"not an integer array: {arr.type}")
+    raw = np.frombuffer(arr.buffers()[1], dtype)[arr.offset : arr.offset + len(arr)]
+    out = raw.astype(np.int64)
+    nulls = null_mask(arr)
+    if nulls is not None:
+        out[nulls] = fill
+    return out
+
+
+def int_array(values: np.ndarray, type_: pa.DataType, nulls: np.ndarray | None = None) -> pa.Array:
+    """A fixed-width array (int32/int64/timestamp) over ``values`` (null where ``nulls``)."""
+    width = type_.bit_width // 8
+    data = np.ascontiguousarray(values, np.dtype(f"<i{width}"))
+    return pa.Array.from_buffers(type_, len(data), [_validity(nulls), pa.py_buffer(data)])
+
+
+def binary_array(seq: Sequence[Any], what: str) -> pa.LargeBinaryArray:
+    """bytes, str (UTF-8) or None per row as large_binary. Plain bytes take two C loops
+    (~60 ns a row for a key and a value column against ~45 for ``pa.array``, measured);
+    other rows one Python step each."""
+    n = len(seq)
+    try:
+        lengths = np.fromiter(map(len, seq), np.int64, n)  # TypeError: a None (or worse)
+        data = b"".join(seq)  # TypeError: a str
+        if len(data) != int(lengths.sum()):
+            raise TypeError  # rows whose len() does not count bytes (memoryviews of ints)
+        nulls = None
+    except TypeError:
+        rows = list(seq)
+        nulls = np.zeros(n, np.bool_)
+        for i, v in enumerate(rows):
+            if type(v) is bytes:
+                continue
+            if v is None:
+                rows[i], nulls[i] = b"", True
+            elif isinstance(v, str):
+                rows[i] = v.encode()
+            elif isinstance(v, (bytes, bytearray, memoryview)):
+                rows[i] = bytes(v)
+            else:
+                raise TypeError(
+                    f"{what}: cannot be read as binary (row {i} is {type(v).__name__})"
+                ) from None
+        lengths = np.fromiter(map(len, rows), np.int64, n)
+        data = b"".join(rows)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [_validity(nulls), pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _int64_from_seq(data: Any, what: str) -> pa.Array:
+    rows = data.tolist() if isinstance(data, np.ndarray) else list(data)
+    nulls = np.fromiter((v is None for v in rows), np.bool_, len(rows))
+    if nulls.any():
+        rows = [0 if v is None else v for v in rows]
+    try:
+        arr = np.asarray(rows) if rows else np.zeros(0, np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"{what}: cannot be read as int64 ({exc})") from None
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise TypeError(f"{what}: cannot be read as int64 (values of type {arr.dtype})")
+    if arr.dtype.kind == "u" and len(arr) and int(arr.max()) >= 1 << 63:
+        raise TypeError(f"{what}: cannot be read as int64 (a value exceeds it)")
+    return int_array(arr.astype(np.int64), pa.int64(), nulls)
+
+
+def _headers_from_rows(rows: Sequence[Any], what: str) -> pa.ListArray:
+    """Rows of (key, value) pairs or None as list<struct<key, value>> (large binary)."""
+    keys: list[Any] = []
+    values: list[Any] = []
+    counts = np.zeros(len(rows), np.int64)
+    nulls = np.zeros(len(rows), np.bool_)
+    for i, r in enumerate(rows):
+        if r is None:
+            nulls[i] = True
+            continue
+        for kv in r:
+            try:
+                k, v = kv
+            except (TypeError, ValueError):
+                raise TypeError(f"a header must be a (key, value) pair, not {kv!r}") from None
+            if k is None:
+                raise ValueError(f"{what}: a header key is null")
+            keys.append(k)
+            values.append(v)
+        counts[i] = len(r)
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    items = pa.StructArray.from_arrays(
+        [binary_array(keys, f"{what} keys"), binary_array(values, f"{what} values")],
+        fields=list(_LARGE_HEADERS_TYPE.value_type),
+    )
+    return pa.ListArray.from_arrays(
+        int_array(offsets.astype(np.int32), pa.int32()), items, mask=_mask_array(nulls)
+    )
+
+
+def _mask_array(nulls: np.ndarray) -> pa.Array | None:
+    if not nulls.any():
+        return None
+    bits = pa.py_buffer(np.packbits(nulls, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(nulls), [None, bits])
+
+
 def _to_arrow(data: Column, what: str, type_: pa.DataType) -> pa.Array:
     if isinstance(data, pa.ChunkedArray):
         data = data.combine_chunks()
     try:
         if isinstance(data, pa.Array):
             return data.cast(type_)
-        if isinstance(data, np.ndarray):
-            data = data.tolist()
-        return pa.array(data, type_)
+        if type_ == pa.large_binary():
+            if isinstance(data, np.ndarray):
+                data = data.tolist()
+            return binary_array(data, what)
+        if type_ == pa.int64():
+            return _int64_from_seq(data, what)
+        if type_ == _LARGE_HEADERS_TYPE:
+            return _headers_from_rows(data, what)
+        raise TypeError(f"unsupported type {type_}")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as exc:
         raise TypeError(f"{what}: cannot be read as {type_} ({exc})") from None
 
@@ -164,9 +304,9 @@ def _bytes_column(data: Column, what: str) -> _Bytes:
     if isinstance(data, (bytes, str)):
         raise TypeError(f"{what}: expected a column (a sequence or an Arrow array), not {data!r}")
     arr = _to_arrow(data, what, pa.large_binary())
-    if arr.null_count:
-        nulls = arr.is_null().to_numpy(zero_copy_only=False)
-        arr = pc.fill_null(arr, _EMPTY)
+    nulls = null_mask(arr)
+    if nulls is not None:
+        arr = pc.fill_null(arr, _empty_binary())
         lengths = np.diff(_offsets(arr))
         lengths[nulls] = -1
     else:
@@ -181,11 +321,16 @@ def _from_parts(offsets: np.ndarray, data: np.ndarray | pa.Buffer) -> pa.LargeBi
     )
 
 
+def _empty_binary() -> pa.Scalar:
+    """b"" as a large_binary scalar (``pa.scalar`` would import pandas)."""
+    return _from_parts(np.zeros(2, np.int64), b"")[0]
+
+
 def _join(parts: Sequence[pa.Array]) -> pa.LargeBinaryArray:
     """Element-wise concatenation: its data buffer is every row's parts, row after row."""
     if len(parts) == 1:
         return parts[0]
-    return pc.binary_join_element_wise(*parts, _EMPTY)
+    return pc.binary_join_element_wise(*parts, _empty_binary())
 
 
 # --- varints -------------------------------------------------------------------------------
@@ -303,7 +448,7 @@ def _timestamps(timestamps: Any, n: int, now_ms: int | None) -> np.ndarray:
         if isinstance(timestamps, pa.Array) and pa.types.is_timestamp(timestamps.type):
             timestamps = timestamps.cast(pa.timestamp("ms")).cast(pa.int64())
         arr = _to_arrow(timestamps, "timestamps", pa.int64())
-        ts = pc.fill_null(arr, now).to_numpy().astype(np.int64)
+        ts = to_numpy(arr, fill=now)
     if len(ts) != n:
         raise ValueError(f"timestamps: {len(ts)} given for {n} values")
     if n and int(ts.min()) < 0:
@@ -345,7 +490,7 @@ def _headers_list(headers: Any, n: int) -> pa.ListArray | None:
 
 def _header_sections(arr: pa.ListArray) -> _Bytes | None:
     """Every row's encoded headers (count, then key/value pairs) as one binary column."""
-    counts = pc.fill_null(pc.list_value_length(arr), 0).to_numpy().astype(np.int64)
+    counts = to_numpy(pc.list_value_length(arr))
     if not counts.any():
         return None
     flat = arr.flatten()
@@ -745,14 +890,18 @@ def _segments(
         whole = pa.Array.from_buffers(
             pa.binary(), 2 * n, [None, pa.py_buffer(offsets.astype(np.int32)), buf]
         )
-    mask = nulls if nulls is not None and nulls.any() else None
-    picks = pa.array(np.arange(1, 2 * n, 2, dtype=np.int64), mask=mask)
+    picks = int_array(np.arange(1, 2 * n, 2, dtype=np.int64), pa.int64(), nulls)
     return pc.take(whole, picks).cast(pa.binary())
 
 
 def _empty(include_headers: bool) -> pa.RecordBatch:
     schema = ARROW_SCHEMA_HEADERS if include_headers else ARROW_SCHEMA
-    return pa.RecordBatch.from_pylist([], schema=schema)
+    return empty_batch(schema)
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of no rows (``RecordBatch.from_pylist([])`` would import pandas)."""
+    return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
 def decode_fetched(
@@ -910,16 +1059,16 @@ def decode_fetched(
         _segments(pbuf, kstart, kend, knull),
         _segments(pbuf, vstart, vend, vnull),
         _repeat_string(topic, n),
-        pa.array(np.full(n, partition, np.int32)),
-        pa.array(offsets),
+        int_array(np.full(n, partition, np.int32), pa.int32()),
+        int_array(offsets, pa.int64()),
         None,
         None,
     ]
     log_append = np.array([k.log_append for k in kept], np.bool_)[which]
     stamp = np.array([k.timestamp for k in kept], np.int64)[which]
     stamp = np.where(log_append, stamp, stamp + ts_delta)
-    arrays[5] = pa.array(stamp * 1000, pa.timestamp("us", tz="UTC"))
-    arrays[6] = pa.array(log_append.astype(np.int32))
+    arrays[5] = int_array(stamp * 1000, pa.timestamp("us", tz="UTC"))
+    arrays[6] = int_array(log_append.astype(np.int32), pa.int32())
     if not include_headers:  # headers not asked for are not decoded
         return DecodedFetch(pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA), next_offset)
     arrays.append(_decode_headers(pbuf, nbuf, p, hcount, rec_end, topic, partition))
@@ -1007,4 +1156,6 @@ def _decode_headers(
         raise _corrupt(f"{topic}-{partition}: header key is not UTF-8") from None
     values = _segments(pbuf, hv_start, hv_end, hv_null if hv_null.any() else None)
     items = pa.StructArray.from_arrays([keys, values], fields=list(HEADERS_TYPE.value_type))
-    return pa.ListArray.from_arrays(pa.array(row_at.astype(np.int32)), items, type=HEADERS_TYPE)
+    return pa.ListArray.from_arrays(
+        int_array(row_at.astype(np.int32), pa.int32()), items, type=HEADERS_TYPE
+    )
