@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from samsa.client import _describe_configs as describe
 from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import ADMIN, Config
 from samsa.client._errors import KafkaConnectionError, KafkaError
@@ -75,8 +76,8 @@ class ConfigResource:
     type: int
     name: str
 
-    TOPIC: ClassVar[int] = 2
-    BROKER: ClassVar[int] = 4
+    TOPIC: ClassVar[int] = describe.TOPIC
+    BROKER: ClassVar[int] = describe.BROKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -677,22 +678,11 @@ class AsyncAdmin:
                 return await self.cluster.send(
                     node,
                     ApiKey.DESCRIBE_CONFIGS,
-                    (1, 4),
-                    "DescribeConfigsRequest",
-                    lambda v: {
-                        "resources": (
-                            make_request(
-                                ApiKey.DESCRIBE_CONFIGS,
-                                v,
-                                "DescribeConfigsResource",
-                                resource_type=r.type,
-                                resource_name=r.name,
-                                configuration_keys=None,
-                            ),
-                        ),
-                        "include_synonyms": include_synonyms,
-                        "include_documentation": False,
-                    },
+                    describe.VERSIONS,
+                    describe.REQUEST,
+                    describe.describe_configs_body(
+                        r.type, r.name, include_synonyms=include_synonyms
+                    ),
                 )
 
             result = (await self.cluster.retry(attempt, what="DescribeConfigs")).results[0]

@@ -87,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from samsa.client import _describe_configs as describe
 from samsa.client._accumulator import (
     EXTRAS,
     KEY,
@@ -140,7 +141,7 @@ from samsa.client._types import (
     TopicPartition,
 )
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.messages import ApiKey
 from samsa.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("samsa.client.producer")
@@ -621,22 +622,14 @@ class AsyncProducer:
                 resp = await self.cluster.send(
                     None,
                     ApiKey.DESCRIBE_CONFIGS,
-                    (1, 4),
-                    "DescribeConfigsRequest",
-                    lambda v: {
-                        "resources": (
-                            make_request(
-                                ApiKey.DESCRIBE_CONFIGS,
-                                v,
-                                "DescribeConfigsResource",
-                                resource_type=2,  # topic
-                                resource_name=topic,
-                                configuration_keys=("max.message.bytes",),
-                            ),
-                        ),
-                        "include_synonyms": False,
-                        "include_documentation": False,
-                    },
+                    describe.VERSIONS,
+                    describe.REQUEST,
+                    describe.describe_configs_body(
+                        describe.TOPIC,
+                        topic,
+                        ("max.message.bytes",),
+                        include_synonyms=False,
+                    ),
                     timeout=self.request_timeout,
                 )
                 (res,) = resp.results
