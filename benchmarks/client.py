@@ -99,7 +99,6 @@ def _produce_cb_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[st
 def _produce_batch_samsa(
     bootstrap: str, topic: str, n: int, cap: float, batch_size: int | None = None
 ) -> dict[str, Any]:
-    import pyarrow as pa
 
     from samsa.client import Producer
 
@@ -110,8 +109,10 @@ def _produce_batch_samsa(
     from samsa.protocol import columnar  # noqa: F401
 
     chunk = 100_000
-    values = pa.array([VALUE] * chunk, pa.binary())
-    keys = pa.array([_key(i) for i in range(chunk)], pa.binary())
+    # From buffers: pa.array on Python objects would import pandas into this process (the
+    # row's peak RSS is meant to be the client's).
+    values = _binary_column([VALUE] * chunk)
+    keys = _binary_column([_key(i) for i in range(chunk)])
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
@@ -130,6 +131,17 @@ def _produce_batch_samsa(
     finally:
         p.close()
     return {"records": n - left, "seconds": dt, "capped": left > 0}
+
+
+def _binary_column(rows: list[bytes]) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.binary(), len(rows), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(rows))]
+    )
 
 
 def _produce_batch_big_samsa(bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
@@ -294,6 +306,42 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# A fresh interpreter: import the client, make a producer (connected) and close it.
+STARTUP = {
+    "samsa": (
+        "from samsa.client import Producer\np = Producer({'bootstrap.servers': BS})\np.close()\n"
+    ),
+    "confluent-kafka": (
+        "import confluent_kafka\n"
+        "p = confluent_kafka.Producer({'bootstrap.servers': BS})\n"
+        "p.list_topics(timeout=10)\n"
+        "p.flush(10)\n"
+    ),
+}
+_STARTUP_RUN = """
+import json, sys, time
+t0 = time.perf_counter()
+BS = sys.argv[1]
+exec(sys.argv[2])
+dt = time.perf_counter() - t0
+hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")]
+print(json.dumps({"seconds": dt, "peak_rss_mb": hwm[0] / 1024,
+                  "pandas": "pandas" in sys.modules, "pyarrow": "pyarrow" in sys.modules}))
+"""
+
+
+def startup(client: str, bootstrap: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _STARTUP_RUN, bootstrap, STARTUP[client]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"start-up of {client} failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 # --- parent ---------------------------------------------------------------------------------
 
 
@@ -371,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
                 fill = run_child("produce-ck", bs, read_topic, n, args.cap)
                 if fill["capped"]:
                     raise RuntimeError("could not fill the read topic")
+            starts: dict[str, list[dict[str, Any]]] = {}
+            for _ in range(args.repeat):
+                for client in STARTUP:
+                    starts.setdefault(client, []).append(startup(client, bs))
             seq = 0
             for rep in range(args.repeat):
                 for _row, sr, cr in rows:
@@ -416,6 +468,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {row} | {fmt_rate(s[0])} | {s[0] * 100 / 1e6:.1f} | {s[1]:.0f} MB "
               f"| {fmt_rate(c[0])} | {c[1]:.0f} MB | {s[0] / c[0]:.2f}{capped} |")  # fmt: skip
     print(f"\n(total {total:.0f} s; each run in its own process; MB/s counts record values)")
+    print("\nStart-up, a fresh interpreter: import, a producer connected, closed (median):")
+    for client, runs in starts.items():
+        sec = statistics.median(r["seconds"] for r in runs)
+        rss = statistics.median(r["peak_rss_mb"] for r in runs)
+        loaded = [m for m in ("pyarrow", "pandas") if runs[-1].get(m)]
+        print(f"- {client}: {sec:.2f} s, peak RSS {rss:.0f} MB"
+              f"{' (loads ' + ', '.join(loaded) + ')' if loaded else ''}")  # fmt: skip
     return 0
 
 
