@@ -294,18 +294,35 @@ def take(column: Sequence[Any], rows: list[int]) -> tuple[Any, ...]:
 
 
 class Encoded:
-    """The records section of one batch, for the rows ``[first, first + count)``."""
+    """The records section of one batch, for the rows ``[first, first + count)``; ``whole``
+    (if not None) is the batch with room for its header, ``section`` a view of it."""
 
-    __slots__ = ("count", "first", "first_ts", "max_ts", "section")
+    __slots__ = ("count", "first", "first_ts", "max_ts", "section", "whole")
 
     def __init__(
-        self, section: bytes | memoryview, first: int, count: int, first_ts: int, max_ts: int
+        self,
+        whole: bytearray | None,
+        section: bytes | memoryview,
+        first: int,
+        count: int,
+        first_ts: int,
+        max_ts: int,
     ) -> None:
+        self.whole = whole
         self.section = section
         self.first = first
         self.count = count
         self.first_ts = first_ts
         self.max_ts = max_ts
+
+
+def _framed(section: memoryview) -> tuple[bytearray, memoryview]:
+    """A section copied behind room for its batch header. The copy is the only one the
+    records get (build() writes the header in place), and it lets the vectorised encoder's
+    buffer, which holds every partition's sections of a burst, go at once."""
+    whole = bytearray(HEADER_SIZE + len(section))
+    whole[HEADER_SIZE:] = section
+    return whole, memoryview(whole)[HEADER_SIZE:]
 
 
 def _split(sizes: Sequence[int], limit: int) -> list[tuple[int, int]]:
@@ -337,7 +354,7 @@ def encode_columns(
         from samsa.protocol.columnar import encode_sections  # pyarrow: imported lazily
 
         return [
-            Encoded(es.section, es.first, es.count, es.first_timestamp, es.max_timestamp)
+            Encoded(*_framed(es.section), es.first, es.count, es.first_timestamp, es.max_timestamp)
             for es in encode_sections(
                 values,
                 keys,
@@ -358,7 +375,7 @@ def encode_columns(
                 encode_record(i - a, stamps[i] - base_ts, keys[i], values[i], headers[i] or ())
                 for i in range(a, b)
             )
-        out.append(Encoded(compress(codec, body), a, b - a, base_ts, max(stamps[a:b])))
+        out.append(Encoded(None, compress(codec, body), a, b - a, base_ts, max(stamps[a:b])))
     return out
 
 
@@ -439,6 +456,7 @@ class Batch:
         "timestamps",
         "tp",
         "values",
+        "whole",
     )
 
     def __init__(self, tp: TopicPartition, created: float) -> None:
@@ -462,6 +480,7 @@ class Batch:
         self.sizes: list[int] = []
         # sealed
         self.section: bytes | memoryview | None = None
+        self.whole: bytearray | None = None  # the batch ``section`` is a view of (_framed)
         self.codec = 0
         self.first_ts = -1
         self.max_ts = -1
@@ -469,7 +488,7 @@ class Batch:
         self.base_sequence = -1
         self.producer_id = -1
         self.epoch = -1
-        self.payload: bytes | None = None
+        self.payload: bytes | memoryview | None = None
         self.in_flight = False
         self.attempts = 0
         self.retry_at = 0.0
@@ -563,7 +582,7 @@ class Batch:
     def _give(self, b: Batch, e: Encoded, codec: int) -> None:
         """Make ``b`` the sealed batch of rows ``e`` of this one."""
         end = e.first + e.count
-        b.section = e.section
+        b.section, b.whole = e.section, e.whole
         b.codec = codec
         b.count = e.count
         b.first_ts, b.max_ts = e.first_ts, e.max_ts
@@ -597,11 +616,30 @@ class Batch:
 
     def build(
         self, producer_id: int, epoch: int, base_sequence: int, transactional: bool, codec: int
-    ) -> bytes:
-        """The full v2 batch for this identity; the records section is encoded once."""
+    ) -> bytes | memoryview:
+        """The full v2 batch for this identity; the records section is encoded once. A
+        framed section (``whole``) gets its header written in place, so the result is valid
+        until the next build (the request encoder copies it before that can happen)."""
         self.seal(codec)
         assert self.section is not None
         attributes = self.codec | (TRANSACTIONAL_FLAG if transactional else 0)
+        whole = self.whole
+        if whole is not None:
+            _AFTER_CRC.pack_into(
+                whole,
+                _BEFORE_CRC.size,
+                attributes,
+                self.count - 1,
+                self.first_ts,
+                self.max_ts,
+                producer_id,
+                epoch,
+                base_sequence,
+                self.count,
+            )
+            crc = crc32c.crc32c(memoryview(whole)[_BEFORE_CRC.size :])
+            _BEFORE_CRC.pack_into(whole, 0, 0, len(whole) - 12, 0, MAGIC_V2, crc)
+            return memoryview(whole)
         tail = _AFTER_CRC.pack(
             attributes,
             self.count - 1,
@@ -648,7 +686,7 @@ class Batch:
         full = self.build(-1, -1, -1, False, self.codec)
         records = decode_records(RecordBatchView(full))
         size = self.size
-        self.section = None
+        self.section = self.whole = None
         self.full = False
         self.values = [r.value for r in records]
         self.keys = [r.key for r in records]
@@ -1059,7 +1097,7 @@ def encode_sealed(
         max_batch_bytes=batch_size,
     ):
         b = Batch(tp, created)
-        b.section = es.section
+        b.whole, b.section = _framed(es.section)
         b.first_ts, b.max_ts = es.first_timestamp, es.max_timestamp
         b.codec = codec
         b.count = es.count

@@ -206,6 +206,25 @@ def test_sealed_batch_decodes_to_its_rows_with_the_identity_it_is_built_for(
     assert _decoded(again) == _expected(rows, 0, n)
 
 
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+def test_a_columnar_batch_is_built_in_place_without_copying_its_records(codec: int) -> None:
+    rows = _rows(COLUMNAR_ENCODE_MIN + 50, seed=3)
+    b = _open(rows)
+    b.seal(codec)
+    section = b.section
+    assert isinstance(section, memoryview)
+    payload = b.build(7, 3, 100, False, codec)
+    # the section's own buffer, its header written in front: no copy of the records
+    assert isinstance(payload, memoryview) and payload.obj is section.obj
+    assert _decoded(payload) == _expected(rows, 0, len(rows["values"]))
+    again = b.build(9, 1, 5, True, codec)
+    assert isinstance(again, memoryview) and again.obj is section.obj
+    view = validate_produce_batch(again)
+    assert (view.producer_id, view.producer_epoch, view.base_sequence) == (9, 1, 5)
+    assert view.attributes & TRANSACTIONAL_FLAG
+    assert _decoded(again) == _expected(rows, 0, len(rows["values"]))
+
+
 @pytest.mark.parametrize("n", [60, 3000])  # per-record encoder, columnar encoder
 def test_seal_full_cuts_whole_batches_and_keeps_the_rest_open(n: int) -> None:
     rows = _rows(n, headers=n < 100, seed=1)
