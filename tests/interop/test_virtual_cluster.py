@@ -8,6 +8,7 @@ coordinators that move mid-stream. Each test checks the counters to show those p
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -124,3 +125,129 @@ def test_idempotent_produce_and_batches_with_a_leader_moved_mid_stream(
         before = cluster.stats.not_leader
         assert sorted(_read_all(cluster, topic, n, arrow=arrow, move_at=n // 3)) == want
         assert cluster.stats.not_leader > before
+
+
+def test_group_of_two_with_the_coordinator_moved_mid_run(cluster: VirtualCluster) -> None:
+    topic = _topic(cluster.bootstrap, 6)
+    group = f"vcg-{uuid.uuid4().hex[:6]}"
+    n = 600
+
+    def produce(first: int, end: int) -> None:
+        with Producer({"bootstrap.servers": cluster.bootstrap}) as p:
+            for i in range(first, end):
+                p.produce(topic, b"%05d" % i, partition=i % 6)
+            assert p.flush(T) == 0
+
+    produce(0, n // 2)
+    cfg = {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "heartbeat.interval.ms": 100,
+        "session.timeout.ms": 6000,
+        "max.partition.fetch.bytes": 1024,
+    }
+    lock = threading.Lock()
+    seen: dict[bytes, int] = {}
+    committed: dict[int, int] = {}  # partition -> highest offset a commit covered
+    redelivered: list[tuple[int, int]] = []
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def member() -> None:
+        try:
+            with Consumer(cfg) as c:
+                c.subscribe([topic])
+                while not done.is_set():
+                    records = c.consume(100, 0.2)
+                    with lock:
+                        for r in records:
+                            if r.offset < committed.get(r.partition, 0):
+                                redelivered.append((r.partition, r.offset))
+                            seen[r.value] = seen.get(r.value, 0) + 1
+                    if not records:
+                        continue
+                    ends: dict[int, int] = {}
+                    for r in records:
+                        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+                    try:
+                        c.commit({TopicPartition(topic, p): o for p, o in ends.items()})
+                    except Exception:  # a rebalance took the partitions: not committed
+                        continue
+                    with lock:
+                        for p, o in ends.items():
+                            committed[p] = max(committed.get(p, 0), o)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=member) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        end = time.monotonic() + T
+        while len(seen) < n // 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        coordinator = cluster.coordinator(group)
+        cluster.move_coordinator(group, (coordinator + 1) % 3)
+        produce(n // 2, n)
+        while len(seen) < n and time.monotonic() < end:
+            time.sleep(0.05)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(T)
+    assert not errors
+    assert sorted(seen) == [b"%05d" % i for i in range(n)]
+    assert redelivered == []
+    assert cluster.stats.not_coordinator > 0
+    with Consumer(cfg) as c:  # the commits landed on the group's (new) coordinator
+        got = c.committed([TopicPartition(topic, p) for p in range(6)])
+        assert sum(v or 0 for v in got.values()) == n
+
+
+def test_transactions_with_coordinator_and_leader_moves(cluster: VirtualCluster) -> None:
+    topic = _topic(cluster.bootstrap, 6)
+    txn_id = f"vct-{uuid.uuid4().hex[:6]}"
+    cfg = {"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, "linger.ms": 2}
+    want: list[bytes] = []
+
+    def send(p: Producer, tag: bytes, count: int) -> list[bytes]:
+        values = [b"%s%04d" % (tag, i) for i in range(count)]
+        for i, v in enumerate(values):
+            p.produce(topic, v, partition=i % 6)
+        return values
+
+    with Producer(cfg) as p:
+        p.init_transactions(T)
+        p.begin_transaction()
+        want += send(p, b"c", 120)
+        p.commit_transaction(T)
+        cluster.move_coordinator(txn_id, (cluster.coordinator(txn_id) + 1) % 3)
+        p.begin_transaction()
+        send(p, b"a", 120)
+        p.abort_transaction(T)
+        coordinator_errors = cluster.stats.not_coordinator
+        cluster.move_coordinator(txn_id, (cluster.coordinator(txn_id) + 1) % 3)
+        p.begin_transaction()
+        want += send(p, b"d", 60)
+        assert p.flush(T) == 0
+        for part in (1, 5):  # inside the transaction, between its sends
+            cluster.move_leader(topic, part, (cluster.leader(topic, part) + 1) % 3)
+        want += send(p, b"e", 60)
+        p.commit_transaction(T)
+    assert coordinator_errors > 0 and cluster.stats.not_coordinator > coordinator_errors
+    assert cluster.stats.not_leader > 0
+    got: list[bytes] = []
+    rc = {
+        "bootstrap.servers": cluster.bootstrap,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+    }
+    with Consumer(rc) as c:
+        c.assign([TopicPartition(topic, p) for p in range(6)])
+        end = time.monotonic() + T
+        while len(got) < len(want) and time.monotonic() < end:
+            got += c.consume_arrow(500, 0.5).column("value").to_pylist()
+        assert c.consume_arrow(500, 0.3).num_rows == 0
+    assert sorted(got) == sorted(want)
