@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import confluent_kafka as ck
 import pyarrow as pa
 import pytest
 
@@ -251,3 +252,54 @@ def test_transactions_with_coordinator_and_leader_moves(cluster: VirtualCluster)
             got += c.consume_arrow(500, 0.5).column("value").to_pylist()
         assert c.consume_arrow(500, 0.3).num_rows == 0
     assert sorted(got) == sorted(want)
+
+
+def test_confluent_kafka_clients_work_against_the_virtual_cluster(
+    cluster: VirtualCluster,
+) -> None:
+    """The control: librdkafka, a real cluster client, accepts the virtual cluster."""
+    topic = _topic(cluster.bootstrap, 6)
+    group = f"vcck-{uuid.uuid4().hex[:6]}"
+    txn_id = f"vcckt-{uuid.uuid4().hex[:6]}"
+    base = {"bootstrap.servers": cluster.bootstrap}
+    p = ck.Producer({**base, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(300):
+        p.produce(topic, b"p%04d" % i, partition=i % 6)
+    assert p.flush(T) == 0
+    tp = ck.Producer({**base, "transactional.id": txn_id})
+    tp.init_transactions(T)
+    tp.begin_transaction()
+    for i in range(60):
+        tp.produce(topic, b"t%04d" % i, partition=i % 6)
+    tp.commit_transaction(T)
+    tp.begin_transaction()
+    for i in range(30):
+        tp.produce(topic, b"x%04d" % i, partition=i % 6)
+    tp.abort_transaction(T)
+    c = ck.Consumer(
+        {
+            **base,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    got: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        end = time.monotonic() + T
+        while len(got) < 360 and time.monotonic() < end:
+            for m in c.consume(100, 0.5):
+                if m.error() is None:
+                    got.append(m.value())
+        c.commit(asynchronous=False)
+        committed = c.committed([ck.TopicPartition(topic, i) for i in range(6)], T)
+    finally:
+        c.close()
+    assert sorted(got) == sorted(
+        [b"p%04d" % i for i in range(300)] + [b"t%04d" % i for i in range(60)]
+    )
+    assert sum(t.offset for t in committed) > 360  # commit markers take offsets too
+    # librdkafka went to each partition's leader and each key's coordinator at once.
+    assert cluster.stats.not_leader == 0 and cluster.stats.not_coordinator == 0
