@@ -167,6 +167,7 @@ class VirtualCluster:
         self._leaders: dict[tuple[str, int], int] = {}
         self._coordinators: dict[str, int] = {}
         self._topic_names: dict[Any, str] = {}  # topic id -> name, learnt from Metadata
+        self._keys: dict[str, None] = {}  # coordinator keys clients looked up, in order
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="samsa-vcluster")
         self._thread.daemon = True
@@ -194,6 +195,11 @@ class VirtualCluster:
     def coordinator(self, key: str) -> int:
         node = self._coordinators.get(key)
         return zlib.crc32(key.encode()) % len(self._nodes) if node is None else node
+
+    @property
+    def coordinator_keys(self) -> list[str]:
+        """The group and transactional ids clients asked FindCoordinator about."""
+        return list(self._keys)
 
     def move_leader(self, topic: str, partition: int, node: int) -> None:
         self._check_node(node)
@@ -363,6 +369,8 @@ class VirtualCluster:
             return frame  # the broker answers malformed requests
         slot.request = req
         if slot.api_key == ApiKey.FIND_COORDINATOR:
+            for key in getattr(req, "coordinator_keys", None) or [req.key]:
+                self._keys[str(key)] = None
             return frame
         if slot.api_key in _ROUTED:
             return self._route_partitions(node, slot, req, frame, header)
