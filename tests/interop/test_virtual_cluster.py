@@ -257,11 +257,18 @@ def test_transactions_with_coordinator_and_leader_moves(cluster: VirtualCluster)
 def test_confluent_kafka_clients_work_against_the_virtual_cluster(
     cluster: VirtualCluster,
 ) -> None:
-    """The control: librdkafka, a real cluster client, accepts the virtual cluster."""
+    """The control: librdkafka, a real cluster client, goes to each partition's leader and
+    each key's coordinator at once, and follows leaders moved under its producer and its
+    group consumer."""
     topic = _topic(cluster.bootstrap, 6)
     group = f"vcck-{uuid.uuid4().hex[:6]}"
     txn_id = f"vcckt-{uuid.uuid4().hex[:6]}"
     base = {"bootstrap.servers": cluster.bootstrap}
+
+    def move_all() -> None:
+        for part in range(6):
+            cluster.move_leader(topic, part, (cluster.leader(topic, part) + 1) % 3)
+
     p = ck.Producer({**base, "enable.idempotence": True, "linger.ms": 5})
     for i in range(300):
         p.produce(topic, b"p%04d" % i, partition=i % 6)
@@ -276,6 +283,14 @@ def test_confluent_kafka_clients_work_against_the_virtual_cluster(
     for i in range(30):
         tp.produce(topic, b"x%04d" % i, partition=i % 6)
     tp.abort_transaction(T)
+    assert cluster.stats.not_leader == 0 and cluster.stats.not_coordinator == 0
+    move_all()
+    for i in range(300):
+        p.produce(topic, b"q%04d" % i, partition=i % 6)
+    assert p.flush(T) == 0
+    after_produce = cluster.stats.not_leader
+    del p, tp  # librdkafka closes its connections when its handle goes
+    assert after_produce > 0
     c = ck.Consumer(
         {
             **base,
@@ -283,23 +298,26 @@ def test_confluent_kafka_clients_work_against_the_virtual_cluster(
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
+            "max.partition.fetch.bytes": 1024,
         }
     )
     got: list[bytes] = []
+    moved = False
     try:
         c.subscribe([topic])
         end = time.monotonic() + T
-        while len(got) < 360 and time.monotonic() < end:
-            for m in c.consume(100, 0.5):
-                if m.error() is None:
-                    got.append(m.value())
+        while len(got) < 660 and time.monotonic() < end:
+            for m in c.consume(50, 0.5):
+                assert m.error() is None, m.error()
+                got.append(m.value())
+            if not moved and len(got) >= 200:
+                moved = True
+                move_all()
         c.commit(asynchronous=False)
         committed = c.committed([ck.TopicPartition(topic, i) for i in range(6)], T)
     finally:
         c.close()
-    assert sorted(got) == sorted(
-        [b"p%04d" % i for i in range(300)] + [b"t%04d" % i for i in range(60)]
-    )
-    assert sum(t.offset for t in committed) > 360  # commit markers take offsets too
-    # librdkafka went to each partition's leader and each key's coordinator at once.
-    assert cluster.stats.not_leader == 0 and cluster.stats.not_coordinator == 0
+    want = [b"%s%04d" % (t, i) for t, k in ((b"p", 300), (b"t", 60), (b"q", 300)) for i in range(k)]
+    assert sorted(got) == sorted(want)
+    assert sum(t.offset for t in committed) > 660  # commit markers take offsets too
+    assert cluster.stats.not_leader > after_produce

@@ -579,6 +579,8 @@ def _error_entity(cls: type[Any], req: Any, code: int, given: dict[str, Any] | N
         kind = f.metadata.get("kafka_type")
         if f.name in given:
             values[f.name] = given[f.name]
+        elif kind == "records":
+            values[f.name] = b""  # as Kafka's empty MemoryRecords: librdkafka rejects null
         elif kind == "error_code":
             values[f.name] = ErrorCode(code) if code else ErrorCode(0)
         elif typing.get_origin(base) is tuple:
