@@ -19,6 +19,8 @@ import pytest
 
 from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, Producer, TopicPartition
+from samsa.protocol.messages import ApiKey
+from samsa.testing import read_topic
 from samsa.testing.cluster import VirtualCluster
 
 T = 20.0
@@ -128,7 +130,10 @@ def test_idempotent_produce_and_batches_with_a_leader_moved_mid_stream(
         assert cluster.stats.not_leader > before
 
 
-def test_group_of_two_with_the_coordinator_moved_mid_run(cluster: VirtualCluster) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_of_two_with_the_coordinator_moved_mid_run(
+    cluster: VirtualCluster, protocol: str
+) -> None:
     topic = _topic(cluster.bootstrap, 6)
     group = f"vcg-{uuid.uuid4().hex[:6]}"
     n = 600
@@ -145,6 +150,7 @@ def test_group_of_two_with_the_coordinator_moved_mid_run(cluster: VirtualCluster
         "group.id": group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
+        "group.protocol": protocol,
         "heartbeat.interval.ms": 100,
         "session.timeout.ms": 6000,
         "max.partition.fetch.bytes": 1024,
@@ -236,7 +242,10 @@ def test_transactions_with_coordinator_and_leader_moves(cluster: VirtualCluster)
         for part in (1, 5):  # inside the transaction, between its sends
             cluster.move_leader(topic, part, (cluster.leader(topic, part) + 1) % 3)
         want += send(p, b"e", 60)
-        p.commit_transaction(T)
+        inside = cluster.stats.not_coordinator
+        cluster.move_coordinator(txn_id, (cluster.coordinator(txn_id) + 1) % 3)
+        p.commit_transaction(T)  # EndTxn finds the new coordinator
+        assert cluster.stats.not_coordinator > inside
     assert coordinator_errors > 0 and cluster.stats.not_coordinator > coordinator_errors
     assert cluster.stats.not_leader > 0
     got: list[bytes] = []
@@ -321,3 +330,54 @@ def test_confluent_kafka_clients_work_against_the_virtual_cluster(
     assert sorted(got) == sorted(want)
     assert sum(t.offset for t in committed) > 660  # commit markers take offsets too
     assert cluster.stats.not_leader > after_produce
+
+
+def test_consume_transform_produce_with_both_coordinators_moved(cluster: VirtualCluster) -> None:
+    """Offsets committed in the transaction (TxnOffsetCommit to the group's coordinator)
+    while the group's and the transaction's coordinators move between transactions."""
+    src, out = _topic(cluster.bootstrap, 6), _topic(cluster.bootstrap, 6)
+    group, txn_id = f"vccg-{uuid.uuid4().hex[:6]}", f"vcct-{uuid.uuid4().hex[:6]}"
+    n = 600
+    with Producer({"bootstrap.servers": cluster.bootstrap}) as p:
+        for i in range(n):
+            p.produce(src, b"%d" % i, partition=i % 6)
+        assert p.flush(T) == 0
+    ccfg = {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "max.partition.fetch.bytes": 1024,
+    }
+    pcfg = {"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id}
+    copied = 0
+    transactions = 0
+    with Consumer(ccfg) as c, Producer(pcfg) as p:
+        p.init_transactions(T)
+        c.subscribe([src])
+        end = time.monotonic() + T
+        while copied < n and time.monotonic() < end:
+            records = c.consume(150, 0.5)
+            if not records:
+                continue
+            p.begin_transaction()
+            for r in records:
+                p.produce(out, b"%d" % (int(r.value) * 10), partition=r.partition)
+            positions = {TopicPartition(src, r.partition): r.offset + 1 for r in records}
+            p.send_offsets_to_transaction(positions, c.group_metadata(), T)
+            p.commit_transaction(T)
+            copied += len(records)
+            transactions += 1
+            if transactions in (1, 3):
+                cluster.move_coordinator(group, (cluster.coordinator(group) + 1) % 3)
+                cluster.move_coordinator(txn_id, (cluster.coordinator(txn_id) + 1) % 3)
+        committed = c.committed([TopicPartition(src, i) for i in range(6)])
+    assert copied == n and transactions > 3
+    assert sum(v or 0 for v in committed.values()) == n
+    refused = cluster.stats.refused
+    assert any(refused[k] for k in (ApiKey.HEARTBEAT, ApiKey.TXN_OFFSET_COMMIT, ApiKey.JOIN_GROUP))
+    txn_apis = (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN)
+    assert any(refused[k] for k in txn_apis)
+    got = read_topic(cluster.bootstrap, out, committed=True, timeout=10.0)
+    assert sorted(r.value for r in got) == sorted(b"%d" % (i * 10) for i in range(n))

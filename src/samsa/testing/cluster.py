@@ -33,6 +33,7 @@ Counters of the errors the virtual nodes gave are in :attr:`VirtualCluster.stats
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -127,8 +128,10 @@ class ClusterStats:
     split_requests: int = 0  # forwarded with some partitions removed
     not_leader: int = 0  # partitions answered NOT_LEADER_OR_FOLLOWER
     not_coordinator: int = 0  # requests answered NOT_COORDINATOR
+    # api key -> requests answered NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR (any partition)
+    refused: collections.Counter[int] = field(default_factory=collections.Counter)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -378,6 +381,7 @@ class VirtualCluster:
         if not keys or all(self.coordinator(k) == node.node_id for k in keys):
             return frame
         self.stats.not_coordinator += 1
+        self.stats.refused[slot.api_key] += 1
         body = _error_entity(response_class(slot.api_key, slot.version), req, NOT_COORDINATOR)
         slot.answer.set_result(_frame(slot, encode_response(slot.api_key, slot.version, body)))
         return None
@@ -395,6 +399,7 @@ class VirtualCluster:
                 (keep if self.leader(name, index) == node.node_id else wrong).append(p)
             if wrong:
                 self.stats.not_leader += len(wrong)
+                self.stats.refused[slot.api_key] += 1
                 # Fetch v13+ names topics by id only; its answer does too.
                 named = getattr(topic, "topic", None) or getattr(topic, "name", None)
                 ident = None if named else getattr(topic, "topic_id", None)
