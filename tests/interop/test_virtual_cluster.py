@@ -381,3 +381,42 @@ def test_consume_transform_produce_with_both_coordinators_moved(cluster: Virtual
     assert any(refused[k] for k in txn_apis)
     got = read_topic(cluster.bootstrap, out, committed=True, timeout=10.0)
     assert sorted(r.value for r in got) == sorted(b"%d" % (i * 10) for i in range(n))
+
+
+def test_leaders_moving_under_a_busy_idempotent_producer_keep_order(
+    cluster: VirtualCluster,
+) -> None:
+    """Leaders move every 20 ms while batches are in flight (up to 5 per connection): each
+    partition still holds its records once, in produce order."""
+    topic = _topic(cluster.bootstrap, 6)
+    n = 12000
+    stop = threading.Event()
+
+    def mover() -> None:
+        part = 0
+        while not stop.wait(0.02):
+            cluster.move_leader(topic, part, (cluster.leader(topic, part) + 1) % 3)
+            part = (part + 1) % 6
+
+    cfg = {
+        "bootstrap.servers": cluster.bootstrap,
+        "enable.idempotence": True,
+        "max.in.flight.requests.per.connection": 5,
+        "batch.size": 1024,
+        "linger.ms": 1,
+    }
+    t = threading.Thread(target=mover)
+    t.start()
+    try:
+        with Producer(cfg) as p:
+            for i in range(n):
+                p.produce(topic, b"%05d" % i, partition=i % 6)
+            assert p.flush(T) == 0
+    finally:
+        stop.set()
+        t.join(T)
+    assert cluster.stats.not_leader > 0
+    by_part: dict[int, list[int]] = {}
+    for r in read_topic(cluster.bootstrap, topic, timeout=10.0):
+        by_part.setdefault(r.partition, []).append(int(r.value))
+    assert by_part == {p: list(range(p, n, 6)) for p in range(6)}
