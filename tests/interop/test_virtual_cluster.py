@@ -19,9 +19,11 @@ import pytest
 
 from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, Producer, TopicPartition
-from samsa.protocol.messages import ApiKey
-from samsa.testing import read_topic
-from samsa.testing.cluster import VirtualCluster
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import NewRecord, build_batch
+from samsa.testing import produce_request, read_topic
+from samsa.testing.cluster import NOT_COORDINATOR, NOT_LEADER, VirtualCluster
 
 T = 20.0
 OVERRIDES = {
@@ -420,3 +422,126 @@ def test_leaders_moving_under_a_busy_idempotent_producer_keep_order(
     for r in read_topic(cluster.bootstrap, topic, timeout=10.0):
         by_part.setdefault(r.partition, []).append(int(r.value))
     assert by_part == {p: list(range(p, n, 6)) for p in range(6)}
+
+
+def _conn(cluster: VirtualCluster, node: int) -> BlockingConnection:
+    host, _, port = cluster.address(node).rpartition(":")
+    return BlockingConnection(host, int(port), timeout=T)
+
+
+def test_raw_answers_of_the_virtual_nodes(cluster: VirtualCluster) -> None:
+    """Wire-level: coordinator lookups name the mapped node (v3 and batched v4); requests at
+    the wrong node are refused per partition (or group) without reaching the broker; a
+    Produce mixing partitions is split and its answers merged."""
+    topic = _topic(cluster.bootstrap, 2)
+    group, txn = f"vcr-{uuid.uuid4().hex[:6]}", f"vcrt-{uuid.uuid4().hex[:6]}"
+    cluster.move_coordinator(group, 2)
+    cluster.move_coordinator(txn, 1)
+    with _conn(cluster, 0) as c:
+        resp = c.request(
+            ApiKey.FIND_COORDINATOR,
+            4,
+            make_request(
+                ApiKey.FIND_COORDINATOR,
+                4,
+                "FindCoordinatorRequest",
+                key_type=0,
+                coordinator_keys=(group, txn),
+            ),
+        )
+        assert [(x.key, x.node_id, x.port) for x in resp.coordinators] == [
+            (group, 2, int(cluster.address(2).rpartition(":")[2])),
+            (txn, 1, int(cluster.address(1).rpartition(":")[2])),
+        ]
+        resp = c.request(
+            ApiKey.FIND_COORDINATOR,
+            3,
+            make_request(ApiKey.FIND_COORDINATOR, 3, "FindCoordinatorRequest", key=txn, key_type=1),
+        )
+        assert (resp.error_code, resp.node_id) == (0, 1)
+        # OffsetCommit at node 0, not the group's coordinator: refused, nothing committed
+        commit = make_request(
+            ApiKey.OFFSET_COMMIT,
+            2,
+            "OffsetCommitRequest",
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            retention_time=-1,
+            topics=(
+                make_request(
+                    ApiKey.OFFSET_COMMIT,
+                    2,
+                    "OffsetCommitRequestTopic",
+                    name=topic,
+                    partitions=tuple(
+                        make_request(
+                            ApiKey.OFFSET_COMMIT,
+                            2,
+                            "OffsetCommitRequestPartition",
+                            partition_index=i,
+                            committed_offset=5,
+                            committed_metadata=None,
+                        )
+                        for i in (0, 1)
+                    ),
+                ),
+            ),
+        )
+        resp = c.request(ApiKey.OFFSET_COMMIT, 2, commit)
+        assert [
+            (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in resp.topics
+        ] == [(topic, [(0, NOT_COORDINATOR), (1, NOT_COORDINATOR)])]
+        fetch = make_request(
+            ApiKey.OFFSET_FETCH,
+            8,
+            "OffsetFetchRequest",
+            require_stable=False,
+            groups=(
+                make_request(
+                    ApiKey.OFFSET_FETCH, 8, "OffsetFetchRequestGroup", group_id=group, topics=None
+                ),
+            ),
+        )
+        resp = c.request(ApiKey.OFFSET_FETCH, 8, fetch)
+        assert [(g.group_id, g.error_code) for g in resp.groups] == [(group, NOT_COORDINATOR)]
+        add = make_request(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            3,
+            "AddPartitionsToTxnRequest",
+            v3_and_below_transactional_id=txn,
+            v3_and_below_producer_id=1,
+            v3_and_below_producer_epoch=0,
+            v3_and_below_topics=(
+                make_request(
+                    ApiKey.ADD_PARTITIONS_TO_TXN,
+                    3,
+                    "AddPartitionsToTxnTopic",
+                    name=topic,
+                    partitions=(0, 1),
+                ),
+            ),
+        )
+        resp = c.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, add)
+        assert [
+            (t.name, [(p.partition_index, p.partition_error_code) for p in t.results_by_partition])
+            for t in resp.results_by_topic_v3_and_below
+        ] == [(topic, [(0, NOT_COORDINATOR), (1, NOT_COORDINATOR)])]
+        # Produce at node 0 for partition 0 (its own) and 1 (node 1's)
+        batch = build_batch([NewRecord(value=b"x", timestamp=0)])
+        resp = c.request(ApiKey.PRODUCE, 9, produce_request({(topic, 0): batch, (topic, 1): batch}))
+        assert [
+            (t.name, sorted((p.index, p.error_code, p.base_offset) for p in t.partition_responses))
+            for t in resp.responses
+        ] == [(topic, [(0, 0, 0), (1, NOT_LEADER, -1)])]
+    with _conn(cluster, 2) as c:  # the coordinator: the refused commit never happened
+        resp = c.request(ApiKey.OFFSET_FETCH, 8, fetch)
+        assert [(g.error_code, g.topics) for g in resp.groups] == [(0, ())]
+    assert cluster.stats.refused == {
+        ApiKey.OFFSET_COMMIT: 1,
+        ApiKey.OFFSET_FETCH: 1,
+        ApiKey.ADD_PARTITIONS_TO_TXN: 1,
+        ApiKey.PRODUCE: 1,
+    }
+    assert cluster.stats.split_requests == 1
+    assert read_topic(cluster.bootstrap, topic, timeout=10.0)[0].partition == 0
