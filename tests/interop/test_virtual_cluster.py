@@ -8,6 +8,7 @@ coordinators that move mid-stream. Each test checks the counters to show those p
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -22,7 +23,7 @@ from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
-from samsa.testing import produce_request, read_topic
+from samsa.testing import FETCH_VERSION, fetch_request, produce_request, read_topic
 from samsa.testing.cluster import NOT_COORDINATOR, NOT_LEADER, VirtualCluster
 
 T = 20.0
@@ -127,9 +128,10 @@ def test_idempotent_produce_and_batches_with_a_leader_moved_mid_stream(
     assert moved > 0 and cluster.stats.not_leader > moved
     want = sorted([b"a%05d" % i for i in range(n // 2)] + [b"b%05d" % i for i in range(n // 2)])
     for arrow in (False, True):  # consumers follow a leader moved mid-stream too
-        before = cluster.stats.not_leader
+        before, sessions = cluster.stats.not_leader, cluster.stats.incremental_fetches
         assert sorted(_read_all(cluster, topic, n, arrow=arrow, move_at=n // 3)) == want
         assert cluster.stats.not_leader > before
+        assert cluster.stats.incremental_fetches > sessions  # with fetch sessions
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -545,3 +547,39 @@ def test_raw_answers_of_the_virtual_nodes(cluster: VirtualCluster) -> None:
     }
     assert cluster.stats.split_requests == 1
     assert read_topic(cluster.bootstrap, topic, timeout=10.0)[0].partition == 0
+
+
+def test_fetch_session_partitions_moved_away_are_refused_unnamed(cluster: VirtualCluster) -> None:
+    """A partition in a node's fetch session that moves to another node is answered
+    NOT_LEADER_OR_FOLLOWER (its data dropped) even when an incremental Fetch does not name
+    it, as a real broker answers; the session itself stays open."""
+    topic = _topic(cluster.bootstrap, 2)
+    cluster.move_leader(topic, 1, 0)  # node 0 leads both
+    with Producer({"bootstrap.servers": cluster.bootstrap}) as p:
+        for i in range(4):
+            p.produce(topic, b"%d" % i, partition=i % 2)
+        assert p.flush(T) == 0
+    with _conn(cluster, 0) as c:
+        full = dataclasses.replace(
+            fetch_request({(topic, 0): 0, (topic, 1): 0}), session_id=0, session_epoch=0
+        )
+        resp = c.request(ApiKey.FETCH, FETCH_VERSION, full)
+        assert resp.error_code == 0 and resp.session_id != 0
+        assert sorted(
+            (p.partition_index, p.error_code) for t in resp.responses for p in t.partitions
+        ) == [(0, 0), (1, 0)]
+        cluster.move_leader(topic, 1, 1)
+        incremental = dataclasses.replace(
+            fetch_request({}), session_id=resp.session_id, session_epoch=1
+        )
+        resp2 = c.request(ApiKey.FETCH, FETCH_VERSION, incremental)
+        assert resp2.error_code == 0 and resp2.session_id == resp.session_id
+        got = {
+            p.partition_index: (p.error_code, p.records)
+            for t in resp2.responses
+            for p in t.partitions
+        }
+        # partition 0 is read again from the session's offset 0; partition 1 is refused
+        assert got[0][0] == 0 and got[0][1]
+        assert got[1] == (NOT_LEADER, b"")
+    assert cluster.stats.incremental_fetches == 1

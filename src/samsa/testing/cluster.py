@@ -18,9 +18,10 @@ moves mid-stream) would never run. :class:`VirtualCluster` makes them run:
   the two answers merged. Coordinator requests (group and transaction APIs) reaching a node
   that is not their key's coordinator are answered NOT_COORDINATOR without reaching the
   broker. :meth:`move_leader` and :meth:`move_coordinator` change the maps at run time.
-* Fetch sessions (KIP-227) are turned off: a full Fetch is forwarded sessionless (epoch -1),
-  so the broker opens no session and clients keep sending full requests, which lets the
-  virtual broker drop partitions from a request without desynchronising a session.
+* Fetch sessions (KIP-227) work as on a real cluster: a Fetch is forwarded whole (the
+  broker keeps the session the client believes in) and the virtual node tracks each
+  session's partitions, so that every answer says NOT_LEADER_OR_FOLLOWER for the session's
+  partitions it does not lead, even those the request did not name.
 
 What this does not prove: there is one log and no replication, so acks=all across
 replicas, ISR shrinking and unclean elections are not exercised.
@@ -128,6 +129,7 @@ class ClusterStats:
     split_requests: int = 0  # forwarded with some partitions removed
     not_leader: int = 0  # partitions answered NOT_LEADER_OR_FOLLOWER
     not_coordinator: int = 0  # requests answered NOT_COORDINATOR
+    incremental_fetches: int = 0  # Fetch requests of an open session (KIP-227)
     # api key -> requests answered NOT_LEADER_OR_FOLLOWER / NOT_COORDINATOR (any partition)
     refused: collections.Counter[int] = field(default_factory=collections.Counter)
 
@@ -156,6 +158,10 @@ class _Slot:
     answer: asyncio.Future[bytes | None]
     request: Any = None
     errors: list[tuple[str, Any, list[int]]] = field(default_factory=list)  # to merge in
+    # Fetch: the connection's sessions (id -> partitions, each with its topic id or None)
+    # and the partitions this request's session holds once it is answered.
+    sessions: dict[int, dict[tuple[str, int], Any]] = field(default_factory=dict)
+    session_parts: dict[tuple[str, int], Any] = field(default_factory=dict)
 
 
 class VirtualCluster:
@@ -283,8 +289,9 @@ class VirtualCluster:
         self._writers.update((cwriter, uwriter))
         order: asyncio.Queue[_Slot] = asyncio.Queue()
         forwarded: asyncio.Queue[_Slot] = asyncio.Queue()
+        sessions: dict[int, dict[tuple[str, int], Any]] = {}  # this connection's fetch sessions
         tasks = [
-            asyncio.ensure_future(self._upward(node, creader, uwriter, order, forwarded)),
+            asyncio.ensure_future(self._upward(node, creader, uwriter, order, forwarded, sessions)),
             asyncio.ensure_future(self._downward(ureader, forwarded)),
             asyncio.ensure_future(self._answer(node, cwriter, order)),
         ]
@@ -305,6 +312,7 @@ class VirtualCluster:
         upstream: asyncio.StreamWriter,
         order: asyncio.Queue[_Slot],
         forwarded: asyncio.Queue[_Slot],
+        sessions: dict[int, dict[tuple[str, int], Any]],
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -316,7 +324,7 @@ class VirtualCluster:
             except FrameError:
                 return
             self.stats.requests += 1
-            slot = _Slot(api_key, version, cid, loop.create_future())
+            slot = _Slot(api_key, version, cid, loop.create_future(), sessions=sessions)
             out: bytes | None = frame
             if api_key in _DECODED:
                 out = self._route(node, slot, frame)
@@ -354,7 +362,7 @@ class VirtualCluster:
             frame = await slot.answer
             if frame is None:
                 continue
-            if slot.api_key in _REWRITTEN or slot.errors:
+            if slot.api_key in _REWRITTEN or slot.errors or slot.api_key == ApiKey.FETCH:
                 frame = self._rewrite(slot, frame)
             writer.write(_SIZE.pack(len(frame)) + frame)
             await writer.drain()
@@ -375,6 +383,8 @@ class VirtualCluster:
             for key in getattr(req, "coordinator_keys", None) or [req.key]:
                 self._keys[str(key)] = None
             return frame
+        if slot.api_key == ApiKey.FETCH:
+            return self._route_fetch(node, slot, req, frame, header)
         if slot.api_key in _ROUTED:
             return self._route_partitions(node, slot, req, frame, header)
         keys = _coordinator_keys(slot.api_key, req)
@@ -400,17 +410,13 @@ class VirtualCluster:
             if wrong:
                 self.stats.not_leader += len(wrong)
                 self.stats.refused[slot.api_key] += 1
-                # Fetch v13+ names topics by id only; its answer does too.
-                named = getattr(topic, "topic", None) or getattr(topic, "name", None)
-                ident = None if named else getattr(topic, "topic_id", None)
+                ident = _topic_ident(topic)
                 slot.errors.append((name, ident, [int(getattr(p, index_f)) for p in wrong]))
             if keep:
                 keep_topics.append(dataclasses.replace(topic, **{parts_f: tuple(keep)}))
         changes: dict[str, Any] = {}
         if slot.errors:
             changes[topics_f] = tuple(keep_topics)
-        if slot.api_key == ApiKey.FETCH and slot.version >= 7 and req.session_epoch == 0:
-            changes["session_epoch"] = -1  # sessionless: see the module docstring
         if slot.errors and not keep_topics:
             if slot.api_key == ApiKey.PRODUCE and req.acks == 0:
                 slot.answer.set_result(None)
@@ -424,12 +430,38 @@ class VirtualCluster:
             return frame
         if slot.errors:
             self.stats.split_requests += 1
-        new = dataclasses.replace(req, **changes)
-        body = encode_request(slot.api_key, slot.version, new)
-        hdr_flexible = is_flexible(slot.api_key, slot.version)
-        return frame_request(
-            slot.api_key, slot.version, slot.cid, header.client_id, body, hdr_flexible
-        )[4:]
+        return _reframe(slot, header, dataclasses.replace(req, **changes))
+
+    def _route_fetch(
+        self, node: _Node, slot: _Slot, req: Any, frame: bytes, header: Any
+    ) -> bytes | None:
+        """A Fetch goes to the broker whole, so that its session (KIP-227) stays what the
+        client thinks it is; its answer then says NOT_LEADER_OR_FOLLOWER for every partition
+        of the session that this node does not lead (data for them is dropped), as a real
+        broker's would. Such a Fetch does not wait (max_wait 0): Kafka answers at once when
+        a partition has an error."""
+        incremental = slot.version >= 7 and req.session_epoch > 0
+        self.stats.incremental_fetches += incremental
+        parts = dict(slot.sessions.get(req.session_id, {})) if incremental else {}
+        for topic in req.topics:
+            name, ident = self._topic_name(topic), _topic_ident(topic)
+            for p in topic.partitions:
+                parts[(name, int(p.partition))] = ident
+        for topic in getattr(req, "forgotten_topics_data", ()):
+            name = self._topic_name(topic)
+            for index in topic.partitions:
+                parts.pop((name, int(index)), None)
+        slot.session_parts = parts
+        wrong: dict[tuple[str, Any], list[int]] = {}
+        for (name, index), ident in parts.items():
+            if self.leader(name, index) != node.node_id:
+                wrong.setdefault((name, ident), []).append(index)
+        if not wrong:
+            return frame
+        self.stats.refused[ApiKey.FETCH] += 1
+        self.stats.not_leader += sum(len(v) for v in wrong.values())
+        slot.errors = [(name, ident, indexes) for (name, ident), indexes in wrong.items()]
+        return _reframe(slot, header, dataclasses.replace(req, max_wait=datetime.timedelta(0)))
 
     def _topic_name(self, topic: Any) -> str:
         name = getattr(topic, "topic", None) or getattr(topic, "name", None)
@@ -444,6 +476,8 @@ class VirtualCluster:
         try:
             cid, offset = split_response(frame, flexible)
             resp = decode_response(slot.api_key, slot.version, frame, offset)
+            if slot.api_key == ApiKey.FETCH:
+                self._track_session(slot, resp)
             if slot.api_key in _ROUTED:
                 resp = self._merge(slot, resp)
             elif slot.api_key == ApiKey.FIND_COORDINATOR:
@@ -502,12 +536,34 @@ class VirtualCluster:
             )
         return place(resp, str(req.key))
 
+    def _track_session(self, slot: _Slot, resp: Any) -> None:
+        req = slot.request
+        if slot.version < 7 or req is None:
+            return
+        if int(resp.error_code) != 0 or req.session_epoch == -1:
+            slot.sessions.pop(req.session_id, None)
+        if int(resp.error_code) == 0 and int(resp.session_id) != 0:
+            slot.sessions[int(resp.session_id)] = slot.session_parts
+            while len(slot.sessions) > 16:  # bounded: forget the oldest
+                del slot.sessions[next(iter(slot.sessions))]
+
     def _merge(self, slot: _Slot, resp: Any) -> Any:
-        """``resp`` with the NOT_LEADER_OR_FOLLOWER partitions of ``slot`` added."""
+        """``resp`` with the NOT_LEADER_OR_FOLLOWER partitions of ``slot`` (in place of any
+        data the broker gave for them)."""
         _, (topics_f, parts_f, index_f) = _LAYOUT[slot.api_key]
         topic_cls = _item_type(type(resp), topics_f)
         part_cls = _item_type(topic_cls, parts_f)
-        topics = list(getattr(resp, topics_f))
+        topics = []
+        for t in getattr(resp, topics_f):
+            drop = {
+                i
+                for name, ident, indexes in slot.errors
+                if _same_topic(t, name, ident)
+                for i in indexes
+            }
+            kept = tuple(p for p in getattr(t, parts_f) if int(getattr(p, index_f)) not in drop)
+            if kept or not drop:
+                topics.append(dataclasses.replace(t, **{parts_f: kept}))
         for name, ident, indexes in slot.errors:
             errs = tuple(_error_entity(part_cls, None, NOT_LEADER, {index_f: i}) for i in indexes)
             for i, t in enumerate(topics):
@@ -538,6 +594,19 @@ def frame_response_body(cid: int, body: bytes, flexible: bool) -> bytes:
 
 def _frame(slot: _Slot, body: bytes) -> bytes:
     return frame_response_body(slot.cid, body, is_flexible(slot.api_key, slot.version))
+
+
+def _reframe(slot: _Slot, header: Any, req: Any) -> bytes:
+    """``req`` encoded as the frame (without size) of ``slot``'s request."""
+    body = encode_request(slot.api_key, slot.version, req)
+    flexible = is_flexible(slot.api_key, slot.version)
+    return frame_request(slot.api_key, slot.version, slot.cid, header.client_id, body, flexible)[4:]
+
+
+def _topic_ident(topic: Any) -> Any:
+    """A request topic's id when it is named by id only (Fetch v13+), else None."""
+    named = getattr(topic, "topic", None) or getattr(topic, "name", None)
+    return None if named else getattr(topic, "topic_id", None)
 
 
 def _same_topic(t: Any, name: str, ident: Any) -> bool:
