@@ -536,6 +536,22 @@ def test_raw_answers_of_the_virtual_nodes(cluster: VirtualCluster) -> None:
             (t.name, sorted((p.index, p.error_code, p.base_offset) for p in t.partition_responses))
             for t in resp.responses
         ] == [(topic, [(0, 0, 0), (1, NOT_LEADER, -1)])]
+        # DeleteRecords at node 0 for partition 1 (node 1's): refused, nothing deleted
+        k = ApiKey.DELETE_RECORDS
+        part = make_request(k, 2, "DeleteRecordsPartition", partition_index=1, offset=1)
+        delete = make_request(
+            k,
+            2,
+            "DeleteRecordsRequest",
+            timeout=5000,
+            topics=(make_request(k, 2, "DeleteRecordsTopic", name=topic, partitions=(part,)),),
+        )
+        resp = c.request(k, 2, delete)
+        assert [
+            (p.partition_index, p.error_code, p.low_watermark)
+            for t in resp.topics
+            for p in t.partitions
+        ] == [(1, NOT_LEADER, -1)]
     with _conn(cluster, 2) as c:  # the coordinator: the refused commit never happened
         resp = c.request(ApiKey.OFFSET_FETCH, 8, fetch)
         assert [(g.error_code, g.topics) for g in resp.groups] == [(0, ())]
@@ -544,6 +560,7 @@ def test_raw_answers_of_the_virtual_nodes(cluster: VirtualCluster) -> None:
         ApiKey.OFFSET_FETCH: 1,
         ApiKey.ADD_PARTITIONS_TO_TXN: 1,
         ApiKey.PRODUCE: 1,
+        ApiKey.DELETE_RECORDS: 1,
     }
     assert cluster.stats.split_requests == 1
     assert read_topic(cluster.bootstrap, topic, timeout=10.0)[0].partition == 0
@@ -583,3 +600,41 @@ def test_fetch_session_partitions_moved_away_are_refused_unnamed(cluster: Virtua
         assert got[0][0] == 0 and got[0][1]
         assert got[1] == (NOT_LEADER, b"")
     assert cluster.stats.incremental_fetches == 1
+
+
+def test_admin_follows_coordinators_and_leaders(cluster: VirtualCluster) -> None:
+    """The admin client's group, transaction and record calls reach the coordinator or the
+    leader after they moved; each node lists only the groups and transactions it
+    coordinates, so the listings hold each once."""
+    topic = _topic(cluster.bootstrap, 3)
+    group, txn = f"vca-{uuid.uuid4().hex[:6]}", f"vcat-{uuid.uuid4().hex[:6]}"
+    with Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn}) as p:
+        p.init_transactions(T)
+        p.begin_transaction()
+        for i in range(30):
+            p.produce(topic, b"%d" % i, partition=i % 3)
+        p.commit_transaction(T)
+    tps = [TopicPartition(topic, i) for i in range(3)]
+    cfg = {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False}
+    with Consumer(cfg) as c:
+        c.commit({tp: 5 for tp in tps})
+    with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
+
+        def check() -> None:
+            assert [g.group_id for g in admin.list_groups()].count(group) == 1
+            (desc,) = admin.describe_groups([group])
+            assert (desc.group_id, desc.state, desc.error) == (group, "Empty", 0)
+            assert admin.list_group_offsets(group) == {tp: 5 for tp in tps}
+            assert [t.transactional_id for t in admin.list_transactions()].count(txn) == 1
+            assert admin.describe_transactions([txn])[txn].state == "CompleteCommit"
+
+        check()  # the admin client now knows the coordinators and leaders
+        assert admin.delete_records({tps[0]: 1})[tps[0]].low_watermark == 1
+        cluster.move_coordinator(group, (cluster.coordinator(group) + 1) % 3)
+        cluster.move_coordinator(txn, (cluster.coordinator(txn) + 1) % 3)
+        cluster.move_leader(topic, 0, (cluster.leader(topic, 0) + 1) % 3)
+        check()
+        # DeleteRecords at node that no longer leads would be refused: it went to the new one
+        assert admin.delete_records({tps[0]: 2})[tps[0]].low_watermark == 2
+    refused = cluster.stats.refused
+    assert refused[ApiKey.CONSUMER_GROUP_DESCRIBE] and refused[ApiKey.DESCRIBE_TRANSACTIONS]

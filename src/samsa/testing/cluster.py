@@ -12,12 +12,15 @@ moves mid-stream) would never run. :class:`VirtualCluster` makes them run:
   epochs stay what the broker reports (they are not rewritten, in answers or requests).
   FindCoordinator (v0-3 and the batched v4+ form, group and transaction keys alike) answers
   a node per key (default ``crc32(key) % N``).
-* Routing is strict, as in a real cluster. Produce, Fetch and ListOffsets partitions that
+* Routing is strict, as in a real cluster. Produce, ListOffsets and DeleteRecords partitions that
   the receiving node does not lead are answered by the virtual broker itself with
   NOT_LEADER_OR_FOLLOWER; the partitions it leads are forwarded in a rewritten request and
   the two answers merged. Coordinator requests (group and transaction APIs) reaching a node
   that is not their key's coordinator are answered NOT_COORDINATOR without reaching the
-  broker. :meth:`move_leader` and :meth:`move_coordinator` change the maps at run time.
+  broker (the admin group APIs too: DescribeGroups, ConsumerGroupDescribe, DeleteGroups,
+  OffsetDelete). ListGroups and ListTransactions answers list only what the node
+  coordinates, so that a client asking every node sees each once.
+  :meth:`move_leader` and :meth:`move_coordinator` change the maps at run time.
 * Fetch sessions (KIP-227) work as on a real cluster: a Fetch is forwarded whole (the
   broker keeps the session the client believes in) and the virtual node tracks each
   session's partitions, so that every answer says NOT_LEADER_OR_FOLLOWER for the session's
@@ -81,6 +84,10 @@ _GROUP_APIS = frozenset(
         ApiKey.OFFSET_FETCH,
         ApiKey.TXN_OFFSET_COMMIT,  # sent to the group's coordinator, as in Kafka
         ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        ApiKey.DESCRIBE_GROUPS,  # the admin APIs on groups too
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.OFFSET_DELETE,
     }
 )
 _TXN_APIS = frozenset(
@@ -92,9 +99,14 @@ _TXN_APIS = frozenset(
         ApiKey.DESCRIBE_TRANSACTIONS,
     }
 )
-_ROUTED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS})
+_ROUTED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.DELETE_RECORDS})
 _DECODED = _GROUP_APIS | _TXN_APIS | _ROUTED | {ApiKey.FIND_COORDINATOR}
 _REWRITTEN = frozenset({ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER, ApiKey.FIND_COORDINATOR})
+# Listings each broker answers for the keys it coordinates: (list field, key field).
+_LISTINGS = {
+    ApiKey.LIST_GROUPS: ("groups", "group_id"),
+    ApiKey.LIST_TRANSACTIONS: ("transaction_states", "transactional_id"),
+}
 # Per API: (the request's topic list, its partition list, the partition index field) and the
 # same three names in the response.
 _LAYOUT: dict[int, tuple[tuple[str, str, str], tuple[str, str, str]]] = {
@@ -110,6 +122,10 @@ _LAYOUT: dict[int, tuple[tuple[str, str, str], tuple[str, str, str]]] = {
         ("topics", "partitions", "partition_index"),
         ("topics", "partitions", "partition_index"),
     ),
+    ApiKey.DELETE_RECORDS: (
+        ("topics", "partitions", "partition_index"),
+        ("topics", "partitions", "partition_index"),
+    ),
 }
 # Response list fields whose request counterpart has another name.
 _ALIASES = {
@@ -118,6 +134,8 @@ _ALIASES = {
     "partitions": ("partition_indexes", "partitions"),
     "transaction_states": ("transactional_ids",),
     "responses": ("topic_data", "topics"),
+    "results": ("groups_names",),
+    "groups": ("group_ids",),
 }
 
 
@@ -362,8 +380,13 @@ class VirtualCluster:
             frame = await slot.answer
             if frame is None:
                 continue
-            if slot.api_key in _REWRITTEN or slot.errors or slot.api_key == ApiKey.FETCH:
-                frame = self._rewrite(slot, frame)
+            if (
+                slot.api_key in _REWRITTEN
+                or slot.api_key in _LISTINGS
+                or slot.errors
+                or slot.api_key == ApiKey.FETCH
+            ):
+                frame = self._rewrite(node, slot, frame)
             writer.write(_SIZE.pack(len(frame)) + frame)
             await writer.drain()
 
@@ -471,7 +494,7 @@ class VirtualCluster:
 
     # --- responses -------------------------------------------------------------------------
 
-    def _rewrite(self, slot: _Slot, frame: bytes) -> bytes:
+    def _rewrite(self, node: _Node, slot: _Slot, frame: bytes) -> bytes:
         flexible = is_flexible(slot.api_key, slot.version)
         try:
             cid, offset = split_response(frame, flexible)
@@ -482,6 +505,14 @@ class VirtualCluster:
                 resp = self._merge(slot, resp)
             elif slot.api_key == ApiKey.FIND_COORDINATOR:
                 resp = self._rewrite_coordinator(slot.request, resp)
+            elif slot.api_key in _LISTINGS:  # each node lists what it coordinates
+                items, key = _LISTINGS[slot.api_key]
+                mine = tuple(
+                    x
+                    for x in getattr(resp, items)
+                    if self.coordinator(str(getattr(x, key))) == node.node_id
+                )
+                resp = dataclasses.replace(resp, **{items: mine})
             else:
                 resp = self._rewrite_brokers(slot.api_key, resp)
             body = encode_response(slot.api_key, slot.version, resp)
@@ -619,6 +650,12 @@ def _coordinator_keys(api_key: int, req: Any) -> list[str]:
     if api_key in _GROUP_APIS:
         if api_key == ApiKey.OFFSET_FETCH and getattr(req, "groups", None):
             return [str(g.group_id) for g in req.groups]
+        if api_key == ApiKey.DESCRIBE_GROUPS:
+            return [str(g) for g in req.groups]
+        if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+            return [str(g) for g in req.group_ids]
+        if api_key == ApiKey.DELETE_GROUPS:
+            return [str(g) for g in req.groups_names]
         group = getattr(req, "group_id", None)
         return [str(group)] if group else []
     if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
