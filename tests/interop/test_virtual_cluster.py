@@ -18,6 +18,7 @@ import confluent_kafka as ck
 import pyarrow as pa
 import pytest
 
+import samsa.testing.cluster as cluster_module
 from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection
@@ -638,3 +639,43 @@ def test_admin_follows_coordinators_and_leaders(cluster: VirtualCluster) -> None
         assert admin.delete_records({tps[0]: 2})[tps[0]].low_watermark == 2
     refused = cluster.stats.refused
     assert refused[ApiKey.CONSUMER_GROUP_DESCRIBE] and refused[ApiKey.DESCRIBE_TRANSACTIONS]
+
+
+def test_coordinator_keys_remembered_are_bounded(
+    cluster: VirtualCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_module, "_MAX_KEYS", 3)
+    keys = tuple(f"vck-{i}" for i in range(5))
+    with _conn(cluster, 0) as c:
+        req = make_request(
+            ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest", key_type=0, coordinator_keys=keys
+        )
+        resp = c.request(ApiKey.FIND_COORDINATOR, 4, req)
+    assert [x.key for x in resp.coordinators] == list(keys)
+    assert cluster.coordinator_keys == list(keys[2:])  # the newest three
+
+
+def test_fetch_sessions_tracked_per_connection_are_bounded(
+    cluster: VirtualCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the newest sessions of a connection are tracked: with room for one, a moved
+    partition is refused in the newest session and no longer known in the older one."""
+    monkeypatch.setattr(cluster_module, "_MAX_SESSIONS", 1)
+    topic = _topic(cluster.bootstrap, 2)
+    cluster.move_leader(topic, 1, 0)
+    with _conn(cluster, 0) as c:
+        ids = []
+        for _ in range(2):
+            full = dataclasses.replace(
+                fetch_request({(topic, 0): 0, (topic, 1): 0}), session_id=0, session_epoch=0
+            )
+            resp = c.request(ApiKey.FETCH, FETCH_VERSION, full)
+            assert resp.error_code == 0 and resp.session_id != 0
+            ids.append(resp.session_id)
+        cluster.move_leader(topic, 1, 1)
+        refused = []
+        for sid in reversed(ids):  # the newest first: answering the other one tracks it
+            req = dataclasses.replace(fetch_request({}), session_id=sid, session_epoch=1)
+            resp = c.request(ApiKey.FETCH, FETCH_VERSION, req)
+            refused.append([p.partition_index for t in resp.responses for p in t.partitions])
+    assert refused == [[1], []]

@@ -102,6 +102,8 @@ _TXN_APIS = frozenset(
 _ROUTED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.DELETE_RECORDS})
 _DECODED = _GROUP_APIS | _TXN_APIS | _ROUTED | {ApiKey.FIND_COORDINATOR}
 _REWRITTEN = frozenset({ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER, ApiKey.FIND_COORDINATOR})
+_MAX_KEYS = 10_000  # coordinator keys remembered for coordinator_keys
+_MAX_SESSIONS = 16  # fetch sessions tracked per connection (a consumer opens one per node)
 # Listings each broker answers for the keys it coordinates: (list field, key field).
 _LISTINGS = {
     ApiKey.LIST_GROUPS: ("groups", "group_id"),
@@ -405,6 +407,8 @@ class VirtualCluster:
         if slot.api_key == ApiKey.FIND_COORDINATOR:
             for key in getattr(req, "coordinator_keys", None) or [req.key]:
                 self._keys[str(key)] = None
+            while len(self._keys) > _MAX_KEYS:  # bounded: forget the oldest
+                del self._keys[next(iter(self._keys))]
             return frame
         if slot.api_key == ApiKey.FETCH:
             return self._route_fetch(node, slot, req, frame, header)
@@ -575,7 +579,7 @@ class VirtualCluster:
             slot.sessions.pop(req.session_id, None)
         if int(resp.error_code) == 0 and int(resp.session_id) != 0:
             slot.sessions[int(resp.session_id)] = slot.session_parts
-            while len(slot.sessions) > 16:  # bounded: forget the oldest
+            while len(slot.sessions) > _MAX_SESSIONS:  # bounded: forget the oldest
                 del slot.sessions[next(iter(slot.sessions))]
 
     def _merge(self, slot: _Slot, resp: Any) -> Any:
