@@ -13,6 +13,7 @@ from samsa.cli import (
     configs,
     consume,
     demo,
+    features,
     groups,
     produce,
     producers,
@@ -39,6 +40,7 @@ COMMANDS = [
     groups,
     users,
     acls,
+    features,
     demo,
 ]
 

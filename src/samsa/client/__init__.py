@@ -14,9 +14,12 @@ from samsa.client._admin import (
     ConfigResource,
     ConfigSynonym,
     DeletedRecords,
+    FeatureMetadata,
+    FeatureUpdate,
     GroupDescription,
     GroupListing,
     GroupMember,
+    UpgradeType,
 )
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
@@ -71,6 +74,8 @@ __all__ = [
     "ConsumerRecord",
     "CorruptRecordError",
     "DeletedRecords",
+    "FeatureMetadata",
+    "FeatureUpdate",
     "GroupDescription",
     "GroupListing",
     "GroupMember",
@@ -93,6 +98,7 @@ __all__ = [
     "TransactionListing",
     "TransactionState",
     "TransactionStateError",
+    "UpgradeType",
     "murmur2",
     "partition_for_key",
 ]

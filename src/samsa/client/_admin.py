@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Iterable
+import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -121,6 +122,33 @@ class DeletedRecords:
 
     low_watermark: int
     error: KafkaError | None = None
+
+
+class UpgradeType(enum.IntEnum):
+    """How an UpdateFeatures change may move a level (Java's ``FeatureUpdate.UpgradeType``)."""
+
+    UPGRADE = 1
+    SAFE_DOWNGRADE = 2  # refused if metadata would be lost
+    UNSAFE_DOWNGRADE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureUpdate:
+    """One feature's new level (Java's ``FeatureUpdate``); level 0 disables the feature."""
+
+    level: int
+    upgrade_type: UpgradeType = UpgradeType.UPGRADE
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureMetadata:
+    """ApiVersions v3+'s features (Java's ``FeatureMetadata``): the finalized level of each
+    enabled feature (Kafka 4 finalizes one level: min = max), their epoch (None when the
+    broker reports none) and the level range this broker supports."""
+
+    finalized: Mapping[str, int]
+    finalized_epoch: int | None
+    supported: Mapping[str, tuple[int, int]]
 
 
 class AsyncAdmin:
@@ -967,6 +995,95 @@ class AsyncAdmin:
                     int(t.error_code),
                 )
         return out
+
+    # --- features --------------------------------------------------------------------------
+
+    async def describe_features(self) -> FeatureMetadata:
+        """The cluster's features, from ApiVersions v3+ sent to any broker (as Java's
+        ``describeFeatures``); v4 also lists supported features whose minimum is 0."""
+
+        async def attempt() -> FeatureMetadata:
+            resp = await self.cluster.send(
+                None,
+                ApiKey.API_VERSIONS,
+                (3, 4),
+                "ApiVersionsRequest",
+                lambda v: {"client_software_name": "samsa", "client_software_version": "0.1"},
+            )
+            if resp.error_code:
+                raise KafkaError(int(resp.error_code), "ApiVersions")
+            epoch = int(resp.finalized_features_epoch)
+            return FeatureMetadata(
+                {str(f.name): int(f.max_version_level) for f in resp.finalized_features},
+                epoch if epoch >= 0 else None,
+                {
+                    str(f.name): (int(f.min_version), int(f.max_version))
+                    for f in resp.supported_features
+                },
+            )
+
+        return await self.cluster.retry(attempt, what="DescribeFeatures")
+
+    async def update_features(
+        self, updates: Mapping[str, FeatureUpdate], *, validate_only: bool = False
+    ) -> None:
+        """UpdateFeatures to the controller: all updates are applied or none. A refusal
+        raises KafkaError with the broker's message (INVALID_UPDATE_VERSION for a level the
+        broker will not take, CLUSTER_AUTHORIZATION_FAILED without Alter on the cluster)."""
+        if not updates:
+            raise ValueError("update_features needs at least one feature update")
+        for name, u in updates.items():
+            if not name:
+                raise ValueError("a feature name cannot be empty")
+            if u.level < 0:
+                raise ValueError(f"feature {name}: level {u.level} is below 0")
+
+        def fields(v: int) -> dict[str, Any]:
+            # v0 can say neither; sending it anyway would do something else than asked
+            unsafe = any(u.upgrade_type == UpgradeType.UNSAFE_DOWNGRADE for u in updates.values())
+            if v == 0 and (unsafe or validate_only):
+                raise KafkaError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    "UpdateFeatures v0 has no unsafe downgrade and no validate_only",
+                )
+            return {
+                "timeout": int(self.request_timeout * 1000),
+                "feature_updates": tuple(
+                    make_request(
+                        ApiKey.UPDATE_FEATURES,
+                        v,
+                        "FeatureUpdateKey",
+                        feature=name,
+                        max_version_level=u.level,
+                        allow_downgrade=u.upgrade_type != UpgradeType.UPGRADE,
+                        upgrade_type=int(u.upgrade_type),
+                    )
+                    for name, u in updates.items()
+                ),
+                "validate_only": validate_only,
+            }
+
+        async def attempt() -> None:
+            resp = await self.cluster.send(
+                await self._controller(),
+                ApiKey.UPDATE_FEATURES,
+                (0, 2),
+                "UpdateFeaturesRequest",
+                fields,
+            )
+            if resp.error_code:
+                raise KafkaError(int(resp.error_code), resp.error_message or "UpdateFeatures")
+            for r in getattr(resp, "results", ()):  # v0-1 answer per feature
+                if r.error_code:
+                    raise KafkaError(int(r.error_code), f"{r.feature}: {r.error_message or ''}")
+
+        async def react(exc: KafkaError) -> None:
+            if exc.code == ErrorCode.NOT_CONTROLLER:
+                await self.cluster.refresh([])
+
+        await self.cluster.retry(attempt, what="UpdateFeatures", on_retriable=react)
+
+    # --- cluster ---------------------------------------------------------------------------
 
     async def describe_cluster(self) -> dict[str, Any]:
         await self.cluster.refresh([])

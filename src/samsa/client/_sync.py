@@ -46,6 +46,8 @@ from samsa.client._admin import (
     ConfigEntry,
     ConfigResource,
     DeletedRecords,
+    FeatureMetadata,
+    FeatureUpdate,
     GroupDescription,
     GroupListing,
 )
@@ -1068,6 +1070,14 @@ class Admin(_Facade[AsyncAdmin]):
 
     def describe_cluster(self) -> dict[str, Any]:
         return self._lt.run(self._core.describe_cluster())
+
+    def describe_features(self) -> FeatureMetadata:
+        return self._lt.run(self._core.describe_features())
+
+    def update_features(
+        self, updates: Mapping[str, FeatureUpdate], *, validate_only: bool = False
+    ) -> None:
+        self._lt.run(self._core.update_features(dict(updates), validate_only=validate_only))
 
     def list_transactions(
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
