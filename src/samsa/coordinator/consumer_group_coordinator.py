@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -320,16 +320,17 @@ class ConsumerGroups:
         if req.classic is not None:
             # A classic JoinGroup: a member id the group does not know is a new member; a
             # known one rejoins keeping its assignment (what it still owns is reconciled).
+            # A static member under a new member id replaces the one holding its instance id,
+            # of either protocol (Kafka's classicGroupJoinToConsumerGroup): it takes over its
+            # epoch and assignment, the old one is fenced (the caller checked the member id).
+            prior = group.static_member(req.instance_id) if req.instance_id is not None else None
+            if prior is not None and prior.member_id != req.member_id:
+                return self._replace(group, prior, req.member_id), True, prior.member_id
             existing = group.members.get(req.member_id)
             if existing is not None:
                 return existing, False, None
             if len(group.members) >= self.config.max_size:
                 raise _Refused(E.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
-            if req.instance_id is not None and group.static_member(req.instance_id):
-                raise _Refused(
-                    E.UNRELEASED_INSTANCE_ID,
-                    f"instance {req.instance_id} is still in use by another member",
-                )
             return ConsumerMember(req.member_id, _empty_metadata()), True, None
         if req.member_epoch == 0:
             if len(group.members) >= self.config.max_size and req.member_id not in group.members:
@@ -361,6 +362,9 @@ class ConsumerGroups:
                 self._delete_member(group, mid)
             return ConsumerMember(mid, _empty_metadata()), True, None
         member = group.members.get(req.member_id)
+        if member is None and req.instance_id is not None and group.static_member(req.instance_id):
+            # Its instance id went to a newer member (Kafka's throwIfInstanceIdIsFenced).
+            raise _Refused(E.FENCED_INSTANCE_ID, "the static member was replaced")
         if member is None:
             raise _Refused(E.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         if member.instance_id != req.instance_id and req.instance_id is not None:
@@ -380,6 +384,26 @@ class ConsumerGroups:
             ):
                 raise _Refused(E.FENCED_MEMBER_EPOCH, "the member epoch is fenced")
         return member, False, None
+
+    def _replace(
+        self, group: ConsumerGroup, prior: ConsumerMember, member_id: str
+    ) -> ConsumerMember:
+        """``member_id`` takes the place of the static member ``prior``, whose records go."""
+        self._delete_member(group, prior.member_id)
+        if prior.member_id in group.targets:
+            self._emit(
+                _key(TARGET_MEMBER_TYPE, group.group_id, member_id),
+                TargetAssignmentMemberValue(group.targets[prior.member_id]),
+            )
+        return ConsumerMember(
+            member_id,
+            prior.metadata,
+            prior.member_epoch,
+            prior.previous_member_epoch,
+            prior.state,
+            dict(prior.assigned),
+            dict(prior.pending_revocation),
+        )
 
     def _leave(self, group: ConsumerGroup, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
         member = group.members.get(req.member_id)
@@ -584,9 +608,10 @@ class ConsumerGroups:
                         return True
         return False
 
-    def delete(self, group: ConsumerGroup) -> None:
-        """Tombstones for an empty group's records."""
-        for mid in list(group.members):
+    def delete(self, group: ConsumerGroup, joined: Iterable[str] = ()) -> None:
+        """Tombstones for an empty group's records (and those of members ``joined`` by
+        records not yet replayed)."""
+        for mid in [*group.members, *joined]:
             self._delete_member(group, mid)
         self._emit(_key(TARGET_METADATA_TYPE, group.group_id), None)
         self._emit(_key(GROUP_METADATA_TYPE, group.group_id), None)

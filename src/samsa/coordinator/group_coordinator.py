@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from samsa.coordinator.consumer_group import ConsumerGroup, MemberState
+from samsa.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState
 from samsa.coordinator.consumer_group_coordinator import (
     ConsumerConfig,
     ConsumerGroupDescription,
@@ -840,8 +840,19 @@ class GroupCoordinator:
         subscription says what it still owns); it is answered at once, as a follower (no
         leader: the server assigns), at its member epoch as the generation."""
         names = [p for p, _ in req.protocols]
+        iid = req.group_instance_id
+        held = cgroup.static_member(iid) if iid is not None else None
+        if iid is not None and req.member_id:
+            # A static member naming its member id must be the one holding its instance id.
+            if held is None:
+                return JoinResult(E.UNKNOWN_MEMBER_ID, req.member_id)
+            if held.member_id != req.member_id:
+                return JoinResult(E.FENCED_INSTANCE_ID, req.member_id)
+        replaced = held if held is not None and not req.member_id else None
         others = [
-            m for m in cgroup.members.values() if m.is_classic and m.member_id != req.member_id
+            m
+            for m in cgroup.members.values()
+            if m.is_classic and m.member_id != req.member_id and m is not replaced
         ]
         supported = [
             p
@@ -853,7 +864,8 @@ class GroupCoordinator:
         ]
         if req.protocol_type != PROTOCOL_TYPE or not supported:
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
-        if not req.member_id and req.require_known_member_id:
+        if not req.member_id and iid is None and req.require_known_member_id:
+            # KIP-394 is for dynamic members: a static one is known by its instance id.
             return JoinResult(E.MEMBER_ID_REQUIRED, self._new_member_id(req.client_id))
         member_id = req.member_id or self._new_member_id(req.client_id)
         try:
@@ -882,6 +894,24 @@ class GroupCoordinator:
         result = self.consumer.heartbeat(hb, topics, now_ms)
         if result.error != E.NONE:
             return JoinResult(result.error, member_id)
+        if replaced is not None and not replaced.is_classic:
+            # It replaced the group's last consumer-protocol member: back to a classic group.
+            joining = self._classic_member_of(
+                replaced, member_id, hb.classic, req, result.assignment or {}
+            )
+            group = self._downgrade(cgroup, replaced.member_id, joining)
+            if group is not None:
+                assert group.protocol_name is not None
+                return JoinResult(
+                    E.NONE,
+                    member_id,
+                    group.generation,
+                    PROTOCOL_TYPE,
+                    group.protocol_name,
+                    "",
+                    False,
+                    (),
+                )
         # Its SyncGroup is due within the rebalance timeout (Kafka's sync timeout).
         cgroup.revocation_deadlines.setdefault(member_id, now_ms + req.rebalance_timeout_ms)
         return JoinResult(
@@ -927,15 +957,22 @@ class GroupCoordinator:
         (or is fenced), the consumer group's records are tombstoned and a classic group of
         the others is written at the group epoch; once replayed it rebalances, so each member
         rejoins the classic way."""
+        return self._downgrade(cgroup, leaving_id, None) is not None
+
+    def _downgrade(
+        self, cgroup: ConsumerGroup, leaving_id: str, joining: Member | None
+    ) -> Group | None:
+        """The downgrade when ``leaving_id`` goes, and the classic group written, or None;
+        ``joining``: the classic member that replaced it (its records not replayed yet)."""
         leaving = cgroup.members.get(leaving_id)
         rest = [m for m in cgroup.members.values() if m.member_id != leaving_id]
-        if leaving is None or leaving.is_classic or not rest:
-            return False
+        if leaving is None or leaving.is_classic or not (rest or joining):
+            return None
         if not all(m.is_classic for m in rest):
-            return False
+            return None
         if not self.config.consumer.downgrade_enabled:
             log.info("group %s: not downgraded: online downgrade is disabled", cgroup.group_id)
-            return False
+            return None
         gid = cgroup.group_id
         names = {t.topic_id: t.name for t in self.topics().values()}
         group = Group(gid, state=S.STABLE, generation=cgroup.group_epoch)
@@ -955,14 +992,39 @@ class GroupCoordinator:
                     assignment=_classic_assignment(m.assigned, names),
                 )
             )
+        if joining is not None:
+            group.add(joining)
         group.protocol_name = group.select_protocol() if group.candidate_protocols() else None
         if group.protocol_name is None:
-            return False  # no protocol every member speaks: stays a consumer group
-        self.consumer.delete(cgroup)
+            return None  # no protocol every member speaks: stays a consumer group
+        self.consumer.delete(cgroup, [joining.member_id] if joining is not None else [])
         self._emit(GroupMetadataKey(gid), group.to_record(0))
         self._downgrading[gid] = group
         log.info("group %s: downgrading from consumer to classic group", gid)
-        return True
+        return group
+
+    def _classic_member_of(
+        self,
+        replaced: ConsumerMember,
+        member_id: str,
+        classic: ClassicMemberMetadata | None,
+        req: JoinRequest,
+        assigned: Assignment,
+    ) -> Member:
+        """The classic member a static replacement makes, for a downgrade."""
+        assert classic is not None
+        names = {t.topic_id: t.name for t in self.topics().values()}
+        return Member(
+            member_id=member_id,
+            group_instance_id=replaced.instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=classic.session_timeout_ms,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=list(classic.protocols),
+            assignment=_classic_assignment(assigned, names),
+        )
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
         """OffsetFetch v9+ from a consumer-protocol member: it must be one, at its epoch."""

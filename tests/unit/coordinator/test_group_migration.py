@@ -427,3 +427,133 @@ def test_embedded_protocol_of_every_version_and_bad_bytes() -> None:
             decode_subscription(bad)
     with pytest.raises(ConsumerProtocolError):
         decode_assignment(b"\x00\x00\x00\x00\x00\x02")
+
+
+# -- static members across protocols -------------------------------------------------------------
+
+
+def static_join(h: Harness, member_id: str, iid: str) -> Any:
+    sub = encode_subscription(["t"])
+    req = JoinRequest(G, member_id, iid, "c", "/h", 3000, 5000, "consumer", (("range", sub),), True)
+    return h.run(h.c.join_group(req, h.now))
+
+
+def static_hb(
+    h: Harness, member_id: str, epoch: int, iid: str, owned: frozenset[int] = frozenset()
+) -> ConsumerHeartbeatResult:
+    first = epoch == 0
+    req = ConsumerHeartbeat(
+        G,
+        member_id,
+        epoch,
+        instance_id=iid,
+        rebalance_timeout_ms=5000 if first else -1,
+        subscribed_topic_names=("t",) if first else None,
+        owned={} if first or not owned else {T: owned},
+    )
+    return h.run(h.c.consumer_heartbeat(req, TOPICS, h.now))  # type: ignore[no-any-return]
+
+
+def consumer_and_static_classic(h: Harness) -> tuple[str, str]:
+    """A consumer group: static consumer member k ("ik") owns 0-2, static classic member a
+    ("ia") owns 3-5, both stable at epoch 2."""
+    assert static_hb(h, "k", 0, "ik").error == E.NONE
+    ja = static_join(h, "", "ia")  # a static member needs no member id round trip
+    assert ja.error == E.NONE and ja.generation == 2
+    a = ja.member_id
+    assert static_hb(h, "k", 1, "ik", ALL).assignment == {T: frozenset({0, 1, 2})}
+    assert static_hb(h, "k", 1, "ik", frozenset({0, 1, 2})).member_epoch == 2
+    assert synced(h.sync(a, static_join(h, a, "ia").generation, {})) == {3, 4, 5}
+    return "k", a
+
+
+def test_a_static_classic_member_replaces_the_member_holding_its_instance_id() -> None:
+    h = Harness()
+    k, a = consumer_and_static_classic(h)
+    n = static_join(h, "", "ia")  # a restarted: same instance id, no member id
+    assert n.error == E.NONE and n.member_id not in (a, k) and n.generation == 2
+    group = h.c.consumer.groups[G]
+    assert set(group.members) == {k, n.member_id}
+    new = group.members[n.member_id]
+    # It takes over the old member's epoch and assignment: no rebalance, no partition moves.
+    assert (new.member_epoch, new.assigned, new.instance_id) == (2, {T: {3, 4, 5}}, "ia")
+    assert group.group_epoch == 2 and group.targets[n.member_id] == {T: {3, 4, 5}}
+    assert synced(h.sync(n.member_id, 2, {})) == {3, 4, 5}
+    # The old instance is fenced on every classic call.
+    assert h.run(h.c.heartbeat(G, 2, a, "ia", h.now)) == E.FENCED_INSTANCE_ID
+    old_sync = h.c.sync_group(G, 2, a, "ia", "consumer", None, {}, h.now)
+    assert h.run(old_sync) == SyncResult(E.FENCED_INSTANCE_ID)
+    assert static_join(h, a, "ia").error == E.FENCED_INSTANCE_ID
+    assert static_join(h, "nobody", "iz").error == E.UNKNOWN_MEMBER_ID
+    # A restart replays the same group: the new member, not the old.
+    fresh = h.replayed()
+    assert fresh.durable_state() == h.c.durable_state()
+    assert set(fresh.consumer.groups[G].members) == {k, n.member_id}
+
+
+def test_replacing_the_last_consumer_member_downgrades_to_a_classic_group() -> None:
+    h = Harness()
+    k, a = consumer_and_static_classic(h)
+    n = static_join(h, "", "ik")  # k restarted as a classic consumer
+    assert (n.error, n.generation, n.protocol_name) == (E.NONE, 2, "range")
+    assert G not in h.c.consumer.groups
+    group = h.c.groups[G]
+    assert set(group.members) == {a, n.member_id} and group.generation == 2
+    assert group.static_members == {"ia": a, "ik": n.member_id}
+    # The newcomer holds k's partitions in the classic group (the leader's next plan starts
+    # from them); the group rebalances so every member rejoins the classic way.
+    got = client_assignment(group.members[n.member_id].assignment)
+    assert {tp.partition for tp in got} == {0, 1, 2}
+    assert group.state == GroupState.PREPARING_REBALANCE
+    assert h.sync(n.member_id, 2, {}) == SyncResult(E.REBALANCE_IN_PROGRESS)
+    # The replaced consumer member is no member of the classic group.
+    assert static_hb(h, k, 2, "ik").error == E.GROUP_ID_NOT_FOUND
+    fresh = h.replayed()
+    assert G not in fresh.consumer.groups
+    loaded = fresh.groups[G]
+    assert set(loaded.members) == {a, n.member_id} and loaded.generation == 2
+    assert loaded.members[n.member_id].assignment == group.members[n.member_id].assignment
+
+
+def test_replacing_the_last_consumer_member_without_downgrades_stays_a_consumer_group() -> None:
+    h = Harness(migration_policy="upgrade")
+    _, a = consumer_and_static_classic(h)
+    n = static_join(h, "", "ik")
+    assert n.error == E.NONE and G not in h.c.groups
+    members = h.c.consumer.groups[G].members
+    assert set(members) == {a, n.member_id}
+    assert members[n.member_id].is_classic and members[n.member_id].assigned == {T: {0, 1, 2}}
+    assert synced(h.sync(n.member_id, n.generation, {})) == {0, 1, 2}
+
+
+def test_a_replaced_consumer_member_is_fenced() -> None:
+    h = Harness()
+    k, _ = consumer_and_static_classic(h)
+    # Another consumer member keeps the group a consumer group when k is replaced.
+    assert static_hb(h, "m", 0, "im").error == E.NONE
+    n = static_join(h, "", "ik")
+    assert n.error == E.NONE and G in h.c.consumer.groups
+    # It starts from k's partitions, towards k's target (m takes some).
+    group = h.c.consumer.groups[G]
+    assert group.members[n.member_id].assigned == group.targets[n.member_id]
+    assert 0 < len(group.targets[n.member_id][T]) < 3
+    r = static_hb(h, k, 2, "ik", frozenset({0, 1, 2}))
+    assert r.error == E.FENCED_INSTANCE_ID
+
+
+def test_a_consumer_member_cannot_take_an_instance_id_a_classic_member_holds() -> None:
+    h = Harness()
+    k, a = consumer_and_static_classic(h)
+    before = len(h.log)
+    r = static_hb(h, "", 0, "ia")  # Kafka: only an instance that left (epoch -2) is taken
+    assert r.error == E.UNRELEASED_INSTANCE_ID and len(h.log) == before
+    assert set(h.c.consumer.groups[G].members) == {k, a}
+    # The same in a classic group: the upgrade it would make is undone.
+    h2 = Harness()
+    pending = static_join(h2, "", "ia")
+    sa = h2.replies.pop(("join", pending.member_id)) if isinstance(pending, Pending) else pending
+    synced(h2.sync(sa.member_id, sa.generation, {sa.member_id: encode_assignment({"t": [0]})}))
+    before = len(h2.log)
+    r = static_hb(h2, "", 0, "ia")
+    assert r.error == E.UNRELEASED_INSTANCE_ID and len(h2.log) == before
+    assert G not in h2.c.consumer.groups and set(h2.c.groups[G].members) == {sa.member_id}
