@@ -14,18 +14,23 @@ the group's committed offsets reach the end of every partition:
 
 Then, from the workers' logs: every record was delivered, and none was delivered after a
 commit past it had succeeded. A second broker with ``group.consumer.migration.policy=disabled``
-refuses a consumer-protocol member of a classic group with Kafka's GROUP_ID_NOT_FOUND.
+refuses a consumer-protocol member of a classic group with Kafka's GROUP_ID_NOT_FOUND. A static
+consumer-protocol member SIGKILLed and restarted as a classic consumer under the same
+``group.instance.id`` replaces its old instance and the group becomes classic again.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer
 from test_consumer_groups import PARTITIONS, PHASE_TIMEOUT, Scenario, describe
 
 from _broker import BrokerProcess
@@ -207,5 +212,78 @@ def test_disabled_policy_refuses_the_consumer_protocol(tmp_path: Path) -> None:
             assert "online upgrade is disabled" in hb.error_message
             assert describe(conn, "g") == ("CompletingRebalance", 1)  # still classic
     finally:
+        b.kill()
+    assert not b.log_contains("Traceback"), "\n".join(b.log[-60:])
+
+
+# A consumer-protocol static member that gets SIGKILLed (so it never leaves) once assigned.
+_OLD_INSTANCE = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "group.protocol": "consumer", "group.instance.id": "static-1"})
+c.subscribe([sys.argv[3]])
+deadline = time.monotonic() + 15
+while not c.assignment() and time.monotonic() < deadline:
+    c.poll(0.1)
+print("assigned" if c.assignment() else "none", flush=True)
+time.sleep(60)
+"""
+
+
+def test_static_member_restarted_as_classic_replaces_its_consumer_instance(
+    tmp_path: Path,
+) -> None:
+    """A static consumer-protocol member crashes and comes back as a classic consumer under
+    the same ``group.instance.id`` well within its session: it replaces its old instance (no
+    UNRELEASED_INSTANCE_ID), and as it replaced the last consumer-protocol member the group
+    becomes a classic group it consumes from."""
+    b = BrokerProcess(
+        tmp_path / "data", {**SETTINGS, "group.consumer.session.timeout.ms": "30000"}
+    ).start()
+    old: subprocess.Popen[str] | None = None
+    consumer: Consumer | None = None
+    try:
+        conn = BlockingConnection("127.0.0.1", b.port, timeout=10)
+        assert create_topic(conn, "st", 2) == 0
+        producer = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(10):
+            producer.produce("st", value=b"v%d" % i, partition=i % 2)
+        assert producer.flush(10) == 0
+        old = subprocess.Popen(
+            [sys.executable, "-c", _OLD_INSTANCE, b.bootstrap, "sg", "st"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert old.stdout is not None and old.stdout.readline().strip() == "assigned"
+        old.kill()
+        old.wait(10)
+        assert member_types(conn, "sg") == [1]  # still there: its session is 30 s
+        consumer = Consumer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "group.id": "sg",
+                "group.instance.id": "static-1",
+                "session.timeout.ms": 6000,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe(["st"])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 12
+        while len(got) < 10 and time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=10, timeout=0.2):
+                assert m.error() is None, m.error()
+                got.append(m.value())
+        assert sorted(got) == sorted(b"v%d" % i for i in range(10))
+        assert owned(conn, "sg")[0] == "not a consumer group"
+        assert describe(conn, "sg") == ("Stable", 1)
+        conn.close()
+    finally:
+        if consumer is not None:
+            consumer.close()
+        if old is not None and old.poll() is None:
+            old.kill()
+            old.wait(10)
         b.kill()
     assert not b.log_contains("Traceback"), "\n".join(b.log[-60:])
