@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from samsa.broker.authorizer import AclError, Authorizer, authorizer_enabled, parse_super_users
-from samsa.broker.config import BrokerConfig, ConfigError
+from samsa.broker.config import LONG_MAX, BrokerConfig, ConfigError
 from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.dynamic_config import (
     DYNAMIC_CONFIGS_FILE,
@@ -166,6 +166,10 @@ class Broker:
         ]
         if c.log_cleaner_enable:
             self._tasks.append(loop.create_task(self._run_cleaner()))
+        if c.log_flush_scheduler_interval_ms < LONG_MAX:  # Kafka's Long.MAX: no log flusher
+            self._tasks.append(
+                loop.create_task(_every(c.log_flush_scheduler_interval_ms, self.flush_idle_logs))
+            )
         self.groups.start()
         self.transactions.start()
 
@@ -173,6 +177,20 @@ class Broker:
         now = now_ms()
         for p in self.topics.partitions():
             p.log.remove_expired_producers(now)
+
+    def flush_idle_logs(self) -> int:
+        """Kafka's log flusher (rule 42): fsync each log whose oldest unflushed append is
+        ``flush.ms`` old, so records before a pause do not wait for the next append. The
+        fsyncs go to the group-commit flusher's worker thread, as a Produce's do. Returns how
+        many logs were handed to it."""
+        if self.offline is not None:
+            return 0
+        now = now_ms()
+        due = [p.log for p in self.topics.partitions() if p.log.flush_due(now)]
+        for plog in due:
+            # Nobody waits: a failure takes the directory offline through _flush_failed.
+            self.flusher.flush(plog)
+        return len(due)
 
     def apply_retention(self) -> None:
         """Delete segments past log.retention.ms / log.retention.bytes, in the topics whose

@@ -24,6 +24,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "producer.id.expiration.ms": "producer_id_expiration_ms",
     "producer.id.expiration.check.interval.ms": "producer_id_expiration_check_interval_ms",
     "log.flush.interval.messages": "log_flush_interval_messages",
+    "log.flush.scheduler.interval.ms": "log_flush_scheduler_interval_ms",
     "message.max.bytes": "message_max_bytes",
     "socket.request.max.bytes": "socket_request_max_bytes",
     "queued.max.request.bytes": "queued_max_request_bytes",
@@ -168,6 +169,7 @@ _RANGES: dict[str, Range] = {
     "producer_id_expiration_ms": Range(1),
     "producer_id_expiration_check_interval_ms": Range(1),
     "log_flush_interval_messages": Range(1, LONG_MAX),
+    "log_flush_scheduler_interval_ms": Range(1, LONG_MAX),  # Kafka: none; <1 would spin
     "message_max_bytes": Range(0),
     "socket_request_max_bytes": Range(1),
     # <= 0: unbounded; otherwise at least socket.request.max.bytes (checked in validate).
@@ -295,6 +297,8 @@ class BrokerConfig:
     producer_id_expiration_ms: int = 86_400_000
     producer_id_expiration_check_interval_ms: int = 600_000
     log_flush_interval_messages: int = LONG_MAX
+    # How often idle logs are checked against flush.ms (rule 42); Kafka's Long.MAX: never.
+    log_flush_scheduler_interval_ms: int = LONG_MAX
     message_max_bytes: int = 1_048_588
     socket_request_max_bytes: int = 104_857_600
     # Bytes of requests being read or waiting to be handled, broker-wide; reading pauses when

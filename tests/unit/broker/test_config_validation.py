@@ -47,6 +47,11 @@ def test_every_integer_setting_has_a_range() -> None:
         ("max.connections.per.ip", "0", "max.connections.per.ip must be at least 1, got 0"),
         ("socket.request.read.timeout.ms", "0", "request.read.timeout.ms must be at least 1"),
         ("log.max.open.files", "0", "log.max.open.files must be at least 1, got 0"),
+        (
+            "log.flush.scheduler.interval.ms",
+            "0",
+            "log.flush.scheduler.interval.ms must be at least 1, got 0",
+        ),
     ],
 )
 def test_out_of_range_values_are_refused_by_name(key: str, value: str, message: str) -> None:

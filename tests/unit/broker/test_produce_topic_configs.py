@@ -5,6 +5,7 @@ appends fsynced before the ack (rule 42)."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -75,6 +76,10 @@ def test_flush_messages_and_flush_ms_fsync_per_append(broker_factory: Any) -> No
         start = _fsyncs(metrics_port)
         for _ in range(3):
             assert produce_one(conn, "lazy", 0, idempotent_batch(-1, -1, -1, 2))[0] == 0
+        # Without log.flush.scheduler.interval.ms no timer looks at an idle flush.ms topic.
+        _create(broker.bootstrap, "idle-200ms", {"flush.ms": "200"})
+        assert produce_one(conn, "idle-200ms", 0, idempotent_batch(-1, -1, -1, 2))[0] == 0
+        time.sleep(0.6)
         assert _fsyncs(metrics_port) == start
         for topic in ("each-message", "each-ms"):
             for i in range(3):
@@ -82,3 +87,28 @@ def test_flush_messages_and_flush_ms_fsync_per_append(broker_factory: Any) -> No
                 # Counted before the response went out: the ack waited for the fsync.
                 assert _fsyncs(metrics_port) == start + 1 + i
             start += 3
+
+
+def test_log_flusher_fsyncs_idle_logs_past_flush_ms(broker_factory: Any) -> None:
+    """Rule 42: with log.flush.scheduler.interval.ms set, a topic with flush.ms=200 whose
+    last append was not fsynced (the ms had not passed) is fsynced by the timer, with no
+    further append; a topic without flush.ms is left to the OS."""
+    broker = broker_factory(
+        overrides={"metrics.port": "0", "log.flush.scheduler.interval.ms": "100"}
+    ).start()
+    line = broker.wait_for_log("metrics on http://127.0.0.1:")
+    assert line is not None
+    metrics_port = int(line.rsplit(":", 1)[1].split("/")[0])
+    _create(broker.bootstrap, "lazy", {})
+    _create(broker.bootstrap, "timed", {"flush.ms": "200"})
+    with BlockingConnection("127.0.0.1", broker.port) as conn:
+        start = _fsyncs(metrics_port)
+        assert produce_one(conn, "lazy", 0, idempotent_batch(-1, -1, -1, 2))[0] == 0
+        assert produce_one(conn, "timed", 0, idempotent_batch(-1, -1, -1, 2))[0] == 0
+        assert _fsyncs(metrics_port) == start  # acked without an fsync
+        deadline = time.monotonic() + 3.0
+        while _fsyncs(metrics_port) == start and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _fsyncs(metrics_port) == start + 1  # "timed", by the log flusher
+        time.sleep(0.5)  # several more passes: "lazy" stays unflushed, "timed" is clean
+        assert _fsyncs(metrics_port) == start + 1
