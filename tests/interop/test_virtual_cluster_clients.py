@@ -176,9 +176,7 @@ def test_aiokafka_against_the_virtual_cluster(cluster: VirtualCluster) -> None:
         p = AIOKafkaProducer(**base, enable_idempotence=True, linger_ms=5)
         await p.start()
         try:
-            futures = [
-                await p.send(topic, b"p%04d" % i, partition=i % 6) for i in range(N // 2)
-            ]
+            futures = [await p.send(topic, b"p%04d" % i, partition=i % 6) for i in range(N // 2)]
             await p.flush()
             _move_leaders(cluster, topic)
             futures += [
