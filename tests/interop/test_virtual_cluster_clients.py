@@ -170,7 +170,6 @@ def test_aiokafka_against_the_virtual_cluster(cluster: VirtualCluster) -> None:
     topic = _topic(cluster.bootstrap)
     txn_id, group = f"vcai-t-{uuid.uuid4().hex[:6]}", f"vcai-g-{uuid.uuid4().hex[:6]}"
     base = {"bootstrap_servers": cluster.bootstrap, "request_timeout_ms": 10_000}
-    moves = _Moves(cluster, topic, group)
 
     async def produce() -> int:
         p = AIOKafkaProducer(**base, enable_idempotence=True, linger_ms=5)
@@ -207,7 +206,7 @@ def test_aiokafka_against_the_virtual_cluster(cluster: VirtualCluster) -> None:
             await tp.stop()
         return before
 
-    async def consume() -> tuple[list[bytes], list[int]]:
+    async def consume(moves: _Moves) -> tuple[list[bytes], list[int]]:
         c = AIOKafkaConsumer(
             topic,
             **base,
@@ -236,7 +235,8 @@ def test_aiokafka_against_the_virtual_cluster(cluster: VirtualCluster) -> None:
 
     before = asyncio.run(asyncio.wait_for(produce(), T))
     assert cluster.stats.not_coordinator > before
-    got, committed = asyncio.run(asyncio.wait_for(consume(), T))
+    moves = _Moves(cluster, topic, group)  # counted from here: the consumer's own
+    got, committed = asyncio.run(asyncio.wait_for(consume(moves), T))
     assert sorted(got) == _want()
     assert sum(committed) > len(_want())
     moves.check()
