@@ -123,6 +123,7 @@ def test_kafka_python_against_the_virtual_cluster(cluster: VirtualCluster) -> No
         tp.begin_transaction()
         for i in range(30):
             tp.send(topic, b"x%04d" % i, partition=i % 6)
+        tp.flush()  # in the log before the abort (an abort may drop unsent batches)
         tp.abort_transaction()
         _move_coordinator(cluster, txn_id)
         tp.begin_transaction()
@@ -197,6 +198,7 @@ def test_aiokafka_against_the_virtual_cluster(cluster: VirtualCluster) -> None:
             await tp.begin_transaction()
             for i in range(30):
                 await tp.send(topic, b"x%04d" % i, partition=i % 6)
+            await tp.flush()  # in the log before the abort
             await tp.abort_transaction()
             _move_coordinator(cluster, txn_id)
             async with tp.transaction():
