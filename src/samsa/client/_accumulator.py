@@ -622,26 +622,8 @@ class Batch:
         until the next build (the request encoder copies it before that can happen)."""
         self.seal(codec)
         assert self.section is not None
-        attributes = self.codec | (TRANSACTIONAL_FLAG if transactional else 0)
-        whole = self.whole
-        if whole is not None:
-            _AFTER_CRC.pack_into(
-                whole,
-                _BEFORE_CRC.size,
-                attributes,
-                self.count - 1,
-                self.first_ts,
-                self.max_ts,
-                producer_id,
-                epoch,
-                base_sequence,
-                self.count,
-            )
-            crc = crc32c.crc32c(memoryview(whole)[_BEFORE_CRC.size :])
-            _BEFORE_CRC.pack_into(whole, 0, 0, len(whole) - 12, 0, MAGIC_V2, crc)
-            return memoryview(whole)
-        tail = _AFTER_CRC.pack(
-            attributes,
+        fields = (
+            self.codec | (TRANSACTIONAL_FLAG if transactional else 0),
             self.count - 1,
             self.first_ts,
             self.max_ts,
@@ -650,6 +632,13 @@ class Batch:
             base_sequence,
             self.count,
         )
+        whole = self.whole
+        if whole is not None:
+            _AFTER_CRC.pack_into(whole, _BEFORE_CRC.size, *fields)
+            crc = crc32c.crc32c(memoryview(whole)[_BEFORE_CRC.size :])
+            _BEFORE_CRC.pack_into(whole, 0, 0, len(whole) - 12, 0, MAGIC_V2, crc)
+            return memoryview(whole)
+        tail = _AFTER_CRC.pack(*fields)
         crc = crc32c.crc32c(self.section, crc32c.crc32c(tail))
         head = _BEFORE_CRC.pack(0, len(tail) + len(self.section) + 9, 0, MAGIC_V2, crc)
         return b"".join((head, tail, self.section))
