@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -19,23 +17,9 @@ except ImportError as exc:
     # install, and skipping would hide it.
     raise ImportError(f"{exc}: the Spark tests need the 'spark' extra (make test)") from exc
 
+from _broker import BrokerProcess
 from samsa.client import Admin, ConsumerRecord
 from samsa.testing import read_topic as read_whole_topic
-
-
-def _root_conftest() -> ModuleType:
-    # This file is also imported as module "conftest": load the root one by path. Tests
-    # elsewhere do ``from conftest import BrokerProcess``, so the name is re-exported here.
-    path = Path(__file__).parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_samsa_tests_root_conftest", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BrokerProcess = _root_conftest().BrokerProcess
-__all__ = ["BrokerProcess"]
 
 _names = itertools.count()
 

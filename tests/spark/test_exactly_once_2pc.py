@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import Admin
 from samsa.spark._options import SinkOptions
 from samsa.spark._write import commit_job, committed_batches, write_task

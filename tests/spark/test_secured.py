@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from _broker import BrokerProcess
 from _certs import Pki, make_pki
-from conftest import BrokerProcess
 from samsa.client import Admin
 
 pytestmark = pytest.mark.timeout(120)

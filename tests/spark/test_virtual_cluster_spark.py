@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BrokerProcess
+from _broker import BrokerProcess
 from samsa.client import Producer
 from samsa.testing import read_topic
 from samsa.testing.cluster import VirtualCluster
