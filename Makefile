@@ -1,29 +1,53 @@
 # `make demo` and `make test` do all set-up on a fresh machine: they create .venv and install
-# samsa with every extra and test dependency before running.
-PY ?= python3.11
+# samsa with every extra and test dependency before running. `make test` also installs Java 17,
+# Maven and kcat when missing and resolves the pinned Apache Kafka (kafka/pom.xml) from Maven
+# Central into a cache outside the repository; `make demo` needs neither Maven nor Kafka.
+PY ?= $(shell for p in python3.11 python3; do \
+        command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+        && { command -v $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' kafka/pom.xml)
+SAMSA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/samsa
+KAFKA_CP := $(SAMSA_CACHE)/kafka-$(KAFKA_VERSION)/classpath.txt
+export SAMSA_CACHE
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean kafka java
 
 $(STAMP): pyproject.toml
-	@command -v java >/dev/null 2>&1 && command -v kcat >/dev/null 2>&1 || { \
-	  echo "installing Java (for Spark) and kcat (interop tests)"; \
-	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless kcat) >/dev/null; }
+	@test -n "$(PY)" || { echo "Python 3.11 is needed (python3.11 or python3 on the PATH)"; exit 1; }
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[fast,test,bench,spark,verify]'
 	@touch $(STAMP)
 
+# Java 17 (Spark, Kafka), Maven (resolves Kafka) and kcat (interop tests), from Debian's packages.
+java:
+	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 \
+	  && command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing Java 17, Maven and kcat"; \
+	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven kcat) >/dev/null; }
+
+$(KAFKA_CP): kafka/pom.xml
+	@$(MAKE) --no-print-directory java
+	@mkdir -p $(dir $(KAFKA_CP))
+	@echo "resolving Apache Kafka $(KAFKA_VERSION) into $(dir $(KAFKA_CP))"
+	mvn -B -q -f kafka/pom.xml dependency:build-classpath -Dmdep.outputFile=$(KAFKA_CP).tmp
+	@mv $(KAFKA_CP).tmp $(KAFKA_CP)
+
+kafka: $(KAFKA_CP)
+
 demo: $(STAMP)
+	@command -v java >/dev/null 2>&1 || { echo "installing Java (for Spark)"; \
+	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null; }
 	$(BIN)/samsa demo
 
-test: $(STAMP)
+test: $(STAMP) $(KAFKA_CP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
-bench: $(STAMP)
+bench: $(STAMP) $(KAFKA_CP)
 	$(BIN)/python benchmarks/produce.py
 
 lint: $(STAMP)

@@ -1,0 +1,532 @@
+"""Apache Kafka, run beside samsa: the oracle of the conformance tests and the first peer of the
+benchmarks.
+
+The project pins one Kafka release in ``kafka/pom.xml``; ``make kafka`` (and so ``make test``)
+resolves it from Maven Central into a cache outside the repository and writes the classpath to
+``classpath_file()``. This module only reads that file: it never downloads anything.
+
+:class:`KafkaNode` is one KRaft node (combined broker + controller) on free ports of 127.0.0.1,
+its storage formatted before the first start. :class:`KafkaCluster` is three (or N) such nodes
+sharing one controller quorum. Both start, SIGKILL, SIGSTOP/SIGCONT, restart and stop their
+processes, and log each node's start-up time and resident memory.
+
+Broker settings are passed as in samsa's fixtures: a dict of ``key: value`` overrides, given to
+``kafka.Kafka`` as ``--override k=v``.
+
+Why a node is "serving": Kafka prints ``Kafka Server started`` once its broker side has
+registered with the controller and is unfenced; for a cluster we also wait until a Metadata
+request lists every node, since clients route by it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = [
+    "KAFKA_VERSION",
+    "KafkaCluster",
+    "KafkaNode",
+    "KafkaNotInstalled",
+    "classpath",
+    "classpath_file",
+    "run_tool",
+    "tool_args",
+]
+
+log = logging.getLogger(__name__)
+
+# Must match <kafka.version> in kafka/pom.xml (tests/unit/test_kafka_launcher.py checks).
+KAFKA_VERSION = "4.4.0"
+
+# The tools a Kafka user runs, by the names of their shell scripts in Kafka's distribution.
+TOOLS: dict[str, str] = {
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
+    "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
+    "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
+    "kafka-verifiable-producer": "org.apache.kafka.tools.VerifiableProducer",
+    "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
+    "kafka-transactional-message-copier": "org.apache.kafka.tools.TransactionalMessageCopier",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-e2e-latency": "org.apache.kafka.tools.EndToEndLatency",
+    "kafka-storage": "kafka.tools.StorageTool",
+}
+
+_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="server" fileName="{path}" append="true">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka" level="INFO"/>
+    <Logger name="org.apache.kafka" level="INFO"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Root level="WARN"><AppenderRef ref="server"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+_TOOLS_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="ERROR">
+  <Appenders><Console name="err" target="SYSTEM_ERR">
+    <PatternLayout pattern="[%d] %p %m (%c)%n"/></Console></Appenders>
+  <Loggers><Root level="ERROR"><AppenderRef ref="err"/></Root></Loggers>
+</Configuration>
+"""
+
+
+class KafkaNotInstalled(RuntimeError):
+    """The pinned Kafka has not been resolved: run ``make kafka`` (``make test`` does)."""
+
+
+def cache_dir() -> Path:
+    """Where ``make kafka`` keeps the resolved classpath (outside the repository)."""
+    base = os.environ.get("SAMSA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "samsa"
+    )
+    return Path(base) / f"kafka-{KAFKA_VERSION}"
+
+
+def classpath_file() -> Path:
+    return cache_dir() / "classpath.txt"
+
+
+def classpath() -> str:
+    """The Java classpath of the pinned Kafka broker, tools and client."""
+    path = classpath_file()
+    try:
+        cp = path.read_text().strip()
+    except FileNotFoundError:
+        raise KafkaNotInstalled(
+            f"Apache Kafka {KAFKA_VERSION} is not resolved ({path} is missing); run `make kafka`"
+        ) from None
+    missing = [j for j in cp.split(os.pathsep) if j and not os.path.exists(j)]
+    if missing:
+        raise KafkaNotInstalled(f"{len(missing)} jars of {path} are gone (e.g. {missing[0]})")
+    if shutil.which("java") is None:
+        raise KafkaNotInstalled("`java` is not on the PATH; run `make kafka`")
+    return cp
+
+
+def _tools_log_config() -> Path:
+    path = cache_dir() / "tools-log4j2.xml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_TOOLS_LOG4J2_XML)
+    return path
+
+
+def tool_args(tool: str, *args: str, heap: str = "256m") -> list[str]:
+    """The command line of a Kafka tool, named as its script (``kafka-topics``) or main class."""
+    main = TOOLS.get(tool, tool)
+    return [
+        "java",
+        f"-Xmx{heap}",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",  # tools are short-lived: start fast rather than run fast
+        f"-Dlog4j2.configurationFile={_tools_log_config()}",
+        "-cp",
+        classpath(),
+        main,
+        *args,
+    ]
+
+
+def run_tool(
+    tool: str, *args: str, timeout: float = 120.0, input: str | None = None, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka tool to completion; stdout and stderr are captured as text."""
+    return subprocess.run(
+        tool_args(tool, *args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        check=check,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class KafkaNode:
+    """One KRaft node, broker and controller in one JVM, on 127.0.0.1.
+
+    The ports stay fixed across restarts, so clients and the other nodes find it again.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        node_id: int = 1,
+        port: int = 0,
+        controller_port: int = 0,
+        cluster_id: str | None = None,
+        voters: str | None = None,
+        overrides: Mapping[str, str] | None = None,
+        heap: str = "512m",
+        jvm_args: Sequence[str] = (),
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.node_id = node_id
+        self.port = port or free_port()
+        self.controller_port = controller_port or free_port()
+        self.cluster_id = cluster_id or _random_cluster_id()
+        self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.overrides = dict(overrides or {})
+        self.heap = heap
+        self.jvm_args = list(jvm_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_s = 0.0  # seconds from exec to "Kafka Server started", last start
+        self.rss_mb = 0.0  # resident memory when it started serving
+        self._formatted = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "log"
+
+    @property
+    def server_log(self) -> Path:
+        return self.data_dir / "server.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def properties(self) -> dict[str, str]:
+        """The node's server.properties, before the overrides (which Kafka applies on top).
+
+        A single node keeps Kafka's defaults wherever it can, so that it answers as a fresh
+        Kafka does (DescribeConfigs shows DEFAULT sources); a cluster adds replication.
+        """
+        replicas = len(self.voters.split(","))
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        rf, isr = str(replicas), str(min(replicas, 2))
+        props |= {
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+        }
+        if replicas > 1:
+            props |= {
+                "default.replication.factor": rf,
+                "min.insync.replicas": isr,
+                "unclean.leader.election.enable": "false",
+                "auto.leader.rebalance.enable": "false",
+            }
+        return props
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML.format(path=self.server_log))
+        return path
+
+    def format(self) -> None:
+        """Format the node's storage with the cluster id (once; a restart keeps its data)."""
+        config = self._write_config()
+        if (self.log_dir / "meta.properties").exists():
+            self._formatted = True
+            return
+        result = run_tool(
+            "kafka-storage", "format", "-t", self.cluster_id, "-c", str(config),
+            "--ignore-formatted", timeout=120,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{result.stdout}\n{result.stderr}")
+        self._formatted = True
+
+    def command(self) -> list[str]:
+        config = self._write_config()
+        cmd = [
+            "java",
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            *self.jvm_args,
+            "-cp",
+            classpath(),
+            "kafka.Kafka",
+            str(config),
+        ]
+        for key, value in self.overrides.items():
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    def launch(self) -> KafkaNode:
+        """Start the JVM without waiting for it to serve (see :meth:`wait_serving`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"kafka node {self.node_id} is already running")
+        if not self._formatted:
+            self.format()
+        self._mark = self.server_log.stat().st_size if self.server_log.exists() else 0
+        self._t0 = time.monotonic()
+        out = open(self.data_dir / "stdout.log", "ab")  # the child keeps its own copy
+        try:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        finally:
+            out.close()
+        return self
+
+    def wait_serving(self, timeout: float = 90.0) -> KafkaNode:
+        """Wait for ``Kafka Server started`` in this start's part of the log."""
+        deadline = time.monotonic() + timeout
+        proc = self.proc
+        assert proc is not None
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"kafka node {self.node_id} exited with {proc.returncode}:\n{self.tail()}"
+                )
+            if "Kafka Server started" in self._log_since_start():
+                break
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"kafka node {self.node_id} did not start:\n{self.tail()}")
+            time.sleep(0.05)
+        self.started_s = time.monotonic() - self._t0
+        self.rss_mb = _rss_mb(proc.pid)
+        log.info(
+            "kafka node %d (pid %d) serving on %s after %.2f s, RSS %.0f MB",
+            self.node_id, proc.pid, self.bootstrap, self.started_s, self.rss_mb,
+        )  # fmt: skip
+        return self
+
+    def start(self, timeout: float = 90.0) -> KafkaNode:
+        return self.launch().wait_serving(timeout)
+
+    def _log_since_start(self) -> str:
+        try:
+            with open(self.server_log, "rb") as f:
+                f.seek(self._mark)
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 40) -> str:
+        text = ""
+        for name in ("server.log", "stdout.log"):
+            p = self.data_dir / name
+            if p.exists():
+                text += f"--- {name}\n" + "\n".join(
+                    p.read_text("utf-8", "replace").splitlines()[-lines:]
+                )
+        return text
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no controlled shutdown, leadership moves only when the session times out."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def pause(self) -> None:
+        """SIGSTOP: the node keeps its sockets but answers nothing (a zombie once resumed)."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (a controlled shutdown), then SIGKILL if it does not exit in time."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with _suppress_lookup():
+            os.kill(proc.pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+    def restart(self, timeout: float = 90.0) -> KafkaNode:
+        self.kill()
+        return self.start(timeout)
+
+    def __enter__(self) -> KafkaNode:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class KafkaCluster:
+    """N KRaft nodes (each broker + controller) forming one cluster on 127.0.0.1."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        size: int = 3,
+        *,
+        overrides: Mapping[str, str] | None = None,
+        heap: str = "512m",
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        cluster_id = _random_cluster_id()
+        ports = [(free_port(), free_port()) for _ in range(size)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        self.nodes = [
+            KafkaNode(
+                self.data_dir / f"node{i + 1}",
+                node_id=i + 1,
+                port=p,
+                controller_port=c,
+                cluster_id=cluster_id,
+                voters=voters,
+                overrides=overrides,
+                heap=heap,
+            )
+            for i, (p, c) in enumerate(ports)
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return self.nodes[node_id - 1]
+
+    def start(self, timeout: float = 120.0) -> KafkaCluster:
+        # Formatting is a JVM each: do them in parallel, then start every node before waiting,
+        # since a quorum of controllers must be up before any broker can register.
+        threads = [threading.Thread(target=n.format) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for n in self.nodes:
+            n.launch()
+        try:
+            for n in self.nodes:
+                n.wait_serving(timeout)
+            self.wait_brokers(len(self.nodes), timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_brokers(self, count: int, timeout: float = 60.0) -> None:
+        """Wait until a Metadata request names ``count`` live brokers."""
+        from samsa.client._connection import BlockingConnection
+        from samsa.protocol.messages import ApiKey, make_request
+
+        deadline = time.monotonic() + timeout
+        while True:
+            for n in self.nodes:
+                if not n.alive():
+                    continue
+                try:
+                    with BlockingConnection("127.0.0.1", n.port, timeout=5) as conn:
+                        req = make_request(
+                            ApiKey.METADATA, 12, "MetadataRequest", topics=(),
+                            allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False,
+                        )  # fmt: skip
+                        resp = conn.request(ApiKey.METADATA, 12, req)
+                    if len(resp.brokers) >= count:
+                        return
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not show {count} brokers in {timeout} s")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        threads = [threading.Thread(target=n.stop) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _random_cluster_id() -> str:
+    # Kafka's cluster ids are a UUID's 16 bytes in URL-safe base64 without padding.
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@contextmanager
+def _suppress_lookup() -> Iterator[None]:
+    try:
+        yield
+    except ProcessLookupError:
+        pass
