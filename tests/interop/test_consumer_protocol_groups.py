@@ -130,12 +130,13 @@ class ConsumerProtocolScenario(Scenario):
         self.workers[1].send_signal(signal.SIGKILL)
         self.workers[1].wait(10)
         assert len(consumer_describe(self.conn, self.group)[1]) == 3  # still counted
+        expired_at = self.wait_until(lambda: len(consumer_describe(self.conn, self.group)[1]) != 3)
         self.produce(BATCH)
         self.wait_all_committed()
         self.wait_members(2)
         self.stop()
         self.verify(self.joiner, self.joined_at)
-        self.verify_session_timeout(self.left_at, killed_at)
+        self.verify_session_timeout(self.left_at, killed_at, expired_at)
 
 
 def test_consumer_protocol_groups_lose_nothing(
