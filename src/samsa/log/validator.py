@@ -16,15 +16,23 @@ duplicate it is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import lz4.frame
+import zstandard
+
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.record_check import RecordRules, check_records
 from samsa.protocol.records import (
+    XERIAL_BLOCK,
+    XERIAL_HEADER,
     Compression,
+    InvalidBatchError,
     RecordBatchView,
-    compress,
-    record_timestamps,
-    records_section,
     with_records_section,
+    xerial_block,
 )
 
 if TYPE_CHECKING:
@@ -58,44 +66,114 @@ def _level(config: LogConfig, codec: int) -> int | None:
     return None
 
 
-def recompressed(batch: RecordBatchView, config: LogConfig) -> RecordBatchView:
-    """The batch in the topic's codec (itself when it already is, or the topic keeps the
-    producer's). ValueError if its records cannot be decompressed."""
-    codec = target_codec(config)
-    if codec is None or codec == batch.compression:
-        return batch
-    try:
-        records = records_section(batch)
-    except Exception as exc:  # cramjam raises its own DecompressionError
-        raise ValueError(f"records cannot be decompressed: {exc}") from None
-    body = compress(codec, records, _level(config, codec))
-    return RecordBatchView(with_records_section(batch, codec, body))
+class _Recompressor:
+    """Inflated chunks in, the records section in ``codec`` out, refused past ``cap`` bytes
+    (the batch could not be stored anyway: max.message.bytes)."""
+
+    def __init__(self, codec: int, level: int | None, cap: int) -> None:
+        self.codec = codec
+        self.cap = cap
+        self.out: list[bytes] = []
+        self.size = 0
+        self._pending = bytearray()  # snappy: the next xerial block's bytes
+        if codec == Compression.GZIP:
+            self._z: Any = zlib.compressobj(6 if level is None else level, zlib.DEFLATED, 31)
+        elif codec == Compression.ZSTD:
+            self._z = zstandard.ZstdCompressor(level=3 if level is None else level).compressobj()
+        elif codec == Compression.LZ4:
+            self._z = lz4.frame.LZ4FrameCompressor(
+                compression_level=0 if level is None else level, block_linked=False
+            )
+            self._emit(self._z.begin())
+        elif codec == Compression.SNAPPY:
+            self._emit(XERIAL_HEADER)
+
+    def _emit(self, data: bytes) -> None:
+        if not data:
+            return
+        self.size += len(data)
+        if self.size > self.cap:
+            raise InvalidBatchError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the batch re-encoded in the topic's codec exceeds {self.cap} bytes",
+            )
+        self.out.append(data)
+
+    def feed(self, chunk: bytes) -> None:
+        if self.codec == Compression.NONE:
+            self._emit(chunk)
+        elif self.codec == Compression.SNAPPY:
+            self._pending += chunk
+            while len(self._pending) >= XERIAL_BLOCK:
+                self._emit(xerial_block(bytes(self._pending[:XERIAL_BLOCK])))
+                del self._pending[:XERIAL_BLOCK]
+        else:
+            self._emit(self._z.compress(chunk))
+
+    def finish(self) -> bytes:
+        if self.codec == Compression.SNAPPY:
+            if self._pending:
+                self._emit(xerial_block(bytes(self._pending)))
+        elif self.codec != Compression.NONE:
+            self._emit(self._z.flush())
+        return b"".join(self.out)
 
 
-def timestamp_problem(batch: RecordBatchView, config: LogConfig, now_ms: int) -> str | None:
-    """Why the batch's CreateTime timestamps are out of the topic's window, or None."""
+@dataclass(frozen=True, slots=True)
+class CheckedBatch:
+    """A client batch after the checks (and in the topic's codec), or why it is refused."""
+
+    batch: RecordBatchView
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    # (batch index, message) of each refused record, as Kafka's ProduceResponse RecordError
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
+def record_rules(config: LogConfig, now_ms: int) -> RecordRules:
+    """Kafka's per-record checks for this topic (rules 40-41): keys on a compacted topic, the
+    CreateTime window (none under LogAppendTime, where the broker's clock replaces them)."""
     if config.log_append_time:
-        return None
+        return RecordRules(need_key=config.compact)
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
-    low = now_ms - before if before < now_ms else -1  # unbounded below: any timestamp >= 0
-    high = now_ms + after if after < LONG_MAX - now_ms else LONG_MAX
-    # The header's max timestamp bounds every record's from above (clients compute it; a
-    # batch claiming less than one of its records has would break the time index anyway),
-    # so the records are read only when the lower bound can matter.
-    if batch.max_timestamp > high:
-        return _out_of_range(batch.max_timestamp, low, high)
-    if low < 0:
-        return None
+    low = now_ms - before if before < now_ms else None
+    high = now_ms + after if after < LONG_MAX - now_ms else None
+    return RecordRules(need_key=config.compact, min_timestamp=low, max_timestamp=high)
+
+
+def check_client_batch(batch: RecordBatchView, config: LogConfig, now_ms: int) -> CheckedBatch:
+    """Read every record of a client batch as Kafka's LogValidator does (streamed, at most
+    ``max_inflated_bytes`` inflated) and re-encode it in the topic's codec if that differs
+    (rule 39). Heavy for a compressed batch: the broker runs it in a worker thread."""
+    if batch.size > config.max_message_bytes:  # as Kafka: before reading the records
+        return CheckedBatch(
+            batch,
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {batch.size} bytes exceeds {config.max_message_bytes}",
+        )
+    codec = target_codec(config)
+    sink = None
+    if codec is not None and codec != batch.compression:
+        sink = _Recompressor(codec, _level(config, codec), config.max_message_bytes)
     try:
-        timestamps = record_timestamps(batch)
-    except Exception as exc:
-        return f"records cannot be read: {exc}"
-    for ts in timestamps:
-        if ts != -1 and not low <= ts <= high:
-            return _out_of_range(ts, low, high)
-    return None
-
-
-def _out_of_range(ts: int, low: int, high: int) -> str:
-    return f"timestamp {ts} is out of range: it must be within [{low}, {high}]"
+        summary = check_records(
+            batch,
+            record_rules(config, now_ms),
+            config.max_inflated_bytes,
+            sink.feed if sink is not None else None,
+        )
+        if summary.record_errors:
+            index, first = summary.record_errors[0]
+            return CheckedBatch(
+                batch,
+                summary.error,
+                f"{len(summary.record_errors)} record(s) refused, the first at batch index "
+                f"{index}: {first}",
+                tuple(summary.record_errors),
+            )
+        if sink is not None:
+            batch = RecordBatchView(with_records_section(batch, codec or 0, sink.finish()))
+    except InvalidBatchError as exc:
+        return CheckedBatch(batch, exc.code, str(exc))
+    return CheckedBatch(batch)

@@ -59,7 +59,9 @@ def _run(
             small = broker.topics.get_partition("t", 1)
             assert big is not None and small is not None
             for i in range(BIG_BATCHES):  # batches past ZERO_COPY_MIN: sent from the file
-                broker.append(big, validate_produce_batch(_batch(50, 2000, i)))
+                appended = broker.append(big, validate_produce_batch(_batch(50, 2000, i)))
+                if isinstance(appended, asyncio.Future):  # checked in a worker thread
+                    await appended
             for i in range(5):  # small batches: copied
                 broker.append(small, validate_produce_batch(_batch(3, 10, i)))
             assert len(big.log._segments) >= 4
