@@ -398,12 +398,24 @@ class Broker:
         event loop for a small uncompressed batch, else in a worker thread, whose
         decompression and numpy passes release the GIL; then the append is a future, and
         later appends to the partition wait for it (arrival order is append order)."""
+        if batch.producer_id >= 0 and not self.producer_ids.issued(batch.producer_id):
+            # D-REC-3: the only issuer of producer ids knows this one was never handed out.
+            return AppendResult(
+                ErrorCode.UNKNOWN_PRODUCER_ID,
+                log_start_offset=partition.log.log_start_offset,
+                message=f"producer id {batch.producer_id} was never issued by this broker",
+            )
         tail = partition.append_tail
         if tail is None and not _heavy(batch, partition.log.config):
             return self._append_checked(partition, batch, None)
         loop = asyncio.get_running_loop()
         checking = loop.run_in_executor(
-            self._checkers, check_client_batch, batch, partition.log.config, now_ms()
+            self._checkers,
+            check_client_batch,
+            batch,
+            partition.log.config,
+            now_ms(),
+            f"{partition.topic}-{partition.index}",
         )
         done = asyncio.ensure_future(self._append_after(partition, batch, tail, checking))
         partition.append_tail = done

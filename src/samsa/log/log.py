@@ -295,7 +295,7 @@ class Log:
         append_time = -1
         if origin is AppendOrigin.CLIENT and not batch.is_control:
             if checked is None:
-                checked = check_client_batch(batch, self.config, now_ms)
+                checked = check_client_batch(batch, self.config, now_ms, self.directory.name)
             if checked.error != ErrorCode.NONE:
                 return AppendResult(
                     checked.error,

@@ -24,7 +24,7 @@ import lz4.frame
 import zstandard
 
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.record_check import RecordRules, check_records
+from samsa.protocol.record_check import RecordRules, RecordsSummary, check_records
 from samsa.protocol.records import (
     XERIAL_BLOCK,
     XERIAL_HEADER,
@@ -119,6 +119,19 @@ class _Recompressor:
         return b"".join(self.out)
 
 
+def _refusal(summary: RecordsSummary) -> str:
+    """The batch's error message, in Kafka's words (LogValidator.processRecordErrors)."""
+    if summary.error == ErrorCode.INVALID_TIMESTAMP:
+        return "One or more records have been rejected due to invalid timestamp"
+    shown = ", ".join(
+        f"RecordError(batchIndex={i}, message='{m}')" for i, m in summary.record_errors[:3]
+    )
+    return (
+        f"One or more records have been rejected due to {summary.error_count} record errors "
+        f"in total, and only showing the first three errors at most: [{shown}]"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CheckedBatch:
     """A client batch after the checks (and in the topic's codec), or why it is refused."""
@@ -130,19 +143,21 @@ class CheckedBatch:
     record_errors: tuple[tuple[int, str], ...] = ()
 
 
-def record_rules(config: LogConfig, now_ms: int) -> RecordRules:
+def record_rules(config: LogConfig, now_ms: int, partition: str = "") -> RecordRules:
     """Kafka's per-record checks for this topic (rules 40-41): keys on a compacted topic, the
     CreateTime window (none under LogAppendTime, where the broker's clock replaces them)."""
     if config.log_append_time:
-        return RecordRules(need_key=config.compact)
+        return RecordRules(need_key=config.compact, partition=partition)
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
     low = now_ms - before if before < now_ms else None
     high = now_ms + after if after < LONG_MAX - now_ms else None
-    return RecordRules(need_key=config.compact, min_timestamp=low, max_timestamp=high)
+    return RecordRules(config.compact, partition, low, high)
 
 
-def check_client_batch(batch: RecordBatchView, config: LogConfig, now_ms: int) -> CheckedBatch:
+def check_client_batch(
+    batch: RecordBatchView, config: LogConfig, now_ms: int, partition: str = ""
+) -> CheckedBatch:
     """Read every record of a client batch as Kafka's LogValidator does (streamed, at most
     ``max_inflated_bytes`` inflated) and re-encode it in the topic's codec if that differs
     (rule 39). Heavy for a compressed batch: the broker runs it in a worker thread."""
@@ -159,18 +174,13 @@ def check_client_batch(batch: RecordBatchView, config: LogConfig, now_ms: int) -
     try:
         summary = check_records(
             batch,
-            record_rules(config, now_ms),
+            record_rules(config, now_ms, partition),
             config.max_inflated_bytes,
             sink.feed if sink is not None else None,
         )
-        if summary.record_errors:
-            index, first = summary.record_errors[0]
+        if summary.error_count:
             return CheckedBatch(
-                batch,
-                summary.error,
-                f"{len(summary.record_errors)} record(s) refused, the first at batch index "
-                f"{index}: {first}",
-                tuple(summary.record_errors),
+                batch, summary.error, _refusal(summary), tuple(summary.record_errors)
             )
         if sink is not None:
             batch = RecordBatchView(with_records_section(batch, codec or 0, sink.finish()))

@@ -56,7 +56,9 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 def _corrupt(message: str) -> InvalidBatchError:
-    return InvalidBatchError(ErrorCode.CORRUPT_MESSAGE, message)
+    # Kafka's answer to records its codec cannot read (the stream's KafkaException is not
+    # mapped to an error code); clients treat it as a failure, not a retry.
+    return InvalidBatchError(ErrorCode.UNKNOWN_SERVER_ERROR, message)
 
 
 def _invalid(message: str) -> InvalidBatchError:
@@ -84,7 +86,7 @@ class _Budget:
 
 def inflate(codec: int, data: bytes | memoryview, limit: int) -> Iterator[bytes]:
     """The records section of ``codec`` ``data``, in chunks of at most :data:`INFLATE_CHUNK`
-    bytes (a snappy block: at most what it declares). InvalidBatchError: CORRUPT_MESSAGE for
+    bytes (a snappy block: at most what it declares). InvalidBatchError: UNKNOWN_SERVER_ERROR for
     bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes."""
     budget = _Budget(limit)
     try:
@@ -194,6 +196,7 @@ class RecordRules:
     """What a topic asks of each record beyond its structure (Kafka's validateRecord)."""
 
     need_key: bool = False  # compacted topic
+    partition: str = ""  # "topic-index", for the messages, as Kafka's
     min_timestamp: int | None = None  # CreateTime window; None: unchecked
     max_timestamp: int | None = None
 
@@ -206,6 +209,7 @@ class RecordsSummary:
     # MAX_RECORD_ERRORS of them, with ``error`` the batch's code (INVALID_TIMESTAMP if any
     # timestamp is out of the window, else INVALID_RECORD), as Kafka's processRecordErrors.
     record_errors: list[tuple[int, str]] = field(default_factory=list)
+    error_count: int = 0  # all of them, kept or not
     error: ErrorCode = ErrorCode.NONE
 
 
@@ -298,11 +302,9 @@ def _big_record(cur: _Cursor) -> Generator[None, bytes | None, _BigResult]:
     ts_delta = yield from cur.varint(10)
     off_delta = yield from cur.varint(5)
     fields: list[int] = []
-    for what in ("key", "value"):
+    for _ in ("key", "value"):
         n = yield from cur.varint(5)
-        if n < -1:
-            raise _invalid(f"Found invalid record structure: negative {what} length {n}")
-        fields.append(n)
+        fields.append(n)  # negative: null, whatever the value, as in Kafka
         yield from cur.skip(n)
     hcount = yield from cur.varint(5)
     if hcount < 0:
@@ -313,8 +315,6 @@ def _big_record(cur: _Cursor) -> Generator[None, bytes | None, _BigResult]:
             raise _invalid(f"Invalid negative header key size {hk}")
         yield from cur.skip(hk)
         hv = yield from cur.varint(5)
-        if hv < -1:
-            raise _invalid(f"Found invalid record structure: header value length {hv}")
         yield from cur.skip(hv)
     return fields[0] < 0, ts_delta, off_delta, cur.buf[cur.pos :]
 
@@ -408,7 +408,7 @@ class RecordChecker:
                 f"{self.summary.count} found"
             )
         s = self.summary
-        if s.record_errors:
+        if s.error_count:
             timestamps = self._timestamp_error
             s.error = ErrorCode.INVALID_TIMESTAMP if timestamps else ErrorCode.INVALID_RECORD
         return s
@@ -558,19 +558,18 @@ class RecordChecker:
 
     @staticmethod
     def _no_overrun(n: np.ndarray, at: np.ndarray, end: np.ndarray, what: str) -> None:
-        if (n < -1).any() or (at + np.maximum(n, 0) > end).any():
+        # any negative length is a null, as Kafka's Utils.readBytes and skipBytes read it
+        if (at + np.maximum(n, 0) > end).any():
             raise _invalid(f"Found invalid record structure: {what} length beyond its record")
 
     def _rules(self, first: int, key_null: np.ndarray, ts_delta: np.ndarray) -> None:
         """Kafka's validateRecord: the key (compacted topics), else the timestamp."""
         rules = self.rules
-        errors = self.summary.record_errors
+        where = f" in topic partition {rules.partition}"
         bad_key = key_null if rules.need_key else np.zeros(len(key_null), np.bool_)
         if bad_key.any():
-            for i in np.flatnonzero(bad_key)[: max(0, MAX_RECORD_ERRORS - len(errors))].tolist():
-                errors.append((first + i, "Compacted topic cannot accept message without key"))
-            if not errors:  # past the cap: keep the batch refused
-                errors.append((first, "Compacted topic cannot accept message without key"))
+            message = "Compacted topic cannot accept message without key" + where
+            self._report(first, bad_key, lambda _i: message)
         if rules.min_timestamp is None and rules.max_timestamp is None:
             return
         ts = self.base_timestamp + ts_delta
@@ -579,14 +578,21 @@ class RecordChecker:
         bad = (ts != -1) & ((ts < low) | (ts > high)) & ~bad_key
         if bad.any():
             self._timestamp_error = True
-            for i in np.flatnonzero(bad)[: max(0, MAX_RECORD_ERRORS - len(errors))].tolist():
-                errors.append(
-                    (
-                        first + i,
-                        f"Timestamp {int(ts[i])} of message with offset {first + i} is out of "
-                        f"range. The timestamp should be within [{low}, {high}]",
-                    )
-                )
+            self._report(
+                first,
+                bad,
+                lambda i: (
+                    f"Timestamp {int(ts[i])} of message with offset {first + i} is out of "
+                    f"range. The timestamp should be within [{low}, {high}]"
+                ),
+            )
+
+    def _report(self, first: int, bad: np.ndarray, message: Callable[[int], str]) -> None:
+        s = self.summary
+        where = np.flatnonzero(bad)
+        s.error_count += len(where)
+        for i in where[: max(0, MAX_RECORD_ERRORS - len(s.record_errors))].tolist():
+            s.record_errors.append((first + i, message(i)))
 
 
 def check_records(
