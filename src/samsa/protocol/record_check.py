@@ -131,6 +131,12 @@ def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
 
 
 def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
+    window = zstandard.get_frame_parameters(data).window_size
+    if window > ZSTD_MAX_WINDOW:  # the decoder would hold that much history
+        raise InvalidBatchError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"zstd frame asks for a {window}-byte window; {ZSTD_MAX_WINDOW} at most",
+        )
     dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
         while True:
