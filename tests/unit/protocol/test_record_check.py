@@ -75,7 +75,7 @@ def test_every_split_of_the_records_reads_the_same() -> None:
 def test_every_split_of_a_bad_batch_is_refused() -> None:
     # the last record's length says one byte more than its fields: refused wherever cut
     good = encode_record(0, 0, b"k", b"v") + encode_record(1, 0, b"k", b"v")
-    bad = good[:-8] + bytes([good[-8] + 2]) + good[-7:] + b"\x00"
+    bad = good[:-9] + bytes([good[-9] + 2]) + good[-8:] + b"\x00"  # length 9, fields 8
     view = _raw_batch(bad, 2)
     for cut in range(len(bad) + 1):
         with pytest.raises(InvalidBatchError) as exc:
