@@ -32,6 +32,7 @@ import struct
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import cramjam
 import lz4.frame
@@ -250,6 +251,70 @@ def _varints(
     return values, sizes
 
 
+_MIN_RUN = 8  # fewer records alike are read by the general path
+
+
+def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int] | None:
+    """(zigzag value, size) of the varint at ``pos``, None if cut by ``end`` or too long."""
+    n, shift = 0, 0
+    for i in range(max_size):
+        if pos + i >= end:
+            return None
+        b = buf[pos + i]
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (n >> 1) ^ -(n & 1), i + 1
+        shift += 7
+    return None
+
+
+def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
+    """The layout of the record at ``pos`` if it is whole, well formed and has no headers:
+    (size, timestamp delta at, its varint size, offset delta at, its size, key is null,
+    the columns its others must repeat: lengths, key and value lengths, header count)."""
+    got = _py_varint(buf, pos, end, 5)
+    if got is None:
+        return None
+    length, lsz = got
+    rec_end = pos + lsz + length
+    if length < _MIN_BODY or rec_end > end:
+        return None
+    at = pos + lsz + 1  # attributes: not looked at, as in Kafka
+    fields = []
+    for max_size in (10, 5, 5):  # timestamp delta, offset delta, key length
+        got = _py_varint(buf, at, rec_end, max_size)
+        if got is None:
+            return None
+        fields.append((at - pos, got[1], got[0]))
+        at += got[1]
+    klen = fields[2][2]
+    at += max(klen, 0)
+    got = _py_varint(buf, at, rec_end, 5)
+    if got is None:
+        return None
+    vlen_at, vlen_size, vlen = at - pos, got[1], got[0]
+    value_at = at + vlen_size
+    at = value_at + max(vlen, 0)
+    if at >= rec_end or buf[at] != 0 or at + 1 != rec_end:  # header count 0, then the end
+        return None
+    size = rec_end - pos
+    mask = np.zeros(size, np.bool_)
+    mask[:lsz] = True
+    key_at = fields[2][0]
+    mask[key_at : key_at + fields[2][1]] = True
+    mask[vlen_at : vlen_at + vlen_size] = True
+    mask[size - 1] = True
+    (ts_at, ts_len, _), (od_at, od_len, _) = fields[0], fields[1]
+    return size, ts_at, ts_len, od_at, od_len, klen < 0, mask
+
+
+def _varint_matrix(values: np.ndarray, size: int) -> np.ndarray:
+    """Each of ``values`` as its ``size``-byte zigzag varint: one row each."""
+    zz = (values << 1) ^ (values >> 63)
+    cols = [((zz >> (7 * k)) & 0x7F) | (0x80 if k < size - 1 else 0) for k in range(size)]
+    return np.stack(cols, axis=1).astype(np.uint8)
+
+
 class _Cursor:
     """Bytes of a record too long to gather, consumed as chunks arrive."""
 
@@ -427,9 +492,15 @@ class RecordChecker:
             return 0
         end = len(buf)
         nbuf = np.frombuffer(buf + bytes(10), np.uint8)  # padded: varint reads stay inside
-        starts = self._starts(buf, nbuf, end)
+        pos = 0
+        while pos < end:  # runs of records laid out alike first: a few numpy passes each
+            used = self._uniform_run(buf, nbuf, pos, end)
+            if not used:
+                break
+            pos += used
+        starts = self._starts(buf, nbuf, end, pos)
         if not starts.size:
-            return 0
+            return pos
         if self.summary.count + len(starts) > self.declared:
             raise _invalid("Incorrect declared batch size, records still remaining in file")
         self._check_fields(nbuf, starts)
@@ -437,11 +508,44 @@ class RecordChecker:
         length, lsz = _varints(nbuf, starts[-1:], 5)
         return int(starts[-1] + lsz[0] + length[0])
 
-    def _starts(self, buf: bytes, nbuf: np.ndarray, end: int) -> np.ndarray:
-        """Starts of the complete records at the start of ``buf`` (at most one more than
+    def _uniform_run(self, buf: bytes, nbuf: np.ndarray, pos: int, end: int) -> int:
+        """Records from ``pos`` laid out exactly as the first (same length, key and value
+        lengths, no headers, timestamp and offset deltas of the same varint sizes), checked
+        as columns of a 2-D view: the first is read in Python, the others compared with it.
+        Bytes used; 0 where that does not hold (the general path then reads them)."""
+        first = self.summary.count
+        room = self.declared - first
+        layout = _layout(buf, pos, end) if room >= _MIN_RUN else None
+        if layout is None:
+            return 0
+        size, ts_at, ts_len, od_at, od_len, key_null, fixed = layout
+        # the offset delta's varint grows at 64, 8192, ...: a run stays within one size
+        boundary = 64
+        while boundary <= first:
+            boundary <<= 7
+        n = min(room, (end - pos) // size, boundary - first)
+        if n < _MIN_RUN:
+            return 0
+        rec = nbuf[pos : pos + n * size].reshape(n, size)
+        if not (rec[:, fixed] == rec[0, fixed]).all():
+            return 0
+        ts_bytes = rec[:, ts_at : ts_at + ts_len].astype(np.int64)
+        if not ((ts_bytes[:, :-1] >= 0x80).all() and (ts_bytes[:, -1] < 0x80).all()):
+            return 0
+        expected = _varint_matrix(np.arange(first, first + n, dtype=np.int64), od_len)
+        if not (rec[:, od_at : od_at + od_len] == expected).all():
+            return 0
+        raw = (ts_bytes & 0x7F) << (7 * np.arange(ts_len, dtype=np.int64))
+        zz = np.bitwise_or.reduce(raw, axis=1)
+        ts_delta = ((zz >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(zz & 1)
+        self._rules(first, np.full(n, key_null), ts_delta)
+        self.summary.count += n
+        return n * size
+
+    def _starts(self, buf: bytes, nbuf: np.ndarray, end: int, pos: int = 0) -> np.ndarray:
+        """Starts of the complete records from ``pos`` in ``buf`` (at most one more than
         declared, which shows a surplus)."""
         found: list[np.ndarray] = []
-        pos = 0
         room = self.declared - self.summary.count + 1
         while pos < end and room > 0:
             length, lsz = _varints(nbuf, np.array([pos]), 5, strict=False)
@@ -617,3 +721,42 @@ def check_records(
         if sink is not None:
             sink(chunk)
     return checker.finish()
+
+
+class _Found(Exception):  # control flow: the search stops at its first hit
+    pass
+
+
+class _TimestampSearch(RecordChecker):
+    """Reads records as the checker does, stopping at the first at or after a timestamp."""
+
+    def __init__(self, view: RecordBatchView, timestamp: int, min_delta: int) -> None:
+        super().__init__(view, RecordRules())
+        self.timestamp = timestamp
+        self.min_delta = min_delta
+        self.found: tuple[int, int] | None = None
+
+    def _rules(self, first: int, key_null: np.ndarray, ts_delta: np.ndarray) -> None:
+        ts = self.base_timestamp + ts_delta
+        hit = (ts >= self.timestamp) & (np.arange(first, first + len(ts)) >= self.min_delta)
+        if hit.any():
+            i = int(np.argmax(hit))
+            self.found = (first + i, int(ts[i]))
+            raise _Found
+
+
+def find_timestamp(
+    view: RecordBatchView, timestamp: int, min_delta: int, limit: int
+) -> tuple[int, int] | None:
+    """(offset delta, timestamp) of the batch's first record at offset delta ``min_delta`` or
+    later whose timestamp is ``timestamp`` or later (ListOffsets), streamed as
+    :func:`check_records` reads; None if there is none. InvalidBatchError if the records
+    cannot be read within ``limit`` inflated bytes."""
+    search = _TimestampSearch(view, timestamp, min_delta)
+    body = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
+    try:
+        for chunk in inflate(view.compression, body, limit):
+            search.feed(chunk)
+    except _Found:
+        return search.found
+    return None
