@@ -1,15 +1,22 @@
 """What the log does to a client's batch before writing it, by the topic's configs (Kafka's
 ``LogValidator``; docs/semantics.md rules 39 and 41).
 
+Records (``check_client_batch``): every record is read, streamed and bounded, by
+``protocol/record_check.py``; a malformed one, or a count other than declared, refuses the
+batch (INVALID_RECORD; UNKNOWN_SERVER_ERROR for bytes the codec cannot read, as Kafka), and so
+do records inflating past ``message.max.inflated.bytes`` (MESSAGE_TOO_LARGE, D-REC-2). Refused
+records are reported by batch index, in Kafka's words: a keyless record on a compacted topic,
+a timestamp out of the window.
+
 Timestamps (rule 41): under CreateTime every record's timestamp must lie within
 ``[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`` (records
 without a timestamp, -1, are not checked); one record outside refuses the whole batch with
 INVALID_TIMESTAMP. Under LogAppendTime the broker's clock replaces them, so nothing is checked.
 
 Codec (rule 39): with ``compression.type`` other than ``producer`` a batch in another codec is
-re-encoded in the topic's: its records section is decompressed and compressed again (at the
-topic's ``compression.<codec>.level``), the header kept but for the codec bits, the batch
-length and the CRC-32C. Records are never decoded into objects, offsets and sequences do not
+re-encoded in the topic's as it streams through the check (at the topic's
+``compression.<codec>.level``), the header kept but for the codec bits, the batch length and
+the CRC-32C, the output refused past ``max.message.bytes``. Offsets and sequences do not
 change, so producer state (which keys on sequences) treats a retry of the original batch as the
 duplicate it is.
 """
