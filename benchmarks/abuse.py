@@ -54,7 +54,7 @@ from _brokers import HOST, SamsaBroker
 from confluent_kafka import Producer
 
 from samsa.client._connection import BlockingConnection
-from samsa.protocol.framing import frame_request, split_response
+from samsa.protocol.framing import frame_request, split_response, uvarint
 from samsa.protocol.messages import ApiKey, encode_request, make_request
 from samsa.testing import create_topic, produce_request
 
@@ -260,13 +260,7 @@ def _tiny_records_bomb(count: int) -> bytes:
 
 
 def _zigzag(v: int) -> bytes:
-    v = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return uvarint((v << 1) ^ (v >> 63))
 
 
 def _attack_frames(port: int) -> list[tuple[str, bytes]]:

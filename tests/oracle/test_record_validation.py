@@ -28,7 +28,7 @@ from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import Compression, _zigzag_varint, encode_record
-from samsa.testing import produce_request
+from samsa.testing import init_producer_id, produce_request
 from samsa.testing.kafka import KafkaNode
 
 INFLATED_LIMIT = 4 * 1024 * 1024  # samsa's message.max.inflated.bytes in this module
@@ -244,24 +244,15 @@ class _Side:
         return int(p.error_code), self.end_offset(topic) - before, p
 
     def init_producer_id(self) -> int:
-        req = make_request(
-            ApiKey.INIT_PRODUCER_ID,
-            4,
-            "InitProducerIdRequest",
-            transactional_id=None,
-            transaction_timeout=60_000,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
         deadline = time.monotonic() + 30
         while True:  # Kafka's transaction coordinator loads its partitions first
-            resp = self.conn.request(ApiKey.INIT_PRODUCER_ID, 4, req)
-            if resp.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            code, pid, _ = init_producer_id(self.conn)
+            if code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
                 break
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        assert resp.error_code == 0
-        return int(resp.producer_id)
+        assert code == 0
+        return pid
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,8 @@ broker in worker threads, so a heavy batch does not hold the event loop.
 
 from __future__ import annotations
 
+import functools
+import re
 import struct
 import zlib
 from collections.abc import Callable, Generator, Iterator
@@ -251,7 +253,26 @@ def _varints(
     return values, sizes
 
 
-_MIN_RUN = 8  # fewer records alike are read by the general path
+_HIGH_BIT = re.compile(rb"[^\x80-\xff]")  # the first byte without it ends a run
+_NO_HIGH_BIT = re.compile(rb"[\x80-\xff]")
+
+
+@functools.lru_cache(maxsize=256)
+def _other_than(byte: int) -> re.Pattern[bytes]:
+    return re.compile(b"[^" + re.escape(bytes([byte])) + b"]")
+
+
+def _run_length(column: bytes, other: re.Pattern[bytes]) -> int:
+    """How many bytes of ``column`` come before the first that ``other`` matches."""
+    found = other.search(column)
+    return len(column) if found is None else found.start()
+
+
+@functools.lru_cache(maxsize=64)
+def _offset_delta_column(first: int, n: int, size: int, k: int) -> bytes:
+    """Byte ``k`` of the ``size``-byte varints of offset deltas first..first+n-1."""
+    more = 0x80 if k < size - 1 else 0
+    return bytes(((2 * i >> (7 * k)) & 0x7F) | more for i in range(first, first + n))
 
 
 def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int] | None:
@@ -271,7 +292,8 @@ def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int]
 def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
     """The layout of the record at ``pos`` if it is whole, well formed and has no headers:
     (size, timestamp delta at, its varint size, offset delta at, its size, key is null,
-    the columns its others must repeat: lengths, key and value lengths, header count)."""
+    (column, pattern of any other byte) of each byte its like must repeat: the length, key
+    length, value length and header count)."""
     got = _py_varint(buf, pos, end, 5)
     if got is None:
         return None
@@ -293,26 +315,16 @@ def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
     if got is None:
         return None
     vlen_at, vlen_size, vlen = at - pos, got[1], got[0]
-    value_at = at + vlen_size
-    at = value_at + max(vlen, 0)
+    at += vlen_size + max(vlen, 0)
     if at >= rec_end or buf[at] != 0 or at + 1 != rec_end:  # header count 0, then the end
         return None
     size = rec_end - pos
-    mask = np.zeros(size, np.bool_)
-    mask[:lsz] = True
-    key_at = fields[2][0]
-    mask[key_at : key_at + fields[2][1]] = True
-    mask[vlen_at : vlen_at + vlen_size] = True
-    mask[size - 1] = True
+    key_at, key_size = fields[2][0], fields[2][1]
+    cols = [*range(lsz), *range(key_at, key_at + key_size)]
+    cols += [*range(vlen_at, vlen_at + vlen_size), size - 1]
+    fixed = tuple((c, _other_than(buf[pos + c])) for c in cols)
     (ts_at, ts_len, _), (od_at, od_len, _) = fields[0], fields[1]
-    return size, ts_at, ts_len, od_at, od_len, klen < 0, mask
-
-
-def _varint_matrix(values: np.ndarray, size: int) -> np.ndarray:
-    """Each of ``values`` as its ``size``-byte zigzag varint: one row each."""
-    zz = (values << 1) ^ (values >> 63)
-    cols = [((zz >> (7 * k)) & 0x7F) | (0x80 if k < size - 1 else 0) for k in range(size)]
-    return np.stack(cols, axis=1).astype(np.uint8)
+    return size, ts_at, ts_len, od_at, od_len, klen < 0, fixed
 
 
 class _Cursor:
@@ -488,16 +500,16 @@ class RecordChecker:
 
     def _check_complete(self, buf: bytes) -> int:
         """Check every complete record at the start of ``buf``; bytes used."""
-        if not buf:
-            return 0
         end = len(buf)
-        nbuf = np.frombuffer(buf + bytes(10), np.uint8)  # padded: varint reads stay inside
         pos = 0
-        while pos < end:  # runs of records laid out alike first: a few numpy passes each
-            used = self._uniform_run(buf, nbuf, pos, end)
+        while pos < end:  # runs of records laid out alike first: a few C passes each
+            used = self._uniform_run(buf, pos, end)
             if not used:
                 break
             pos += used
+        if pos >= end:
+            return pos
+        nbuf = np.frombuffer(buf + bytes(10), np.uint8)  # padded: varint reads stay inside
         starts = self._starts(buf, nbuf, end, pos)
         if not starts.size:
             return pos
@@ -508,37 +520,46 @@ class RecordChecker:
         length, lsz = _varints(nbuf, starts[-1:], 5)
         return int(starts[-1] + lsz[0] + length[0])
 
-    def _uniform_run(self, buf: bytes, nbuf: np.ndarray, pos: int, end: int) -> int:
+    def _uniform_run(self, buf: bytes, pos: int, end: int) -> int:
         """Records from ``pos`` laid out exactly as the first (same length, key and value
-        lengths, no headers, timestamp and offset deltas of the same varint sizes), checked
-        as columns of a 2-D view: the first is read in Python, the others compared with it.
-        Bytes used; 0 where that does not hold (the general path then reads them)."""
+        lengths, no headers, timestamp and offset deltas of the same varint sizes). The first
+        is read in Python; in the others every byte that fixes the layout is compared with
+        its, a column at a time (a strided slice of the bytes, searched by ``re``: C code),
+        and the offset deltas with 0, 1, ... Bytes used: the longest such run, 0 if none
+        (the general path then reads the records)."""
         first = self.summary.count
         room = self.declared - first
-        layout = _layout(buf, pos, end) if room >= _MIN_RUN else None
+        layout = _layout(buf, pos, end) if room > 0 else None
         if layout is None:
             return 0
         size, ts_at, ts_len, od_at, od_len, key_null, fixed = layout
-        # the offset delta's varint grows at 64, 8192, ...: a run stays within one size
-        boundary = 64
+        boundary = 64  # the offset delta's varint grows at 64, 8192, ...: one size a run
         while boundary <= first:
             boundary <<= 7
         n = min(room, (end - pos) // size, boundary - first)
-        if n < _MIN_RUN:
-            return 0
-        rec = nbuf[pos : pos + n * size].reshape(n, size)
-        if not (rec[:, fixed] == rec[0, fixed]).all():
-            return 0
-        ts_bytes = rec[:, ts_at : ts_at + ts_len].astype(np.int64)
-        if not ((ts_bytes[:, :-1] >= 0x80).all() and (ts_bytes[:, -1] < 0x80).all()):
-            return 0
-        expected = _varint_matrix(np.arange(first, first + n, dtype=np.int64), od_len)
-        if not (rec[:, od_at : od_at + od_len] == expected).all():
-            return 0
-        raw = (ts_bytes & 0x7F) << (7 * np.arange(ts_len, dtype=np.int64))
-        zz = np.bitwise_or.reduce(raw, axis=1)
-        ts_delta = ((zz >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(zz & 1)
-        self._rules(first, np.full(n, key_null), ts_delta)
+        for col, pattern in fixed:
+            n = _run_length(buf[pos + col : pos + n * size : size], pattern)
+        for k in range(ts_len):  # the timestamp delta's varint keeps its size
+            more = _HIGH_BIT if k < ts_len - 1 else _NO_HIGH_BIT
+            n = _run_length(buf[pos + ts_at + k : pos + n * size : size], more)
+        stop = pos + n * size
+        for k in range(od_len):
+            if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
+                return 0  # the general path says which record is wrong
+        bound = 1 << (7 * ts_len - 1)  # |timestamp delta| below this, whatever its bytes
+        rules = self.rules
+        base = self.base_timestamp
+        if (rules.need_key and key_null) or not (
+            (rules.min_timestamp is None or base - bound >= rules.min_timestamp)
+            and (rules.max_timestamp is None or base + bound <= rules.max_timestamp)
+        ):
+            cols = [
+                np.frombuffer(buf[pos + ts_at + k : stop : size], np.uint8).astype(np.int64)
+                for k in range(ts_len)
+            ]
+            zz = np.bitwise_or.reduce([(c & 0x7F) << (7 * k) for k, c in enumerate(cols)])
+            ts_delta = ((zz >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(zz & 1)
+            self._rules(first, np.full(n, key_null), ts_delta)
         self.summary.count += n
         return n * size
 
