@@ -405,6 +405,8 @@ def _big_record(cur: _Cursor) -> Generator[None, bytes | None, _BigResult]:
 class RecordChecker:
     """Feed the records section in chunks (:meth:`feed`), then :meth:`finish`."""
 
+    every_timestamp = False  # hand every record's timestamp to _rules, needed or not
+
     def __init__(self, view: RecordBatchView, rules: RecordRules) -> None:
         self.declared = view.record_count
         self.base_timestamp = view.base_timestamp
@@ -549,7 +551,7 @@ class RecordChecker:
         bound = 1 << (7 * ts_len - 1)  # |timestamp delta| below this, whatever its bytes
         rules = self.rules
         base = self.base_timestamp
-        if (rules.need_key and key_null) or not (
+        if self.every_timestamp or (rules.need_key and key_null) or not (
             (rules.min_timestamp is None or base - bound >= rules.min_timestamp)
             and (rules.max_timestamp is None or base + bound <= rules.max_timestamp)
         ):
@@ -750,6 +752,8 @@ class _Found(Exception):  # control flow: the search stops at its first hit
 
 class _TimestampSearch(RecordChecker):
     """Reads records as the checker does, stopping at the first at or after a timestamp."""
+
+    every_timestamp = True
 
     def __init__(self, view: RecordBatchView, timestamp: int, min_delta: int) -> None:
         super().__init__(view, RecordRules())
