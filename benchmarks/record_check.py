@@ -68,21 +68,28 @@ def _frames(port: int, topic: str, per_batch: int, codec: int, requests: int) ->
     return conn, frames
 
 
-def throughput(port: int, topic: str, per_batch: int, codec: int, records: int) -> float:
-    ensure_topic(port, topic)
-    conn, frames = _frames(port, topic, per_batch, codec, records // (per_batch * PARTITIONS))
+def throughput(
+    broker: SamsaBroker, topic: str, per_batch: int, codec: int, records: int
+) -> tuple[float, float]:
+    """(records/s, broker CPU microseconds per record)."""
+    ensure_topic(broker.port, topic)
+    n_requests = records // (per_batch * PARTITIONS)
+    conn, frames = _frames(broker.port, topic, per_batch, codec, n_requests)
+    cpu = broker.cpu_seconds()
     try:
         result = pipelined_produce(conn, frames, per_batch, 30.0)
     finally:
         conn.close()
+    cpu = broker.cpu_seconds() - cpu
     if result.errors:
         raise RuntimeError(f"produce errors: {dict(result.errors)}")
-    return result.records / result.seconds
+    return result.records / result.seconds, cpu / result.records * 1e6
 
 
 def compare_throughput(src: Path | None, rounds: int, records: int) -> None:
     rows = [(100, "none"), (1000, "none"), (1000, "zstd"), (1000, "gzip")]
     best: dict[tuple[str, int, str], float] = {}
+    cpu: dict[tuple[str, int, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="samsa-check-bench-") as tmp:
         trees = [("after", None)] + ([("before", src)] if src is not None else [])
         for r in range(rounds):
@@ -90,17 +97,22 @@ def compare_throughput(src: Path | None, rounds: int, records: int) -> None:
                 with SamsaBroker(Path(tmp) / f"{name}-{r}", src=tree) as broker:
                     for per_batch, codec in rows:
                         topic = f"t{per_batch}-{codec}"
-                        rate = throughput(broker.port, topic, per_batch, CODECS[codec], records)
+                        rate, us = throughput(broker, topic, per_batch, CODECS[codec], records)
                         key = (name, per_batch, codec)
                         best[key] = max(best.get(key, 0.0), rate)
-    print(f"(1) raw produce, 1 conn, 5 in flight, best of {rounds} rounds (records/s)")
-    print(f"{'batch':>22} {'before':>10} {'after':>10} {'after/before':>13}")
+                        cpu.setdefault(key, []).append(us)
+    print(f"(1) raw produce, 1 conn, 5 in flight: best records/s of {rounds} rounds, and the "
+          "broker's median CPU time per record (less sensitive to a busy machine)")  # fmt: skip
+    print(f"{'batch':>16} {'before/s':>11} {'after/s':>11} {'ratio':>6} "
+          f"{'before us':>10} {'after us':>9} {'ratio':>6}")  # fmt: skip
     for per_batch, codec in rows:
         after = best[("after", per_batch, codec)]
-        before = best.get(("before", per_batch, codec))
-        ratio = f"{after / before:12.2f}x" if before else "-"
-        shown = f"{before:10,.0f}" if before else f"{'-':>10}"
-        print(f"{f'{per_batch} rec, {codec}':>22} {shown} {after:10,.0f} {ratio}")
+        before = best.get(("before", per_batch, codec), 0.0)
+        cpu_after = statistics.median(cpu[("after", per_batch, codec)])
+        cpu_before = statistics.median(cpu.get(("before", per_batch, codec), [0.0]))
+        print(f"{f'{per_batch} rec, {codec}':>16} {before:11,.0f} {after:11,.0f} "
+              f"{after / before if before else 0:6.2f} {cpu_before:10.3f} {cpu_after:9.3f} "
+              f"{cpu_after / cpu_before if cpu_before else 0:6.2f}")  # fmt: skip
 
 
 def _zstd_batch() -> bytes:
