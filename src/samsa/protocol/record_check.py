@@ -253,18 +253,31 @@ def _varints(
     return values, sizes
 
 
+_HIGH_BYTES = bytes(range(0x80, 0x100))
 _HIGH_BIT = re.compile(rb"[^\x80-\xff]")  # the first byte without it ends a run
 _NO_HIGH_BIT = re.compile(rb"[\x80-\xff]")
 
 
-@functools.lru_cache(maxsize=256)
-def _other_than(byte: int) -> re.Pattern[bytes]:
-    return re.compile(b"[^" + re.escape(bytes([byte])) + b"]")
+def _same_run(column: bytes, byte: bytes) -> int:
+    """How many bytes of ``column`` repeat ``byte`` before another (a memcmp when all do)."""
+    if column == byte * len(column):
+        return len(column)
+    return len(column) - len(column.lstrip(byte))
 
 
-def _run_length(column: bytes, other: re.Pattern[bytes]) -> int:
-    """How many bytes of ``column`` come before the first that ``other`` matches."""
-    found = other.search(column)
+def _low_run(column: bytes) -> int:
+    """How many bytes of ``column`` come before the first with the high bit set."""
+    if column.isascii():
+        return len(column)
+    found = _NO_HIGH_BIT.search(column)
+    return len(column) if found is None else found.start()
+
+
+def _high_run(column: bytes) -> int:
+    """How many bytes of ``column`` come before the first without the high bit."""
+    if not column.translate(None, _HIGH_BYTES):
+        return len(column)
+    found = _HIGH_BIT.search(column)
     return len(column) if found is None else found.start()
 
 
@@ -292,8 +305,8 @@ def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int]
 def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
     """The layout of the record at ``pos`` if it is whole, well formed and has no headers:
     (size, timestamp delta at, its varint size, offset delta at, its size, key is null,
-    (column, pattern of any other byte) of each byte its like must repeat: the length, key
-    length, value length and header count)."""
+    (column, byte) of each byte its like must repeat: the length, key length, value length
+    and header count)."""
     got = _py_varint(buf, pos, end, 5)
     if got is None:
         return None
@@ -322,7 +335,7 @@ def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
     key_at, key_size = fields[2][0], fields[2][1]
     cols = [*range(lsz), *range(key_at, key_at + key_size)]
     cols += [*range(vlen_at, vlen_at + vlen_size), size - 1]
-    fixed = tuple((c, _other_than(buf[pos + c])) for c in cols)
+    fixed = tuple((c, buf[pos + c : pos + c + 1]) for c in cols)
     (ts_at, ts_len, _), (od_at, od_len, _) = fields[0], fields[1]
     return size, ts_at, ts_len, od_at, od_len, klen < 0, fixed
 
@@ -539,11 +552,11 @@ class RecordChecker:
         while boundary <= first:
             boundary <<= 7
         n = min(room, (end - pos) // size, boundary - first)
-        for col, pattern in fixed:
-            n = _run_length(buf[pos + col : pos + n * size : size], pattern)
+        for col, byte in fixed:
+            n = _same_run(buf[pos + col : pos + n * size : size], byte)
         for k in range(ts_len):  # the timestamp delta's varint keeps its size
-            more = _HIGH_BIT if k < ts_len - 1 else _NO_HIGH_BIT
-            n = _run_length(buf[pos + ts_at + k : pos + n * size : size], more)
+            column = buf[pos + ts_at + k : pos + n * size : size]
+            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
         stop = pos + n * size
         for k in range(od_len):
             if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
@@ -551,9 +564,13 @@ class RecordChecker:
         bound = 1 << (7 * ts_len - 1)  # |timestamp delta| below this, whatever its bytes
         rules = self.rules
         base = self.base_timestamp
-        if self.every_timestamp or (rules.need_key and key_null) or not (
-            (rules.min_timestamp is None or base - bound >= rules.min_timestamp)
-            and (rules.max_timestamp is None or base + bound <= rules.max_timestamp)
+        if (
+            self.every_timestamp
+            or (rules.need_key and key_null)
+            or not (
+                (rules.min_timestamp is None or base - bound >= rules.min_timestamp)
+                and (rules.max_timestamp is None or base + bound <= rules.max_timestamp)
+            )
         ):
             cols = [
                 np.frombuffer(buf[pos + ts_at + k : stop : size], np.uint8).astype(np.int64)
