@@ -172,9 +172,10 @@ def main() -> None:
     if args.records:
         record_attacks(args.seconds)
         return
-    with tempfile.TemporaryDirectory(prefix="samsa-abuse-") as tmp, SamsaBroker(
-        Path(tmp) / "data"
-    ) as broker:
+    with (
+        tempfile.TemporaryDirectory(prefix="samsa-abuse-") as tmp,
+        SamsaBroker(Path(tmp) / "data") as broker,
+    ):
         assert broker.pid is not None
         with BlockingConnection(HOST, broker.port) as c:
             assert create_topic(c, TOPIC, 1) == 0

@@ -200,7 +200,7 @@ def test_log_read_slices_equal_copied_bytes_and_unpin(tmp_path: Path) -> None:
             assert all(isinstance(c, FileSlice) for c in sliced.chunks)
             assert b"".join(c.read() for c in sliced.chunks) == b"".join(copied.chunks)
             assert sliced.size == copied.size
-            assert all(seg._pins == 1 for seg in log._segments[-len(sliced.chunks):])
+            assert all(seg._pins == 1 for seg in log._segments[-len(sliced.chunks) :])
             release_chunks(sliced.chunks)
             release_chunks(sliced.chunks)  # a second release is harmless
             assert all(seg._pins == 0 for seg in log._segments)
