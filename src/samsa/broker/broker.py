@@ -125,6 +125,7 @@ class Broker:
         # Checking compressed or large client batches (Broker.append): one thread per core
         # of the machine this is sized for; each check is bounded (message.max.inflated.bytes).
         self._checkers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="samsa-check")
+        self._inline_used = 0  # bytes of batches checked on the event loop in this turn
         # The coordinators' ports (coordinator/ports.py): their internal topics, and markers.
         self.coordinator_logs = CoordinatorLogs(self.topics, now_ms)
         # Called as (topic, partition, producer id, committed) after each marker is written.
@@ -406,7 +407,11 @@ class Broker:
                 message=f"producer id {batch.producer_id} was never issued by this broker",
             )
         tail = partition.append_tail
-        if tail is None and not _heavy(batch, partition.log.config):
+        if (
+            tail is None
+            and not _heavy(batch, partition.log.config)
+            and self._inline_budget(batch.size)
+        ):
             return self._append_checked(partition, batch, None)
         loop = asyncio.get_running_loop()
         checking = loop.run_in_executor(
@@ -426,6 +431,19 @@ class Broker:
 
         done.add_done_callback(untail)
         return done
+
+    def _inline_budget(self, size: int) -> bool:
+        """Whether a batch of ``size`` bytes may still be checked on the event loop in this
+        turn of it: at most _INLINE_TURN_BYTES a turn, whatever the requests carry."""
+        if self._inline_used + size > _INLINE_TURN_BYTES:
+            return False
+        if not self._inline_used:
+            asyncio.get_running_loop().call_soon(self._reset_inline_budget)
+        self._inline_used += size
+        return True
+
+    def _reset_inline_budget(self) -> None:
+        self._inline_used = 0
 
     async def _append_after(
         self,
@@ -472,8 +490,11 @@ class Broker:
         return self.flusher.flush(plog)
 
 
-# An uncompressed batch up to this size is checked on the event loop (about a millisecond).
+# An uncompressed batch up to _INLINE_CHECK_BYTES is checked on the event loop (about a
+# millisecond at worst), and up to _INLINE_TURN_BYTES of them in one turn of the loop; a larger
+# batch, or one past that, goes to a worker thread.
 _INLINE_CHECK_BYTES = 64 * 1024
+_INLINE_TURN_BYTES = 256 * 1024
 
 
 def _heavy(batch: RecordBatchView, config: LogConfig) -> bool:

@@ -98,3 +98,24 @@ def test_appends_to_a_partition_keep_their_arrival_order(
         assert p0.append_tail is None
 
     asyncio.run(body())
+
+
+def test_the_event_loop_checks_a_bounded_share_of_a_turn(broker: Broker) -> None:
+    """Small uncompressed batches are checked on the loop only up to 256 KB in one turn of it
+    (a request of many partitions cannot hold the loop); the rest go to the workers, and
+    all are appended in order."""
+    from samsa.broker.broker import _INLINE_TURN_BYTES
+
+    async def body() -> None:
+        part = broker.topics.get_partition("t", 0)
+        assert part is not None
+        batches = [_batch(bytes([i]) * 30_000) for i in range(20)]  # 600 KB in all
+        appended = [broker.append(part, b) for b in batches]  # one turn of the loop
+        inline = [a for a in appended if isinstance(a, AppendResult)]
+        assert 0 < len(inline) * 30_000 <= _INLINE_TURN_BYTES < 20 * 30_000
+        results = [a if isinstance(a, AppendResult) else await a for a in appended]
+        assert [r.base_offset for r in results] == list(range(20))
+        await asyncio.sleep(0)  # a new turn: the loop checks again
+        assert isinstance(broker.append(part, _batch(b"later")), AppendResult)
+
+    asyncio.run(body())
