@@ -21,6 +21,7 @@ import cramjam
 import crc32c
 import lz4.frame
 import pytest
+import zstandard
 from confluent_kafka import Consumer, TopicPartition
 
 from _broker import BrokerProcess
@@ -297,7 +298,8 @@ def test_d_rec_1_offset_deltas_other_than_0_to_n_are_refused(sides: dict[str, _S
 
 def test_d_rec_2_records_inflating_past_the_bound_are_refused(sides: dict[str, _Side]) -> None:
     """A zstd batch of ~1 KB whose one record inflates to 5 MiB: Kafka stores it; samsa
-    (message.max.inflated.bytes = 4 MiB here) refuses it as MESSAGE_TOO_LARGE."""
+    (message.max.inflated.bytes = 4 MiB here) refuses it as MESSAGE_TOO_LARGE, and so a zstd
+    frame asking for a window over 16 MiB."""
     bomb = _batch(
         bytes(cramjam.zstd.compress(_rec(0, value=bytes(5 << 20)), level=19)),
         1,
@@ -308,6 +310,13 @@ def test_d_rec_2_records_inflating_past_the_bound_are_refused(sides: dict[str, _
     code, written, p = sides["samsa"].produce(PLAIN, bomb)
     assert (code, written) == (ErrorCode.MESSAGE_TOO_LARGE, 0)
     assert "message.max.inflated.bytes" in p.error_message
+    # a zstd frame asking the decoder for 32 MiB of history (Kafka's zstd-jni allows 128)
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=25)
+    cobj = zstandard.ZstdCompressor(compression_params=params).compressobj()
+    wide = _batch(cobj.compress(_rec(0)) + cobj.flush(), 1, codec=Compression.ZSTD)
+    assert sides["kafka"].produce(PLAIN, wide)[:2] == (0, 1)
+    code, written, p = sides["samsa"].produce(PLAIN, wide)
+    assert (code, written) == (ErrorCode.MESSAGE_TOO_LARGE, 0) and "window" in p.error_message
 
 
 def test_d_rec_3_a_producer_id_never_issued_is_refused(sides: dict[str, _Side]) -> None:

@@ -290,6 +290,9 @@ def _offset_delta_column(first: int, n: int, size: int, k: int) -> bytes:
 
 def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int] | None:
     """(zigzag value, size) of the varint at ``pos``, None if cut by ``end`` or too long."""
+    if pos < end and buf[pos] < 0x80:  # one byte: most of a record's varints
+        b = buf[pos]
+        return (b >> 1) ^ -(b & 1), 1
     n, shift = 0, 0
     for i in range(max_size):
         if pos + i >= end:
