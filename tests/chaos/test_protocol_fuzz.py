@@ -361,11 +361,11 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert partition is not None
     from samsa.protocol.records import validate_produce_batch
 
+    pid = broker.producer_ids.allocate()  # the broker refuses ids it never issued
     for seq in range(0, 30, 3):
-        assert (
-            broker.append(partition, validate_produce_batch(idempotent_batch(77, 0, seq, 3))).error
-            == 0
-        )
+        batch = validate_produce_batch(idempotent_batch(pid, 0, seq, 3))
+        appended = broker.append(partition, batch)
+        assert not isinstance(appended, asyncio.Future) and appended.error == 0
     original = b"".join(partition.log.read(0, 1 << 30).chunks)
     yield loop, broker, partition, original
     broker.close()

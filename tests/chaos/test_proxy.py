@@ -168,7 +168,7 @@ def test_api_filter_and_delay(broker) -> None:  # type: ignore[no-untyped-def]
             assert frames * 0.005 <= elapsed < frames * 0.02 + 2.0, elapsed
             # A Produce is subject to faults: the broker writes it, the answer is lost.
             with pytest.raises((ConnectionClosed, OSError)):
-                produce_one(conn, topic, 0, idempotent_batch(1, 0, 0))
+                produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1))
         assert proxy.stats.dropped_responses == 1
         assert proxy.stats.delayed_frames == 2 * (rounds + 1) + 1  # the lost answer: none
         proxy.set_faults()  # all off, delay kept

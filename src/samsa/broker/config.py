@@ -26,6 +26,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.flush.interval.messages": "log_flush_interval_messages",
     "log.flush.scheduler.interval.ms": "log_flush_scheduler_interval_ms",
     "message.max.bytes": "message_max_bytes",
+    "message.max.inflated.bytes": "message_max_inflated_bytes",  # samsa's own
     "socket.request.max.bytes": "socket_request_max_bytes",
     "queued.max.request.bytes": "queued_max_request_bytes",
     "socket.request.read.timeout.ms": "socket_request_read_timeout_ms",
@@ -171,6 +172,7 @@ _RANGES: dict[str, Range] = {
     "log_flush_interval_messages": Range(1, LONG_MAX),
     "log_flush_scheduler_interval_ms": Range(1, LONG_MAX),  # Kafka: none; <1 would spin
     "message_max_bytes": Range(0),
+    "message_max_inflated_bytes": Range(1),
     "socket_request_max_bytes": Range(1),
     # <= 0: unbounded; otherwise at least socket.request.max.bytes (checked in validate).
     "queued_max_request_bytes": Range(LONG_MIN, LONG_MAX),
@@ -300,6 +302,9 @@ class BrokerConfig:
     # How often idle logs are checked against flush.ms (rule 42); Kafka's Long.MAX: never.
     log_flush_scheduler_interval_ms: int = LONG_MAX
     message_max_bytes: int = 1_048_588
+    # Kafka has none: the records of one client batch may inflate to this many bytes at most
+    # (MESSAGE_TOO_LARGE beyond), the CPU a decompression bomb can cost (log/validator.py).
+    message_max_inflated_bytes: int = 64 * 1024 * 1024
     socket_request_max_bytes: int = 104_857_600
     # Bytes of requests being read or waiting to be handled, broker-wide; reading pauses when
     # they would pass it. <= 0: unbounded (Kafka's default, -1); otherwise at least
