@@ -68,7 +68,7 @@ class ScramCredentials:
         self.path = Path(data_dir) / CREDENTIALS_FILE
         self._users: dict[str, dict[str, ScramCredential]] = {}
         self._seen: tuple[int, int, int] | None = None
-        self._usual_iterations: dict[str, int] = {}  # mechanism -> the most common count
+        self._usual: tuple[Any, dict[str, int]] = (None, {})  # _seen -> mechanism -> count
         self._mock_secret: bytes | None = None
 
     def _refresh(self) -> None:
@@ -77,12 +77,6 @@ class ScramCredentials:
             return
         self._users = self._read() if key is not None else {}
         self._seen = key
-        counts: dict[str, dict[int, int]] = {}
-        for mechs in self._users.values():
-            for mech, cred in mechs.items():
-                per = counts.setdefault(mech, {})
-                per[cred.iterations] = per.get(cred.iterations, 0) + 1
-        self._usual_iterations = {m: max(per, key=per.__getitem__) for m, per in counts.items()}
 
     def _read(self) -> dict[str, dict[str, ScramCredential]]:
         try:
@@ -112,7 +106,16 @@ class ScramCredentials:
         secret kept in the data directory, so a restart does not change it either), with the
         iteration count most real users have, and no PBKDF2 (see ``mock_credential``)."""
         self._refresh()
-        iterations = self._usual_iterations.get(mechanism, SCRAM_MIN_ITERATIONS)
+        seen, usual = self._usual
+        if seen != self._seen or seen is None:
+            counts: dict[str, dict[int, int]] = {}
+            for mechs in self._users.values():
+                for mech, cred in mechs.items():
+                    per = counts.setdefault(mech, {})
+                    per[cred.iterations] = per.get(cred.iterations, 0) + 1
+            usual = {m: max(per, key=per.__getitem__) for m, per in counts.items()}
+            self._usual = (self._seen, usual)
+        iterations = usual.get(mechanism, SCRAM_MIN_ITERATIONS)
         return mock_credential(self._secret(), mechanism, user, iterations)
 
     def _secret(self) -> bytes:

@@ -308,6 +308,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # are bounded by sasl.server.max.receive.size instead (as Kafka's authenticator reads
         # them outside its memory pool).
         self._pooled = True
+        self._join_pool = False
         self._auth_deadline: float | None = None  # SASL: authenticated by then, or closed
         self._failing: str | None = None  # a failed authentication, closing after the delay
         self.transport: asyncio.Transport | None = None
@@ -403,12 +404,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.debug("%s authenticated as %s", self.peer, clip(principal))
         self._auth_deadline = None
         if not self._pooled:
-            # From now on requests are the pool's, at the size any client may send.
-            self._pooled = True
+            # From now on requests may be as large as any client's, and are the pool's (from
+            # the end of this turn: the frame being handled was not the pool's).
+            self._join_pool = True
             self.decoder.max_frame_size = self.broker.config.socket_request_max_bytes
             self.decoder.limit_name = "socket.request.max.bytes"
-            if self._held:
-                self.memory.change(self._held)
 
     def close(self, reason: str) -> None:
         self._abort(reason, logging.WARNING)
@@ -567,6 +567,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.handled += handled
         if released:
             self._hold(-released)
+        if self._join_pool:
+            self._join_pool, self._pooled = False, True
+            if self._held:
+                self.memory.change(self._held)
         self._write_ready()
         if backlog and not self._scheduled and not self._blocked():
             # A turn's worth done: let the other connections have theirs first.
