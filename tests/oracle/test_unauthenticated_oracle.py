@@ -1,7 +1,7 @@
 """Before SASL authentication, samsa against Apache Kafka on the same raw requests: the frame
 limit (sasl.server.max.receive.size) and the failed-authentication delay are Kafka's; the
 unknown SCRAM user, the authentication deadline and the per-address limit of a SASL listener
-are samsa's deviations (docs/semantics.md, D-AUTH-1 to 3), each asserted here as it is."""
+are samsa's deviations (docs/semantics.md, D-SEC-1 to 3), each asserted here as it is."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def _scram_first(port: int, user: str) -> tuple[int, dict[str, str]]:
         return int(resp.error_code), attrs
 
 
-def test_d_auth_1_an_unknown_scram_user_is_refused_at_once_by_kafka_and_mocked_by_samsa(
+def test_d_sec_1_an_unknown_scram_user_is_refused_at_once_by_kafka_and_mocked_by_samsa(
     brokers: dict[str, int],
 ) -> None:
     for broker in ("kafka", "samsa"):  # a real user: the salt and iteration count
@@ -221,7 +221,7 @@ def test_d_auth_1_an_unknown_scram_user_is_refused_at_once_by_kafka_and_mocked_b
     assert first["s"] != _scram_first(brokers["samsa"], "alice")[1]["s"]
 
 
-def test_d_auth_2_kafka_keeps_an_unauthenticated_connection_that_samsa_closes(
+def test_d_sec_2_kafka_keeps_an_unauthenticated_connection_that_samsa_closes(
     brokers: dict[str, int],
 ) -> None:
     with _connect(brokers["kafka"]) as [kafka], _connect(brokers["samsa"]) as [samsa]:
@@ -231,7 +231,7 @@ def test_d_auth_2_kafka_keeps_an_unauthenticated_connection_that_samsa_closes(
         assert _api_versions(kafka)  # Kafka's is still served
 
 
-def test_d_auth_3_kafka_takes_more_connections_from_one_address_than_samsa(
+def test_d_sec_3_kafka_takes_more_connections_from_one_address_than_samsa(
     brokers: dict[str, int],
 ) -> None:
     with _connect(brokers["kafka"], 257) as kafka:

@@ -2,7 +2,11 @@
 
 Theory of operation
 -------------------
-Each connection feeds bytes into a sans-IO :class:`FrameDecoder`. Each complete frame is
+Each connection (an ``asyncio.BufferedProtocol``) has the transport read straight into the
+buffers of a sans-IO :class:`FrameDecoder`: small frames, many at a time, into one read buffer
+shared by all connections; a large frame into a buffer of its declared size, allocated once the
+request memory pool granted it (as Kafka), so a frame arriving slowly is never copied as it
+grows. Each complete frame is
 routed by API key to a handler, which returns either the response body right away, or an
 awaitable of it (a Produce waiting for its fsync round, a Fetch long-polling), or ``None``
 when no response is due (Produce with acks=0). Kafka answers requests on one connection in
@@ -40,6 +44,13 @@ Limits: what a client can make the broker hold
   a channel, until responses drain. One turn handles at most ``MAX_PENDING_RESPONSES``
   frames or ``TURN_S`` of work, then the connection yields to the others (``call_soon``): a
   client pipelining 100,000 requests delays the others by a turn, not by all of them.
+- Before SASL authentication (SASL listeners): a frame is at most
+  ``sasl.server.max.receive.size`` (Kafka's 512 KiB) and claims nothing of the pool; the
+  connection must authenticate within ``sasl.server.authentication.timeout.ms`` (samsa's own);
+  a listener takes at most ``sasl.max.connections.per.ip`` connections from one address
+  (samsa's own); a failed authentication is answered, and the connection closed, only after
+  ``connection.failed.authentication.delay.ms`` with reading stopped (Kafka's). Log lines carry
+  at most a prefix of what a client sent.
 - Time: a request whose first bytes arrived must be complete within
   ``socket.request.read.timeout.ms`` (samsa's own; time the broker itself paused reading
   does not count), and a connection with no traffic and no request in progress is closed
