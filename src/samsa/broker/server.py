@@ -544,8 +544,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # -- handling -----------------------------------------------------------------------------
 
     def _blocked(self) -> bool:
-        """Back-pressure: too many responses in progress or too many bytes unsent."""
-        if self._writing_paused or len(self.queue) >= MAX_PENDING_RESPONSES:
+        """Back-pressure: too many responses in progress or too many bytes unsent; or a failed
+        authentication waiting out its delay, after which nothing more is served."""
+        if (
+            self._writing_paused
+            or len(self.queue) >= MAX_PENDING_RESPONSES
+            or self._failing is not None
+        ):
             return True
         return self._unsent_bytes + self._sending_bytes >= MAX_QUEUED_RESPONSE_BYTES
 
@@ -558,7 +563,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         released = 0
         turn_ends = time.perf_counter() + TURN_S
         while backlog and handled < MAX_PENDING_RESPONSES and not self._blocked():
-            if (handled and time.perf_counter() > turn_ends) or self._failing is not None:
+            if handled and time.perf_counter() > turn_ends:
                 break
             frame = backlog.popleft()
             handled += 1
@@ -620,7 +625,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.draining
             or bool(self.backlog)
             or self._waiting_memory
-            or self._failing is not None
             or self._blocked()
         )
         if should_pause and not self._reading_paused:
