@@ -56,6 +56,7 @@ class FrameDecoder:
         "_pending",
         "_scratch",
         "_small",
+        "_view",
         "limit_name",
         "max_frame_size",
     )
@@ -69,6 +70,7 @@ class FrameDecoder:
         self.max_frame_size = max_frame_size
         self.limit_name = limit_name  # the setting named when a frame is over the limit
         self._scratch = read_buffer
+        self._view: memoryview | None = None  # of _scratch, made at the first read
         # Larger frames get their own buffer; smaller ones are completed in the read buffer,
         # which must keep room to read into after them.
         self._small = min(_SMALL_FRAME, len(read_buffer) // 2 if read_buffer else _READ_BUFFER)
@@ -81,6 +83,10 @@ class FrameDecoder:
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next bytes read should go (any amount up to its length)."""
+        pending = self._pending
+        if self._frame is None and not pending:  # the common case: between frames
+            self._into_frame = False
+            return (self._view or self._read_view())[:]  # a view of its own: callers release it
         if self._frame is None and self._large_pending():
             self._allocate()
         frame = self._frame
@@ -88,12 +94,15 @@ class FrameDecoder:
             self._into_frame = True
             return memoryview(frame)[self._filled :]
         self._into_frame = False
-        scratch = self._scratch
-        if scratch is None:
-            scratch = self._scratch = bytearray(_READ_BUFFER)
-        pending = self._pending
-        scratch[: len(pending)] = pending
-        return memoryview(scratch)[len(pending) :]
+        view = self._view or self._read_view()
+        view[: len(pending)] = pending
+        return view[len(pending) :]
+
+    def _read_view(self) -> memoryview:
+        if self._scratch is None:
+            self._scratch = bytearray(_READ_BUFFER)
+        self._view = memoryview(self._scratch)  # kept: the buffer is never resized
+        return self._view
 
     def buffer_updated(self, nbytes: int) -> list[bytes]:
         """``nbytes`` were written at the start of the last :meth:`get_buffer`'s buffer."""
@@ -105,12 +114,12 @@ class FrameDecoder:
                 return []
             self._frame, self._filled = None, 0
             return [bytes(frame)]
-        assert self._scratch is not None
+        view = self._view
+        assert view is not None
         end = len(self._pending) + nbytes
         frames: list[bytes] = []
-        with memoryview(self._scratch) as view:
-            pos = self._split(view, 0, end, frames)
-            self._pending = view[pos:end].tobytes()
+        pos = self._split(view, 0, end, frames)
+        self._pending = view[pos:end].tobytes() if pos < end else b""
         return frames
 
     # -- bytes already read -------------------------------------------------------------------
@@ -119,10 +128,10 @@ class FrameDecoder:
         frames: list[bytes] = []
         with memoryview(data) as view:
             end = len(view)
-            pos = self._complete_pending(view, frames)
+            pos = self._complete_pending(view, frames) if self._pending or self._frame else 0
             if pos < end:
                 pos = self._split(view, pos, end, frames)
-                self._pending = view[pos:end].tobytes()
+                self._pending = view[pos:end].tobytes() if pos < end else b""
         return frames
 
     def _complete_pending(self, view: memoryview, frames: list[bytes]) -> int:
@@ -158,9 +167,11 @@ class FrameDecoder:
 
     def _split(self, view: memoryview, pos: int, end: int, frames: list[bytes]) -> int:
         """Append the complete frames of ``view[pos:end]``; where the incomplete rest starts."""
+        limit = self.max_frame_size
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(view, pos)
-            self._check(size)
+            if size < 0 or size > limit:
+                self._check(size)
             if end - pos - 4 < size:
                 break
             frames.append(view[pos + 4 : pos + 4 + size].tobytes())
