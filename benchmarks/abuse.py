@@ -44,7 +44,6 @@ import multiprocessing
 import os
 import re
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -63,7 +62,7 @@ from samsa.client._connection import BlockingConnection
 from samsa.client._security import from_config
 from samsa.protocol.framing import frame_request, split_response
 from samsa.protocol.messages import ApiKey, decode_response, encode_request, make_request
-from samsa.testing import create_topic
+from samsa.testing import create_topic, read_frame
 
 TOPIC = "abuse"
 HALF_FRAMES = 20
@@ -263,24 +262,10 @@ def sasl_broker(tmp: Path, src: str | None) -> Iterator[LoggedBroker]:
         yield broker
 
 
-def _read_frame(sock: socket.socket) -> bytes:
-    def read(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionResetError("closed by the broker")
-            data += chunk
-        return data
-
-    (size,) = struct.unpack(">i", read(4))
-    return read(size)
-
-
 def _call(sock: socket.socket, api_key: int, version: int, entity: Any) -> Any:
     body = encode_request(api_key, version, entity)
     sock.sendall(frame_request(api_key, version, 1, "abuse", body, True))
-    frame = _read_frame(sock)
+    frame = read_frame(sock)
     _cid, offset = split_response(frame, True)
     return decode_response(api_key, version, frame, offset)
 
@@ -289,7 +274,7 @@ def _sasl(sock: socket.socket, mechanism: str, token: bytes) -> Any:
     hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism=mechanism)
     body = encode_request(ApiKey.SASL_HANDSHAKE, 1, hs)
     sock.sendall(frame_request(ApiKey.SASL_HANDSHAKE, 1, 1, "abuse", body, False))
-    _read_frame(sock)
+    read_frame(sock)
     auth = make_request(ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=token)
     return _call(sock, ApiKey.SASL_AUTHENTICATE, 2, auth)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +31,7 @@ from samsa.protocol.messages import (
     make_request,
 )
 from samsa.protocol.sasl import make_credential
+from samsa.testing import read_frame
 from samsa.testing.kafka import KafkaNode, free_port
 
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_bob="pw";'
@@ -95,24 +95,13 @@ def _frame(api_key: int, version: int, entity: Any) -> bytes:
     return frame_request(api_key, version, 7, "t", body, is_flexible(api_key, version))
 
 
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionResetError("closed by the broker")
-        data += chunk
-    return data
-
-
 def _call(sock: socket.socket, api_key: int, version: int, entity: Any) -> Any:
     sock.sendall(_frame(api_key, version, entity))
     return _response(sock, api_key, version)
 
 
 def _response(sock: socket.socket, api_key: int, version: int) -> Any:
-    (size,) = struct.unpack(">i", _read(sock, 4))
-    frame = _read(sock, size)
+    frame = read_frame(sock)
     flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
     _cid, offset = split_response(frame, flexible)
     return decode_response(api_key, version, frame, offset)

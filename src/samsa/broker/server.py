@@ -460,27 +460,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.closed:
-            return
-        try:
-            frames = self.decoder.buffer_updated(nbytes)
-        except FrameError as exc:
-            self.close(str(exc))
-            return
-        self._took(frames)
+        self._read(self.decoder.buffer_updated, nbytes)
 
     def data_received(self, data: bytes) -> None:
         """Bytes already read (the tests' transports): as if read into our buffers."""
+        self._read(self.decoder.feed, data)
+
+    def _read(self, decode: Callable[[Any], list[bytes]], arg: Any) -> None:
         if self.closed:
             return
         try:
-            frames = self.decoder.feed(data)
+            frames = decode(arg)
         except FrameError as exc:
             self.close(str(exc))
             return
-        self._took(frames)
-
-    def _took(self, frames: list[bytes]) -> None:
         self._last_active = now = time.monotonic()
         if frames:
             # The claimed partial frame (if any) is complete: its claim moves to the backlog.
@@ -622,10 +615,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.transport is None or self.closed:
             return
         should_pause = (
-            self.draining
-            or bool(self.backlog)
-            or self._waiting_memory
-            or self._blocked()
+            self.draining or bool(self.backlog) or self._waiting_memory or self._blocked()
         )
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
