@@ -4,32 +4,13 @@ and leave the same log behind (each scenario ends with a fetch of what was writt
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
-from samsa.testing import idempotent_batch
+from _scenario import batch, producer, topic
+
 from samsa.testing.oracle import Outcome, Side
 
-# Record timestamps are part of the comparison, so both sides write the same ones; recent,
-# since producer expiry counts from them.
-TS = (time.time_ns() // 1_000_000) - 60_000
-
 Run = Callable[..., Outcome]
-
-
-def batch(pid: int, epoch: int, seq: int, count: int = 1, value: bytes = b"v") -> bytes:
-    return idempotent_batch(pid, epoch, seq, count, value=value, timestamp=TS)
-
-
-def producer(side: Side, label: str = "init") -> tuple[int, int]:
-    resp = side.init_producer_id(label)
-    return int(resp.producer_id), int(resp.producer_epoch)
-
-
-def topic(side: Side) -> str:
-    name = side.unique("t")
-    side.create_topic(name)
-    return name
 
 
 def log(side: Side, name: str) -> None:
