@@ -52,6 +52,7 @@ __all__ = [
     "run_scenario",
     "summary_lines",
     "to_tree",
+    "transient",
 ]
 
 # The pytest user property each scenario's Outcome.summary() travels in (to the controller
@@ -301,6 +302,21 @@ TRANSIENT = frozenset(
 
 def _transient(resp: Any) -> bool:
     return int(getattr(resp, "error_code", 0)) in TRANSIENT
+
+
+def transient(resp: Any) -> bool:
+    """Any error code anywhere in the response is a "not yet" (:data:`TRANSIENT`): the
+    ``retry`` of a call whose per-partition answers a client retries."""
+    names = {e.name for e in TRANSIENT}
+
+    def walk(node: Any) -> bool:
+        if isinstance(node, dict):
+            return any(
+                (k.endswith("error_code") and v in names) or walk(v) for k, v in node.items()
+            )
+        return isinstance(node, list) and any(walk(x) for x in node)
+
+    return walk(to_tree(resp))
 
 
 # --- running ----------------------------------------------------------------------------

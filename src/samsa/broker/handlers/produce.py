@@ -19,6 +19,7 @@ from samsa.broker.handlers._base import (
     Res,
     authorized,
     authorized_names,
+    outside_transaction,
 )
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_response
@@ -60,6 +61,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     owner,
                     may_create,
                     implicit_add=ctx.version >= 12,
+                    abortable=ctx.version >= 11,
                     acks=request.acks,
                 )
             if result.error_code == ErrorCode.NONE and to_flush:
@@ -112,6 +114,7 @@ def _append_one(
     auto_create: bool = True,
     implicit_add: bool = False,
     acks: int = 1,
+    abortable: bool = False,
 ) -> ProducePartitionResult:
     index = pdata.index
     partition = broker.partition_or_error(topic, index, auto_create=auto_create)
@@ -152,6 +155,7 @@ def _append_one(
             if transactional_id is not None
             else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )
+        code = outside_transaction(code, abortable)
         if code != ErrorCode.NONE:
             return ProducePartitionResult(
                 index, code, error_message=f"transactional batch refused: {code.name}"
