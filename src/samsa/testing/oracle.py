@@ -70,6 +70,7 @@ class Rule(enum.Enum):
     NODE = "node"  # identities: the n-th distinct value becomes "node#n"
     PRODUCER = "pid"
     TOPIC_ID = "topic"
+    SESSION = "session"  # fetch sessions (KIP-227): 0 is "no session"
 
 
 # Keys as kio names them, in every API. A scenario extends or overrides them with ``rules=``.
@@ -89,6 +90,7 @@ DEFAULT_RULES: dict[str, Rule] = {
     "isr_nodes": Rule.NODE,
     "producer_id": Rule.PRODUCER,
     "topic_id": Rule.TOPIC_ID,
+    "session_id": Rule.SESSION,
     # Wall-clock times the broker takes itself.
     "log_append_time": Rule.ANY,
     "transaction_start_time": Rule.ANY,
@@ -192,7 +194,7 @@ def normalise(tree: Any, rules: Mapping[str, Rule] = DEFAULT_RULES) -> Any:
     ids: dict[Rule, dict[Any, str]] = {}
 
     def identity(rule: Rule, v: Any) -> Any:
-        if v is None or v == -1 or v == str(uuid.UUID(int=0)):
+        if v is None or v == -1 or v == str(uuid.UUID(int=0)) or (rule is Rule.SESSION and v == 0):
             return v
         seen = ids.setdefault(rule, {})
         if v not in seen:
