@@ -5,6 +5,7 @@ the last stable offset in ListOffsets and Fetch and the aborted-transaction list
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -98,9 +99,9 @@ def offset_fetch(s: Side, label: str, group: str, t: str, settled: bool = True) 
     return s.call(label, ApiKey.OFFSET_FETCH, v, req, retry=_unstable if settled else transient)
 
 
-def list_offsets(s: Side, label: str, t: str, isolation: int, timestamp: int = -1) -> Any:
+def list_offsets_request(t: str, isolation: int, timestamp: int = -1) -> Any:
     v = 7
-    req = make_request(
+    return make_request(
         ApiKey.LIST_OFFSETS, v, "ListOffsetsRequest", replica_id=-1, isolation_level=isolation,
         topics=(make_request(
             ApiKey.LIST_OFFSETS, v, "ListOffsetsTopic", name=t,
@@ -109,14 +110,43 @@ def list_offsets(s: Side, label: str, t: str, isolation: int, timestamp: int = -
                                      timestamp=timestamp),),
         ),),
     )  # fmt: skip
-    return s.call(label, ApiKey.LIST_OFFSETS, v, req)
+
+
+def list_offsets(s: Side, label: str, t: str, isolation: int, timestamp: int = -1) -> Any:
+    return s.call(label, ApiKey.LIST_OFFSETS, 7, list_offsets_request(t, isolation, timestamp))
+
+
+def _completing(resp: Any) -> bool:
+    """A transaction decided but its markers not all written yet (Kafka answers EndTxn
+    before writing them): what a client polling the state waits out."""
+    return any(str(t.transaction_state).startswith("Prepare") for t in resp.transaction_states)
 
 
 def describe(s: Side, label: str, txn: str) -> Any:
     req = make_request(
         ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest", transactional_ids=(txn,)
     )
-    return s.call(label, ApiKey.DESCRIBE_TRANSACTIONS, 0, req)
+    return s.call(label, ApiKey.DESCRIBE_TRANSACTIONS, 0, req, retry=_completing)
+
+
+def settle(s: Side, t: str, timeout: float = 15.0) -> None:
+    """Wait (unrecorded) until no transaction is open on ``t``-0: the last stable offset has
+    reached the high watermark. Kafka writes the markers after answering EndTxn, so right
+    after a commit its LSO may still lag; a read_committed reader waits the same way."""
+    deadline = time.monotonic() + timeout
+    while True:
+        committed, latest = (
+            int(
+                s.conn.request(ApiKey.LIST_OFFSETS, 7, list_offsets_request(t, iso))
+                .topics[0]
+                .partitions[0]
+                .offset
+            )
+            for iso in (1, 0)
+        )
+        if committed == latest or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def list_transactions(s: Side, label: str) -> Any:
@@ -183,6 +213,7 @@ def test_tv1_commit_and_abort_as_read_committed_sees_them(differential: Run) -> 
         end_txn(s, "commit", txn, pid, epoch, commit=True)
         end_txn(s, "commit-retried", txn, pid, epoch, commit=True)
         end_txn(s, "abort-after-commit", txn, pid, epoch, commit=False)
+        settle(s, t)
         list_offsets(s, "lso-closed", t, READ_COMMITTED)
         s.fetch("fetch-committed", {(t, 0): 0}, isolation_level=READ_COMMITTED)
         s.fetch("fetch-uncommitted", {(t, 0): 0})
@@ -226,6 +257,7 @@ def test_tv1_misuse_errors(differential: Run) -> None:
         s.produce("produce-fenced", {(t, 0): txn_batch(pid, epoch, 1)}, transactional_id=txn)
         end_txn(s, "commit-fenced", txn, pid, epoch, commit=True)
         describe(s, "describe", txn)
+        settle(s, t)
         s.fetch("fetch-committed", {(t, 0): 0, (other, 0): 0}, isolation_level=READ_COMMITTED)
 
     differential(scenario)
@@ -271,7 +303,38 @@ def test_tv2_implicit_partitions_and_epoch_bump(differential: Run) -> None:
         end_txn(s, "abort", txn, pid, bumped, commit=False, v=5)
         end_txn(s, "abort-empty", txn, pid, bumped + 1, commit=False, v=5)
         offset_fetch(s, "offsets-fetched", group, t)
+        settle(s, t)
         s.fetch("fetch-committed", {(t, 0): 0}, isolation_level=READ_COMMITTED)
         describe(s, "describe", txn)
+
+    differential(scenario)
+
+
+def test_real_client_transactions_leave_the_same_log(differential: Run) -> None:
+    """confluent-kafka's transactional producer (librdkafka) against each broker: an aborted
+    and a committed transaction; its delivery reports, then what a read_committed fetch and
+    ListOffsets see."""
+    from confluent_kafka import Producer
+
+    def scenario(s: Side) -> None:
+        t = topic(s)
+        p = Producer({"bootstrap.servers": s.bootstrap, "transactional.id": s.unique("txn"),
+                      "linger.ms": 0})  # fmt: skip
+        reports: list[tuple[str | None, int]] = []
+
+        def report(err: Any, msg: Any) -> None:
+            reports.append((err.name() if err else None, msg.offset()))
+
+        p.init_transactions(30)
+        for commit, values in ((False, [b"a1", b"a2"]), (True, [b"c1", b"c2", b"c3"])):
+            p.begin_transaction()
+            for v in values:
+                p.produce(t, v, partition=0, timestamp=TS, on_delivery=report)
+            p.flush(30)
+            (p.commit_transaction if commit else p.abort_transaction)(30)
+        s.note("delivery-reports", reports)
+        settle(s, t)
+        list_offsets(s, "lso", t, READ_COMMITTED)
+        s.fetch("fetch-committed", {(t, 0): 0}, isolation_level=READ_COMMITTED)
 
     differential(scenario)
