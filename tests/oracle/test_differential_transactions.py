@@ -188,6 +188,13 @@ def verify_only(
     return s.call(label, ApiKey.ADD_PARTITIONS_TO_TXN, v, req)
 
 
+def consumer_group(s: Side) -> str:
+    """The scenario's group, its coordinator found (Kafka creates __consumer_offsets then)."""
+    group = s.unique("g")
+    s.find_coordinator("group-coordinator", group, key_type=0)
+    return group
+
+
 def begin(s: Side, suffix: str = "txn") -> tuple[str, int, int]:
     txn = s.unique(suffix)
     s.find_coordinator(f"coordinator-{suffix}", txn)
@@ -228,8 +235,7 @@ def test_tv1_misuse_errors(differential: Run) -> None:
     def scenario(s: Side) -> None:
         t = topic(s)
         other = topic(s, suffix="other")
-        group = s.unique("g")
-        s.find_coordinator("group-coordinator", group, key_type=0)
+        group = consumer_group(s)
         txn, pid, epoch = begin(s)
         end_txn(s, "commit-empty", txn, pid, epoch, commit=True)
         end_txn(s, "abort-empty", txn, pid, epoch, commit=False)
@@ -266,8 +272,7 @@ def test_tv1_misuse_errors(differential: Run) -> None:
 def test_tv1_offsets_commit_with_the_transaction(differential: Run) -> None:
     def scenario(s: Side) -> None:
         t = topic(s)
-        group = s.unique("g")
-        s.find_coordinator("group-coordinator", group, key_type=0)
+        group = consumer_group(s)
         txn, pid, epoch = begin(s)
         add_offsets(s, "add-offsets", txn, pid, epoch, group)
         txn_offset_commit(s, "offsets", txn, pid, epoch, group, t, 7)
@@ -285,8 +290,7 @@ def test_tv1_offsets_commit_with_the_transaction(differential: Run) -> None:
 def test_tv2_implicit_partitions_and_epoch_bump(differential: Run) -> None:
     def scenario(s: Side) -> None:
         t = topic(s)
-        group = s.unique("g")
-        s.find_coordinator("group-coordinator", group, key_type=0)
+        group = consumer_group(s)
         txn, pid, epoch = begin(s)
         s.produce("produce", {(t, 0): txn_batch(pid, epoch, 0, 2)}, transactional_id=txn,
                   version=12)  # fmt: skip
