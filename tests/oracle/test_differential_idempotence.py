@@ -5,8 +5,9 @@ and leave the same log behind (each scenario ends with a fetch of what was writt
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from _scenario import batch, producer, topic
+from _scenario import TS, batch, producer, topic
 
 from samsa.testing.oracle import Outcome, Side
 
@@ -145,5 +146,29 @@ def test_duplicate_older_than_the_last_five_batches(differential: Run) -> None:
         s.produce("dup-seq6-last", {(t, 0): batches[6]})
         s.produce("seq7", {(t, 0): batch(pid, epoch, 7)})
         log(s, t)
+
+    differential(scenario)
+
+
+def test_real_client_idempotent_producer_leaves_the_same_log(differential: Run) -> None:
+    """confluent-kafka's idempotent producer (librdkafka, five requests in flight) against
+    each broker: its delivery reports and the batches it left (producer id, epoch,
+    sequences)."""
+    from confluent_kafka import Producer
+
+    def scenario(s: Side) -> None:
+        t = topic(s, 2)
+        p = Producer({"bootstrap.servers": s.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5, "batch.num.messages": 3})  # fmt: skip
+        reports: list[tuple[str | None, int, int]] = []
+
+        def report(err: Any, msg: Any) -> None:
+            reports.append((err.name() if err else None, msg.partition(), msg.offset()))
+
+        for i in range(12):
+            p.produce(t, b"m%d" % i, partition=i % 2, timestamp=TS, on_delivery=report)
+        assert p.flush(30) == 0
+        s.note("delivery-reports", sorted(reports, key=lambda r: (r[1], r[2])))
+        s.fetch("log", {(t, 0): 0, (t, 1): 0})
 
     differential(scenario)
