@@ -64,11 +64,12 @@ def add_offsets(s: Side, label: str, txn: str, pid: int, epoch: int, group: str)
 
 def txn_offset_commit(
     s: Side, label: str, txn: str, pid: int, epoch: int, group: str, t: str, offset: int,
-    v: int = 4,
+    v: int = 4, generation: int = -1, member: str = "",
 ) -> Any:  # fmt: skip
     req = make_request(
         ApiKey.TXN_OFFSET_COMMIT, v, "TxnOffsetCommitRequest", transactional_id=txn,
-        group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
+        group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=generation,
+        member_id=member,
         group_instance_id=None,
         topics=(make_request(
             ApiKey.TXN_OFFSET_COMMIT, v, "TxnOffsetCommitRequestTopic", name=t,
@@ -276,6 +277,12 @@ def test_tv1_offsets_commit_with_the_transaction(differential: Run) -> None:
         txn, pid, epoch = begin(s)
         add_offsets(s, "add-offsets", txn, pid, epoch, group)
         txn_offset_commit(s, "offsets", txn, pid, epoch, group, t, 7)
+        # KIP-447: a group-aware commit names a member and generation the group must have.
+        txn_offset_commit(s, "offsets-unknown-member", txn, pid, epoch, group, t, 8,
+                          generation=3, member="nobody")  # fmt: skip
+        txn_offset_commit(s, "offsets-generation-only", txn, pid, epoch, group, t, 8,
+                          generation=3)  # fmt: skip
+        txn_offset_commit(s, "offsets-wrong-pid", txn, pid + 1000, epoch, group, t, 8)
         offset_fetch(s, "fetch-pending", group, t, settled=False)
         end_txn(s, "commit", txn, pid, epoch, commit=True)
         offset_fetch(s, "fetch-committed", group, t)
