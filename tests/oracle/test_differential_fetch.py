@@ -137,8 +137,9 @@ def test_min_bytes_long_poll_waits_and_wakes(differential: Run) -> None:
         s.produce("b0", {(t, 0): plain(0, size=100)})
         waited = _timed_fetch(s, "empty-waits", {(t, 0): 1}, max_wait_ms=600, min_bytes=1)
         s.note("empty-waited", waited >= 0.5)
-        waited = _timed_fetch(s, "has-data", {(t, 0): 0}, max_wait_ms=3000, min_bytes=1)
-        s.note("has-data-returned-at-once", waited < 1.5)
+        # Generous bounds: the machine may be busy; only "waited or not" is compared.
+        waited = _timed_fetch(s, "has-data", {(t, 0): 0}, max_wait_ms=10_000, min_bytes=1)
+        s.note("has-data-returned-at-once", waited < 5)
         waited = _timed_fetch(s, "min-bytes-more", {(t, 0): 0}, max_wait_ms=600, min_bytes=10**6)
         s.note("min-bytes-more-waited", waited >= 0.5)
 
@@ -147,10 +148,10 @@ def test_min_bytes_long_poll_waits_and_wakes(differential: Run) -> None:
             ApiKey.PRODUCE, 9, _produce_req(t, plain(1, size=100))))  # fmt: skip
         timer.start()
         try:
-            waited = _timed_fetch(s, "woken", {(t, 0): 1}, max_wait_ms=8000, min_bytes=1)
+            waited = _timed_fetch(s, "woken", {(t, 0): 1}, max_wait_ms=15_000, min_bytes=1)
         finally:
             timer.join()
-        s.note("woken-before-max-wait", 0.4 <= waited < 6)
+        s.note("woken-before-max-wait", 0.4 <= waited < 10)
 
     differential(scenario)
 
