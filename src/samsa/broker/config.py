@@ -112,6 +112,10 @@ _KAFKA_NAMES: dict[str, str] = {
     "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
     "sasl.plain.users.file": "sasl_plain_users_file",
     "connections.max.reauth.ms": "connections_max_reauth_ms",
+    "sasl.server.max.receive.size": "sasl_server_max_receive_size",
+    "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
+    "sasl.server.authentication.timeout.ms": "sasl_server_authentication_timeout_ms",
+    "sasl.max.connections.per.ip": "sasl_max_connections_per_ip",
     # Authorization (see broker/authorizer.py).
     "authorizer.class.name": "authorizer_class_name",
     "super.users": "super_users",
@@ -185,6 +189,10 @@ _RANGES: dict[str, Range] = {
     "max_partitions": Range(1),  # samsa's own
     "max_incremental_fetch_session_cache_slots": Range(0),
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
+    "sasl_server_max_receive_size": Range(1),  # Kafka: no validator; 0 would refuse all
+    "connection_failed_authentication_delay_ms": Range(0),
+    "sasl_server_authentication_timeout_ms": Range(1),  # samsa's own
+    "sasl_max_connections_per_ip": Range(1),  # samsa's own
     "metrics_port": Range(0, 65535),  # samsa's own; 0: pick a free port
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
@@ -409,6 +417,18 @@ class BrokerConfig:
     # KIP-368: a SASL session lasts this long; the client re-authenticates on the connection
     # before then, or the broker closes it at its next request. 0: sessions never expire.
     connections_max_reauth_ms: int = 0
+    # Before SASL authentication completes a frame may be at most this big (Kafka's setting
+    # and default), and it does not draw on queued.max.request.bytes.
+    sasl_server_max_receive_size: int = 524_288
+    # Kafka's: a failed authentication is answered, and the connection closed, this much later,
+    # reading stopped meanwhile, so passwords cannot be tried at the speed of the network.
+    connection_failed_authentication_delay_ms: int = 100
+    # samsa's own (Kafka has none: a silent connection stays until connections.max.idle.ms): a
+    # connection to a SASL listener must authenticate within this time or is closed.
+    sasl_server_authentication_timeout_ms: int = 5_000
+    # samsa's own: connections from one address to one SASL listener (Kafka's
+    # max.connections.per.ip, unlimited by default there, still applies across listeners).
+    sasl_max_connections_per_ip: int = 256
     # Empty: no authorization (anyone may do anything). Kafka's StandardAuthorizer (or the
     # older AclAuthorizer) class name turns ACLs on (broker/authorizer.py).
     authorizer_class_name: str = ""
