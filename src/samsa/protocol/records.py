@@ -536,12 +536,6 @@ def decode_records(view: RecordBatchView) -> list[Record]:
     return out
 
 
-def records_section(view: RecordBatchView) -> bytes:
-    """The batch's records, decompressed: the bytes a codec change re-encodes."""
-    raw = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
-    return decompress(view.compression, raw)
-
-
 def with_records_section(view: RecordBatchView, codec: int, body: bytes) -> bytes:
     """The batch with ``body`` (records already in ``codec``) as its records: the header kept
     (producer id, epoch, sequence, transactional and control flags, timestamps), the codec
@@ -552,29 +546,6 @@ def with_records_section(view: RecordBatchView, codec: int, body: bytes) -> byte
     crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(header)[CRC_START:]))
     struct.pack_into(">I", header, CRC_START - 4, crc)
     return bytes(header) + body
-
-
-def record_timestamps(view: RecordBatchView, data: bytes | memoryview | None = None) -> list[int]:
-    """Every record's timestamp (base timestamp + delta), reading only each record's length,
-    attributes and timestamp delta; ``data`` is the decompressed records section if known.
-    ValueError if the records do not hold ``record_count`` records."""
-    if data is None:
-        data = (
-            records_section(view)
-            if view.compression
-            else (memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size])
-        )
-    out = []
-    pos = 0
-    for _ in range(view.record_count):
-        length, pos = _read_varint(data, pos)
-        end = pos + length
-        if length < 1 or end > len(data):
-            raise ValueError("record length exceeds the batch")
-        delta, _ = _read_varint(data, pos + 1)  # after the attributes byte
-        out.append(view.base_timestamp + delta)
-        pos = end
-    return out
 
 
 def _read_nullable(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
