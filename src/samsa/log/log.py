@@ -170,6 +170,8 @@ class AppendResult:
     log_start_offset: int = -1
     duplicate: bool = False
     message: str | None = None
+    # (index in the batch, why) of each refused record, as Kafka lists them (Produce v8+)
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,15 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     last_stable_offset: int  # == high watermark until transactions exist
+
+
+def _errors_message(errors: tuple[tuple[int, str], ...]) -> str:
+    """The partition's error message for refused records, as Kafka's ReplicaManager puts it."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]"
+    )
 
 
 def release_chunks(chunks: Iterable[object]) -> None:
@@ -315,12 +326,13 @@ class Log:
                 message=f"batch of {size} bytes exceeds {self.config.max_message_bytes}",
             )
         if self.config.compact and origin == AppendOrigin.CLIENT and not batch.is_control:
-            keyless = self._keyless_record(batch)
-            if keyless is not None:
+            keyless = self._keyless_records(batch)
+            if keyless:
                 return AppendResult(
                     ErrorCode.INVALID_RECORD,
                     log_start_offset=self.log_start_offset,
-                    message=keyless,
+                    message=keyless if isinstance(keyless, str) else _errors_message(keyless),
+                    record_errors=() if isinstance(keyless, str) else keyless,
                 )
         info = None
         if batch.producer_id >= 0 and not batch.is_control:
@@ -348,20 +360,19 @@ class Log:
             self.producer_state.update(info, base, last)
         return AppendResult(ErrorCode.NONE, base, last, append_time, self.log_start_offset)
 
-    @staticmethod
-    def _keyless_record(batch: RecordBatchView) -> str | None:
-        """Why a batch cannot go to a compacted log (Kafka's LogValidator), or None."""
+    def _keyless_records(self, batch: RecordBatchView) -> tuple[tuple[int, str], ...] | str:
+        """Each record a compacted log cannot take (Kafka's LogValidator): its index in the
+        batch and why, as Kafka words it; empty if the batch is fine, a message if its
+        records cannot be read."""
         try:
             records = decode_records(batch)
         except ValueError as exc:
             return f"undecodable records: {exc}"
-        for record in records:
-            if record.key is None:
-                return (
-                    f"compacted topic cannot accept message without key (offset delta "
-                    f"{record.offset - batch.base_offset})"
-                )
-        return None
+        why = (
+            "Compacted topic cannot accept message without key in topic partition "
+            f"{self.directory.name}"
+        )
+        return tuple((i, why) for i, record in enumerate(records) if record.key is None)
 
     def _write(
         self, batch: RecordBatchView, size: int, now_ms: int
