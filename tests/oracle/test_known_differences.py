@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
-from samsa.testing import produce_request
+from samsa.testing import init_producer_id, produce_request
 from samsa.testing.kafka import KafkaNode
 
 
@@ -166,4 +167,203 @@ def test_manual_replica_assignment_of_the_live_broker_is_taken(
         39,
         "The manual partition assignment includes broker N, but no such broker is registered.",
     )
+    assert answers[1] == answers[0]
+
+
+# --- 5. OffsetCommit / TxnOffsetCommit of unknown topics and partitions -------------------
+
+
+def _find_coordinator(bootstrap: str, key: str, key_type: int = 0) -> None:
+    """FindCoordinator until it answers (Kafka creates its internal topic on the first)."""
+    k, v = ApiKey.FIND_COORDINATOR, 4
+    deadline = time.monotonic() + 30
+    while True:
+        r = _request(bootstrap, k, v, "FindCoordinatorRequest", key_type=key_type,
+                     coordinator_keys=(key,))  # fmt: skip
+        if r.coordinators[0].error_code == 0 or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
+def _until_coordinator(bootstrap: str, group: str, send: Any, timeout: float = 30) -> Any:
+    """``send()`` again while Kafka's group coordinator is still loading or not yet known."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _find_coordinator(bootstrap, group)
+        answer = send()
+        codes = {c for _t, parts in answer for _p, c in parts}
+        if not codes & {14, 15, 16} or time.monotonic() > deadline:  # load, available, not coord
+            return answer
+        time.sleep(0.2)
+
+
+def _commit(bootstrap: str, version: int, group: str, topics: list[tuple[str, list[int]]]) -> Any:
+    k = ApiKey.OFFSET_COMMIT
+    request_topics = tuple(
+        make_request(
+            k,
+            version,
+            "OffsetCommitRequestTopic",
+            name=t,
+            partitions=tuple(
+                make_request(
+                    k,
+                    version,
+                    "OffsetCommitRequestPartition",
+                    partition_index=p,
+                    committed_offset=5,
+                    committed_leader_epoch=-1,
+                    committed_metadata="",
+                )
+                for p in ps
+            ),
+        )
+        for t, ps in topics
+    )
+    extra = {"retention_time_ms": -1} if version < 5 else {}
+    r = _request(bootstrap, k, version, "OffsetCommitRequest", group_id=group,
+                 generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                 topics=request_topics, **extra)  # fmt: skip
+    return [
+        (t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions]) for t in r.topics
+    ]
+
+
+def _txn_commit(bootstrap: str, group: str, topics: list[tuple[str, list[int]]]) -> Any:
+    k, v = ApiKey.TXN_OFFSET_COMMIT, 5
+    with _conn(bootstrap) as c:
+        pid = epoch = -1
+        for _ in range(100):
+            code, pid, epoch = init_producer_id(c, f"txn-{group}")
+            if code == 0:
+                break
+            time.sleep(0.2)
+    request_topics = tuple(
+        make_request(
+            k,
+            v,
+            "TxnOffsetCommitRequestTopic",
+            name=t,
+            partitions=tuple(
+                make_request(
+                    k,
+                    v,
+                    "TxnOffsetCommitRequestPartition",
+                    partition_index=p,
+                    committed_offset=5,
+                    committed_leader_epoch=-1,
+                    committed_metadata="",
+                )
+                for p in ps
+            ),
+        )
+        for t, ps in topics
+    )
+    r = _request(bootstrap, k, v, "TxnOffsetCommitRequest", transactional_id=f"txn-{group}",
+                 group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+                 member_id="", group_instance_id=None, topics=request_topics)  # fmt: skip
+    return [
+        (t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions]) for t in r.topics
+    ]
+
+
+def _committed(bootstrap: str, group: str, topics: list[tuple[str, list[int]]]) -> Any:
+    k, v = ApiKey.OFFSET_FETCH, 7
+    r = _request(bootstrap, k, v, "OffsetFetchRequest", group_id=group, require_stable=False,
+                 topics=tuple(make_request(k, v, "OffsetFetchRequestTopic", name=t,
+                                           partition_indexes=tuple(ps))
+                              for t, ps in topics))  # fmt: skip
+    return int(r.error_code), [
+        (t.name, [(p.partition_index, p.committed_offset, int(p.error_code)) for p in t.partitions])
+        for t in r.topics
+    ]
+
+
+def test_offset_commits_of_unknown_topics_and_partitions_are_refused_and_not_kept(
+    kafka: KafkaNode, samsa: BrokerProcess
+) -> None:
+    asked = [("two", [0, 1, 5]), ("missing", [0])]
+    answers = []
+    for bootstrap in _both(kafka, samsa):
+        assert _create_topic(bootstrap, "two", partitions=2) == 0
+        answer = []
+        for version in (2, 8, 9):
+            group = f"plain-{version}"
+            answer.append(
+                _until_coordinator(
+                    bootstrap, group, partial(_commit, bootstrap, version, group, asked)
+                )
+            )
+            answer.append(_committed(bootstrap, group, asked))
+        # every partition refused: nothing reaches the group
+        answer.append(_commit(bootstrap, 9, "refused-only", [("missing", [0]), ("two", [9])]))
+        _find_coordinator(bootstrap, "txn-txn", key_type=1)
+        answer.append(
+            _until_coordinator(bootstrap, "txn", partial(_txn_commit, bootstrap, "txn", asked))
+        )
+        _find_coordinator(bootstrap, "txn-txn-refused", key_type=1)
+        answer.append(_txn_commit(bootstrap, "txn-refused", [("missing", [1])]))
+        answers.append(answer)
+    assert answers[0][0] == [("two", [(5, 3), (0, 0), (1, 0)]), ("missing", [(0, 3)])]
+    kept = [("two", [(0, 5, 0), (1, 5, 0), (5, -1, 0)]), ("missing", [(0, -1, 0)])]
+    assert answers[0][1] == (0, kept)
+    assert answers[1] == answers[0]
+
+
+# --- 6. A session ends exactly at its deadline ------------------------------------------
+
+_SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms, the shortest it accepts
+
+
+def _static_member(bootstrap: str, group: str) -> float:
+    """Join ``group`` as its one static member, sync and heartbeat; the monotonic time the
+    heartbeat's answer came back (the session's deadline is at most that plus the timeout)."""
+    _find_coordinator(bootstrap, group)
+    with _conn(bootstrap) as c:
+        k, v = ApiKey.JOIN_GROUP, 5
+        protocol = make_request(k, v, "JoinGroupRequestProtocol", name="range", metadata=b"")
+        deadline = time.monotonic() + 30
+        while True:
+            join = c.request(k, v, make_request(k, v, "JoinGroupRequest", group_id=group,
+                             session_timeout=_SESSION_MS, rebalance_timeout=_SESSION_MS,
+                             member_id="", group_instance_id=f"{group}-instance",
+                             protocol_type="consumer", protocols=(protocol,)))  # fmt: skip
+            if join.error_code not in (14, 15, 16) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert join.error_code == 0, join
+        k, v = ApiKey.SYNC_GROUP, 3
+        assignment = make_request(k, v, "SyncGroupRequestAssignment",
+                                  member_id=join.member_id, assignment=b"")  # fmt: skip
+        sync = c.request(k, v, make_request(k, v, "SyncGroupRequest", group_id=group,
+                         generation_id=join.generation_id, member_id=join.member_id,
+                         group_instance_id=f"{group}-instance",
+                         assignments=(assignment,)))  # fmt: skip
+        assert sync.error_code == 0, sync
+        k, v = ApiKey.HEARTBEAT, 3
+        beat = c.request(k, v, make_request(k, v, "HeartbeatRequest", group_id=group,
+                         generation_id=join.generation_id, member_id=join.member_id,
+                         group_instance_id=f"{group}-instance"))  # fmt: skip
+        at = time.monotonic()
+        assert beat.error_code == 0, beat
+        return at
+
+
+def test_a_static_members_session_is_over_at_its_deadline(
+    kafka: KafkaNode, samsa: BrokerProcess
+) -> None:
+    """Three groups, each deleted 4 ms after its only member's session ended: with the 50 ms
+    tick the member was still there (NON_EMPTY_GROUP) unless the tick fell in those 4 ms."""
+    answers = []
+    for bootstrap in _both(kafka, samsa):
+        groups = [f"expiring-{i}" for i in range(3)]
+        beats = {g: _static_member(bootstrap, g) for g in groups}
+        answer = []
+        for g in groups:
+            time.sleep(max(0.0, beats[g] + _SESSION_MS / 1000 + 0.004 - time.monotonic()))
+            r = _request(bootstrap, ApiKey.DELETE_GROUPS, 2, "DeleteGroupsRequest",
+                         groups_names=(g,))  # fmt: skip
+            answer.append((g, int(r.results[0].error_code)))
+        answers.append(answer)
+    assert answers[0] == [(f"expiring-{i}", 0) for i in range(3)]
     assert answers[1] == answers[0]

@@ -463,17 +463,24 @@ class ConsumerGroups:
     # == fencing ===================================================================================
 
     def tick(self, now_ms: int) -> None:
-        for group in list(self.groups.values()):
-            for mid in list(group.members):
-                session = group.session_deadlines.get(mid)
-                revoke = group.revocation_deadlines.get(mid)
-                if (session is not None and now_ms >= session) or (
-                    revoke is not None and now_ms >= revoke
-                ):
-                    group.session_deadlines.pop(mid, None)
-                    group.revocation_deadlines.pop(mid, None)
-                    if self.remove_member(group, mid):
-                        break  # the group is becoming a classic group
+        for group_id in list(self.groups):
+            self.fire(group_id, now_ms)
+
+    def fire(self, group_id: str, now_ms: int) -> None:
+        """End the sessions and revocations of ``group_id`` whose deadline has passed."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        for mid in list(group.members):
+            session = group.session_deadlines.get(mid)
+            revoke = group.revocation_deadlines.get(mid)
+            if (session is not None and now_ms >= session) or (
+                revoke is not None and now_ms >= revoke
+            ):
+                group.session_deadlines.pop(mid, None)
+                group.revocation_deadlines.pop(mid, None)
+                if self.remove_member(group, mid):
+                    break  # the group is becoming a classic group
 
     # == admin =====================================================================================
 

@@ -1254,23 +1254,7 @@ class GroupCoordinator:
         """Fire every deadline that has passed: pending member ids, session timeouts, the end
         of a join phase, members that never sent SyncGroup, and offsets retention."""
         for group in list(self.groups.values()):
-            for mid, deadline in list(group.pending_members.items()):
-                if now_ms >= deadline:
-                    del group.pending_members[mid]
-                    self._maybe_complete_join(group, now_ms)
-            for m in list(group.members.values()):
-                # Members owed a join or sync answer are bounded by the rebalance timeout.
-                if m.awaiting_join or m.awaiting_sync or now_ms < m.heartbeat_deadline_ms:
-                    continue
-                if group.members.get(m.member_id) is m:
-                    self._remove_member_and_update_group(group, m, now_ms)
-            if group.sync_deadline_ms is not None and now_ms >= group.sync_deadline_ms:
-                group.sync_deadline_ms = None
-                laggards = [m for m in group.members.values() if not m.synced]
-                if laggards and group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
-                    for m in laggards:
-                        self._remove_member_and_update_group(group, m, now_ms)
-            self._maybe_complete_join(group, now_ms)
+            self._fire(group, now_ms)
         self.consumer.tick(now_ms)
         if self._next_expiry_check_ms is None:
             self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
@@ -1278,6 +1262,35 @@ class GroupCoordinator:
             self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
             self.expire_offsets(now_ms)
         return self._outcome(None)
+
+    def fire_group(self, group_id: str, now_ms: int) -> Outcome[CoordinatorRecord, Any]:
+        """Fire the passed deadlines of one group, before a request about it is answered: a
+        session ends exactly at its deadline, as under Kafka's per-member timers, not at the
+        next tick."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._fire(group, now_ms)
+        self.consumer.fire(group_id, now_ms)
+        return self._outcome(None)
+
+    def _fire(self, group: Group, now_ms: int) -> None:
+        for mid, deadline in list(group.pending_members.items()):
+            if now_ms >= deadline:
+                del group.pending_members[mid]
+                self._maybe_complete_join(group, now_ms)
+        for m in list(group.members.values()):
+            # Members owed a join or sync answer are bounded by the rebalance timeout.
+            if m.awaiting_join or m.awaiting_sync or now_ms < m.heartbeat_deadline_ms:
+                continue
+            if group.members.get(m.member_id) is m:
+                self._remove_member_and_update_group(group, m, now_ms)
+        if group.sync_deadline_ms is not None and now_ms >= group.sync_deadline_ms:
+            group.sync_deadline_ms = None
+            laggards = [m for m in group.members.values() if not m.synced]
+            if laggards and group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
+                for m in laggards:
+                    self._remove_member_and_update_group(group, m, now_ms)
+        self._maybe_complete_join(group, now_ms)
 
     def expire_offsets(self, now_ms: int) -> None:
         """Offsets retention (KIP-211): a group's offsets expire once it has been Empty for
