@@ -367,3 +367,73 @@ def test_a_static_members_session_is_over_at_its_deadline(
         answers.append(answer)
     assert answers[0] == [(f"expiring-{i}", 0) for i in range(3)]
     assert answers[1] == answers[0]
+
+
+# --- 4. Dynamic broker keys Kafka accepts and samsa does not use --------------------------
+
+_BROKER = 4
+
+
+def _incremental_alter(
+    bootstrap: str, rtype: int, name: str, ops: list[tuple[str, int, Any]]
+) -> Any:
+    k, v = ApiKey.INCREMENTAL_ALTER_CONFIGS, 1
+    resource = make_request(
+        k,
+        v,
+        "AlterConfigsResource",
+        resource_type=rtype,
+        resource_name=name,
+        configs=tuple(
+            make_request(k, v, "AlterableConfig", name=n, config_operation=op, value=x)
+            for n, op, x in ops
+        ),
+    )
+    r = _request(bootstrap, k, v, "IncrementalAlterConfigsRequest", resources=(resource,),
+                 validate_only=False)  # fmt: skip
+    return int(r.responses[0].error_code), r.responses[0].error_message
+
+
+def _described(bootstrap: str, rtype: int, name: str, keys: tuple[str, ...] | None) -> Any:
+    k, v = ApiKey.DESCRIBE_CONFIGS, 4
+    resource = make_request(k, v, "DescribeConfigsResource", resource_type=rtype,
+                            resource_name=name, configuration_keys=keys)  # fmt: skip
+    r = _request(bootstrap, k, v, "DescribeConfigsRequest", resources=(resource,),
+                 include_synonyms=True, include_documentation=False)  # fmt: skip
+    res = r.results[0]
+    return int(res.error_code), res.error_message, sorted(
+        (c.name, c.value, c.read_only, c.config_source, c.is_sensitive, c.config_type,
+         [(s.name, s.value, s.source) for s in c.synonyms])
+        for c in res.configs
+    )  # fmt: skip
+
+
+def test_dynamic_broker_keys_kafka_accepts_are_kept_and_described(
+    kafka: KafkaNode, samsa: BrokerProcess
+) -> None:
+    keys = ("sasl.kerberos.min.time.before.relogin", "num.io.threads", "sasl.jaas.config")
+    answers = []
+    for bootstrap, me in ((kafka.bootstrap, str(kafka.node_id)), (samsa.bootstrap, "0")):
+        answers.append(
+            [
+                _incremental_alter(bootstrap, _BROKER, me, [(keys[0], 0, "120000")]),
+                _incremental_alter(bootstrap, _BROKER, me, [(keys[0], 0, "soon")]),
+                _incremental_alter(bootstrap, _BROKER, "", [(keys[0], 0, "90000")]),
+                _incremental_alter(bootstrap, _BROKER, "", [(keys[1], 0, "6")]),
+                _incremental_alter(bootstrap, _BROKER, me, [(keys[2], 0, "secret")]),
+                _incremental_alter(bootstrap, _BROKER, me, [("broker.id", 0, "5")]),
+                _described(bootstrap, _BROKER, me, keys),
+                _described(bootstrap, _BROKER, "", keys),
+            ]
+        )
+    # D-ADMIN-1: a key Kafka does not know either is kept by Kafka, refused by samsa.
+    unknown = [("no.such.broker.key", 0, "1")]
+    assert _incremental_alter(kafka.bootstrap, _BROKER, str(kafka.node_id), unknown) == (0, None)
+    assert _incremental_alter(samsa.bootstrap, _BROKER, "0", unknown) == (
+        42,
+        "Unknown broker configs: [no.such.broker.key]",
+    )
+    assert answers[0][0] == (0, None)
+    assert answers[0][6][2][2][:4] == (keys[0], "120000", False, 2)  # DYNAMIC_BROKER_CONFIG
+    for kafka_answer, samsa_answer in zip(answers[0], answers[1], strict=True):
+        assert samsa_answer == kafka_answer

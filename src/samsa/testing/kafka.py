@@ -289,7 +289,7 @@ class KafkaNode:
             self._formatted = True
             return
         result = run_tool(
-            "kafka-storage", "format", "-t", self.cluster_id, "-c", str(config),
+            "kafka-storage", "format", f"--cluster-id={self.cluster_id}", "-c", str(config),
             "--ignore-formatted", timeout=120,
         )  # fmt: skip
         if result.returncode != 0:

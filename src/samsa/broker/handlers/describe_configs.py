@@ -27,7 +27,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     docs = bool(getattr(request, "include_documentation", False))
     results = []
     for res in request.resources:
-        code, message, configs = ErrorCode.NONE, None, ()
+        code, message, configs = ErrorCode.NONE, "", ()  # Kafka's message when all is well
         try:
             _check_authorized(broker, ctx, res.resource_type, res.resource_name)
             described = _describe(broker, res.resource_type, res.resource_name)
