@@ -5,6 +5,7 @@ broker and asserts the two answer alike."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -437,3 +438,107 @@ def test_dynamic_broker_keys_kafka_accepts_are_kept_and_described(
     assert answers[0][6][2][2][:4] == (keys[0], "120000", False, 2)  # DYNAMIC_BROKER_CONFIG
     for kafka_answer, samsa_answer in zip(answers[0], answers[1], strict=True):
         assert samsa_answer == kafka_answer
+
+
+# --- 3. Config resources of type GROUP --------------------------------------------------
+
+_GROUP = 32
+
+
+def _alter(bootstrap: str, rtype: int, name: str, configs: list[tuple[str, str]]) -> Any:
+    k, v = ApiKey.ALTER_CONFIGS, 2
+    resource = make_request(
+        k,
+        v,
+        "AlterConfigsResource",
+        resource_type=rtype,
+        resource_name=name,
+        configs=tuple(make_request(k, v, "AlterableConfig", name=n, value=x) for n, x in configs),
+    )
+    r = _request(bootstrap, k, v, "AlterConfigsRequest", resources=(resource,),
+                 validate_only=False)  # fmt: skip
+    return int(r.responses[0].error_code), r.responses[0].error_message
+
+
+def test_group_configs_are_described_set_and_validated_as_kafka_does(
+    kafka: KafkaNode, samsa: BrokerProcess
+) -> None:
+    sets = [
+        [("consumer.session.timeout.ms", 0, "50000")],
+        [("consumer.session.timeout.ms", 0, "5000")],  # below the broker's minimum
+        [("consumer.session.timeout.ms", 0, "abc")],
+        [
+            ("consumer.heartbeat.interval.ms", 0, "7000"),
+            ("consumer.session.timeout.ms", 0, "55000"),
+        ],
+        [("no.such.key", 0, "1")],
+        [("share.auto.offset.reset", 0, "earliest")],
+        [("share.auto.offset.reset", 0, "bogus")],
+        [("share.isolation.level", 0, "read_committed")],
+        [("share.isolation.level", 0, "sometimes")],
+        [("share.delivery.count.limit", 0, "1")],
+        [("streams.num.standby.replicas", 0, "3")],
+        [("streams.rack.aware.assignment.tags", 2, "rack")],
+        [("consumer.session.timeout.ms", 2, "1")],
+        [("consumer.session.timeout.ms", 0, None)],
+        [("consumer.heartbeat.interval.ms", 1, None)],
+        [("errors.deadletterqueue.topic.name", 0, "dlq")],
+    ]
+    answers = []
+    for bootstrap in _both(kafka, samsa):
+        answer: list[Any] = [_described(bootstrap, _GROUP, "no-such-group", None)]
+        answer += [_incremental_alter(bootstrap, _GROUP, "configured", ops) for ops in sets]
+        answer.append(
+            _alter(bootstrap, _GROUP, "replaced", [("share.session.timeout.ms", "50000")])
+        )
+        answer.append(_incremental_alter(bootstrap, _GROUP, "", sets[0]))
+        answer.append(_described(bootstrap, _GROUP, "configured", None))
+        answer.append(_described(bootstrap, _GROUP, "replaced", ("share.session.timeout.ms", "x")))
+        answer.append(_described(bootstrap, _GROUP, "", None))
+        answers.append(answer)
+    described = {c[0]: c for c in answers[0][-3][2]}
+    assert described["consumer.session.timeout.ms"][1:4] == ("55000", False, 8)  # GROUP_CONFIG
+    assert len(answers[0][0][2]) == 21
+    for kafka_answer, samsa_answer in zip(answers[0], answers[1], strict=True):
+        assert samsa_answer == kafka_answer
+
+
+def _consumer_heartbeat_interval(bootstrap: str, group: str) -> int:
+    """A new member's ConsumerGroupHeartbeat: the heartbeat interval the group gives it."""
+    _find_coordinator(bootstrap, group)
+    k, v = ApiKey.CONSUMER_GROUP_HEARTBEAT, 0
+    request = make_request(k, v, "ConsumerGroupHeartbeatRequest", group_id=group,
+                           member_id=str(uuid.uuid4()), member_epoch=0, instance_id=None,
+                           rack_id=None, rebalance_timeout=30_000,
+                           subscribed_topic_names=("two",), server_assignor=None,
+                           topic_partitions=())  # fmt: skip
+    deadline = time.monotonic() + 30
+    while True:
+        with _conn(bootstrap) as c:
+            r = c.request(k, v, request)
+        if r.error_code not in (14, 15, 16) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.error_code == 0, r
+    return int(r.heartbeat_interval.total_seconds() * 1000)
+
+
+def test_a_groups_own_heartbeat_interval_applies_and_survives_a_restart(
+    kafka: KafkaNode, samsa: BrokerProcess
+) -> None:
+    answers = []
+    for bootstrap in _both(kafka, samsa):
+        ops = [("consumer.heartbeat.interval.ms", 0, "7000")]
+        assert _incremental_alter(bootstrap, _GROUP, "own-interval", ops) == (0, None)
+        answers.append(
+            (
+                _consumer_heartbeat_interval(bootstrap, "own-interval"),
+                _consumer_heartbeat_interval(bootstrap, "default-interval"),
+            )
+        )
+    assert answers == [(7000, 5000), (7000, 5000)]
+    samsa.stop()
+    samsa.start()  # kept on disk, as Kafka keeps it in its metadata log
+    assert _consumer_heartbeat_interval(samsa.bootstrap, "own-interval") == 7000
+    kept = _described(samsa.bootstrap, _GROUP, "own-interval", ("consumer.heartbeat.interval.ms",))
+    assert kept[2][0][1:4] == ("7000", False, 8)

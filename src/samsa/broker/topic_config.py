@@ -37,6 +37,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8  # a group's own (KIP-848)
 
 
 class ConfigType(enum.IntEnum):

@@ -182,6 +182,17 @@ class ConsumerGroups:
         self._emit = emit
         self._new_member_id = new_member_id
         self.downgrade: Downgrade = lambda group, member_id: False
+        # A group's own (session timeout, heartbeat interval), None where it has none (the
+        # group configs of KIP-848, set by the broker).
+        self.overrides: Callable[[str], tuple[int | None, int | None]] = lambda g: (None, None)
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        own = self.overrides(group_id)[0]
+        return self.config.session_timeout_ms if own is None else own
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        own = self.overrides(group_id)[1]
+        return self.config.heartbeat_interval_ms if own is None else own
 
     # == heartbeat =================================================================================
 
@@ -222,7 +233,7 @@ class ConsumerGroups:
         group.session_deadlines[member.member_id] = now_ms + (
             req.classic.session_timeout_ms
             if req.classic is not None
-            else self.config.session_timeout_ms
+            else self.session_timeout_ms(group.group_id)
         )
         subs = {m.member_id: m.metadata for m in group.members.values() if m.member_id not in gone}
         subs[member.member_id] = meta
@@ -308,7 +319,7 @@ class ConsumerGroups:
             None,
             member.member_id,
             nxt.member_epoch,
-            self.config.heartbeat_interval_ms,
+            self.heartbeat_interval_ms(group.group_id),
             dict(nxt.assigned) if send else None,
         )
 
@@ -430,7 +441,11 @@ class ConsumerGroups:
         else:
             self.remove_member(group, member.member_id)
         return ConsumerHeartbeatResult(
-            E.NONE, None, member.member_id, req.member_epoch, self.config.heartbeat_interval_ms
+            E.NONE,
+            None,
+            member.member_id,
+            req.member_epoch,
+            self.heartbeat_interval_ms(group.group_id),
         )
 
     def _delete_member(self, group: ConsumerGroup, member_id: str) -> None:
@@ -564,7 +579,7 @@ class ConsumerGroups:
         if member is None:
             return error
         group.session_deadlines[member_id] = now_ms + member.session_timeout_ms(
-            self.config.session_timeout_ms
+            self.session_timeout_ms(group.group_id)
         )
         if (
             member.member_epoch < group.group_epoch
@@ -634,7 +649,7 @@ class ConsumerGroups:
             if value is None:
                 return
             group = self.groups[key.group] = ConsumerGroup(key.group)
-        group.replay(key, value, now_ms, self.config.session_timeout_ms)
+        group.replay(key, value, now_ms, self.session_timeout_ms(key.group))
 
 
 # --- helpers ---------------------------------------------------------------------------------
