@@ -470,6 +470,7 @@ def _group_config(config: BrokerConfig) -> GroupConfig:
         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         min_session_timeout_ms=config.group_min_session_timeout_ms,
         max_session_timeout_ms=config.group_max_session_timeout_ms,
+        max_size=config.group_max_size,
         offsets_retention_ms=config.offsets_retention_minutes * 60_000,
         offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         consumer=ConsumerConfig(

@@ -440,13 +440,8 @@ class ConsumerGroups:
             )
         else:
             self.remove_member(group, member.member_id)
-        return ConsumerHeartbeatResult(
-            E.NONE,
-            None,
-            member.member_id,
-            req.member_epoch,
-            self.heartbeat_interval_ms(group.group_id),
-        )
+        # As Kafka, a member that left is given no heartbeat interval.
+        return ConsumerHeartbeatResult(E.NONE, None, member.member_id, req.member_epoch, 0)
 
     def _delete_member(self, group: ConsumerGroup, member_id: str) -> None:
         for t in (CURRENT_ASSIGNMENT_TYPE, TARGET_MEMBER_TYPE, MEMBER_METADATA_TYPE):
@@ -460,10 +455,14 @@ class ConsumerGroups:
         if self.downgrade(group, member_id):
             return True
         self._delete_member(group, member_id)
-        self._emit(
-            _key(GROUP_METADATA_TYPE, group.group_id),
-            ConsumerGroupMetadataValue(group.group_epoch + 1),
-        )
+        epoch = group.group_epoch + 1
+        self._emit(_key(GROUP_METADATA_TYPE, group.group_id), ConsumerGroupMetadataValue(epoch))
+        if not set(group.members) - {member_id}:
+            # Nobody is left to heartbeat the new target in: as Kafka, the (empty) target
+            # assignment is computed now, at the new epoch.
+            self._emit(
+                _key(TARGET_METADATA_TYPE, group.group_id), TargetAssignmentMetadataValue(epoch)
+            )
         return False
 
     def _assignor(self, subs: Mapping[str, ConsumerGroupMemberMetadataValue]) -> str:
