@@ -198,29 +198,20 @@ def _until_coordinator(bootstrap: str, group: str, send: Any, timeout: float = 3
         time.sleep(0.2)
 
 
+def _commit_topics(k: int, v: int, prefix: str, topics: list[tuple[str, list[int]]]) -> Any:
+    """The topics of an (Txn)OffsetCommit request, each partition at offset 5."""
+    return tuple(
+        make_request(k, v, f"{prefix}RequestTopic", name=t, partitions=tuple(
+            make_request(k, v, f"{prefix}RequestPartition", partition_index=p,
+                         committed_offset=5, committed_leader_epoch=-1, committed_metadata="")
+            for p in ps))
+        for t, ps in topics
+    )  # fmt: skip
+
+
 def _commit(bootstrap: str, version: int, group: str, topics: list[tuple[str, list[int]]]) -> Any:
     k = ApiKey.OFFSET_COMMIT
-    request_topics = tuple(
-        make_request(
-            k,
-            version,
-            "OffsetCommitRequestTopic",
-            name=t,
-            partitions=tuple(
-                make_request(
-                    k,
-                    version,
-                    "OffsetCommitRequestPartition",
-                    partition_index=p,
-                    committed_offset=5,
-                    committed_leader_epoch=-1,
-                    committed_metadata="",
-                )
-                for p in ps
-            ),
-        )
-        for t, ps in topics
-    )
+    request_topics = _commit_topics(k, version, "OffsetCommit", topics)
     extra = {"retention_time_ms": -1} if version < 5 else {}
     r = _request(bootstrap, k, version, "OffsetCommitRequest", group_id=group,
                  generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
@@ -239,27 +230,7 @@ def _txn_commit(bootstrap: str, group: str, topics: list[tuple[str, list[int]]])
             if code == 0:
                 break
             time.sleep(0.2)
-    request_topics = tuple(
-        make_request(
-            k,
-            v,
-            "TxnOffsetCommitRequestTopic",
-            name=t,
-            partitions=tuple(
-                make_request(
-                    k,
-                    v,
-                    "TxnOffsetCommitRequestPartition",
-                    partition_index=p,
-                    committed_offset=5,
-                    committed_leader_epoch=-1,
-                    committed_metadata="",
-                )
-                for p in ps
-            ),
-        )
-        for t, ps in topics
-    )
+    request_topics = _commit_topics(k, v, "TxnOffsetCommit", topics)
     r = _request(bootstrap, k, v, "TxnOffsetCommitRequest", transactional_id=f"txn-{group}",
                  group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
                  member_id="", group_instance_id=None, topics=request_topics)  # fmt: skip

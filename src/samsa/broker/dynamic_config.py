@@ -25,7 +25,11 @@ from samsa.broker.config import (
     default_setting,
     setting_attr,
 )
-from samsa.broker.kafka_dynamic_keys import KAFKA_ONLY_DYNAMIC, type_problem
+from samsa.broker.kafka_dynamic_keys import (
+    BROKER_SETTING_TYPES,
+    KAFKA_ONLY_DYNAMIC,
+    type_problem,
+)
 from samsa.broker.topic_config import (
     TOPIC_CONFIG_KEYS,
     ConfigSource,
@@ -281,4 +285,4 @@ def _type(name: str) -> ConfigType:
     for key in TOPIC_CONFIG_KEYS.values():
         if key.synonyms and key.synonyms[0] == name:
             return key.config_type
-    return ConfigType.UNKNOWN
+    return BROKER_SETTING_TYPES.get(name, ConfigType.UNKNOWN)

@@ -114,10 +114,8 @@ def test_describe_answers_sources_synonyms_and_documentation(
     configs = {c.name: c for c in result.configs}
     ret = configs["retention.ms"]
     assert (ret.value, ret.config_source, ret.read_only, ret.config_type) == ("1000", 1, False, 5)
-    assert [(s.name, s.source) for s in ret.synonyms] == [
-        ("retention.ms", 1),
-        ("log.retention.hours", 5),
-    ]
+    # As Kafka 4.4: no default synonym in other units (log.retention.hours).
+    assert [(s.name, s.source) for s in ret.synonyms] == [("retention.ms", 1)]
     assert ret.documentation
     only = describe(conn, TOPIC, topic, keys=("retention.ms", "segment.ms"))
     assert sorted(c.name for c in only.configs) == ["retention.ms", "segment.ms"]

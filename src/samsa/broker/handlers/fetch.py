@@ -199,10 +199,7 @@ def _read_all(
                 out.append(
                     FetchPartitionResult(
                         req.partition,
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        plog.high_watermark,
-                        plog.last_stable_offset,
-                        plog.log_start_offset,
+                        ErrorCode.OFFSET_OUT_OF_RANGE,  # no offsets with it, as Kafka
                     )
                 )
                 errors = True
