@@ -160,7 +160,7 @@ def test_confluent_admin_changes_broker_defaults_live(broker_factory) -> None:  
 
     # Kafka's refusals: all INVALID_REQUEST, nothing changed.
     for res, kv, text in [
-        (THIS, {"broker_id": "3"}, "Cannot update these configs dynamically: Set(broker.id)"),
+        (THIS, {"broker_id": "3"}, "Cannot update these configs dynamically: [broker.id]"),
         (THIS, {"no_such_key": "1"}, "Unknown broker configs"),
         (THIS, {"log_segment_bytes": "5"}, "log.segment.bytes must be at least 1048576"),
     ]:
@@ -175,7 +175,7 @@ def test_confluent_admin_changes_broker_defaults_live(broker_factory) -> None:  
     assert _describe(admin, THIS)["log.roll.ms"].value == "1"
     assert _set_default(broker.port, log_roll_ms="1", log_dirs="/elsewhere") == (
         KafkaError.INVALID_REQUEST,
-        "Cannot update these configs dynamically: Set(log.dirs)",
+        "Cannot update these configs dynamically: [log.dirs]",
     )
 
     # SIGKILL: both levels are back after the restart, before any log opened.

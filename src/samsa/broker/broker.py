@@ -36,6 +36,7 @@ from samsa.broker.dynamic_config import (
 from samsa.broker.features import FEATURES_FILE, Features, FeaturesError
 from samsa.broker.fetch_session import FetchSessionCache
 from samsa.broker.flusher import Flusher
+from samsa.broker.group_config import GROUP_CONFIGS_FILE, GroupConfigs
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
@@ -74,8 +75,11 @@ class Broker:
         self.cluster_id = config.cluster_id or _load_cluster_id(self.data_dir, config.broker_id)
         # Dynamic broker configs (rule 44) apply before any log opens.
         self.dynamic = DynamicBrokerConfigs(self.config, self.data_dir / DYNAMIC_CONFIGS_FILE)
+        # Group configs (KIP-848): per-group overrides, kept beside the dynamic broker configs.
+        self.group_configs = GroupConfigs(self.data_dir / GROUP_CONFIGS_FILE)
         try:
             self.config = config = self.dynamic.load()
+            self.group_configs.load()
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
         # Finalized features (rule 45): the persisted levels, else the transaction.version setting.
@@ -142,6 +146,15 @@ class Broker:
             now_ms,
             self.transactions.verify,
             self._topic_infos,
+        )
+        self.groups.coordinator.consumer.overrides = self._group_timeouts
+
+    def _group_timeouts(self, group_id: str) -> tuple[int | None, int | None]:
+        """A consumer group's own session timeout and heartbeat interval, if it has them."""
+        own = self.group_configs
+        return (
+            own.int_value(group_id, "consumer.session.timeout.ms"),
+            own.int_value(group_id, "consumer.heartbeat.interval.ms"),
         )
 
     def _topic_infos(self) -> dict[str, TopicInfo]:
@@ -550,6 +563,7 @@ def _group_config(config: BrokerConfig) -> GroupConfig:
         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         min_session_timeout_ms=config.group_min_session_timeout_ms,
         max_session_timeout_ms=config.group_max_session_timeout_ms,
+        max_size=config.group_max_size,
         offsets_retention_ms=config.offsets_retention_minutes * 60_000,
         offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         consumer=ConsumerConfig(

@@ -81,6 +81,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
     "group.consumer.assignors": "group_consumer_assignors",
     "group.consumer.max.size": "group_consumer_max_size",
+    "group.max.size": "group_max_size",
     "group.consumer.migration.policy": "group_consumer_migration_policy",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
@@ -225,6 +226,7 @@ _RANGES: dict[str, Range] = {
     "group_consumer_session_timeout_ms": Range(1),  # KIP-848 groups, as Kafka: atLeast(1)
     "group_consumer_heartbeat_interval_ms": Range(1),
     "group_consumer_max_size": Range(1),
+    "group_max_size": Range(1),
     "offsets_retention_minutes": Range(1),
     "offsets_retention_check_interval_ms": Range(1, LONG_MAX),
     "transaction_state_log_num_partitions": Range(1),
@@ -380,6 +382,7 @@ class BrokerConfig:
     group_consumer_assignors: str = "uniform,range"  # the first is the default
     # Kafka's default is Integer.MAX_VALUE; bounded here as every client-made resource is.
     group_consumer_max_size: int = 1000
+    group_max_size: int = 1000  # classic groups; bounded, as group.consumer.max.size (D-GROUP-1)
     # Online migration of non-empty groups between the protocols (rule 38); Kafka 4's default.
     group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 10080  # 7 days

@@ -25,6 +25,11 @@ from samsa.broker.config import (
     default_setting,
     setting_attr,
 )
+from samsa.broker.kafka_dynamic_keys import (
+    BROKER_SETTING_TYPES,
+    KAFKA_ONLY_DYNAMIC,
+    type_problem,
+)
 from samsa.broker.topic_config import (
     TOPIC_CONFIG_KEYS,
     ConfigSource,
@@ -55,7 +60,7 @@ LIST_DEFAULTS: dict[str, str] = {
 _UNIT_SYNONYMS = frozenset({"log.retention.hours", "log.retention.minutes", "log.roll.hours"})
 
 # How many keys one dynamic set may hold: every dynamic key once.
-_MAX_KEYS = len(DYNAMIC_KEYS)
+_MAX_KEYS = len(DYNAMIC_KEYS) + len(KAFKA_ONLY_DYNAMIC)
 
 
 class DynamicConfigError(ValueError):
@@ -64,7 +69,7 @@ class DynamicConfigError(ValueError):
 
 
 def _kafka_set(names: list[str]) -> str:
-    return "Set(" + ", ".join(sorted(names)) + ")"  # as Kafka's messages print a Scala Set
+    return "[" + ", ".join(sorted(names)) + "]"  # as Kafka 4's messages print a Java Set
 
 
 class DynamicBrokerConfigs:
@@ -133,8 +138,9 @@ class DynamicBrokerConfigs:
         broker = self.broker if broker is None else broker
         for level, per_broker in ((default, False), (broker, True)):
             _check_keys(level, per_broker)
+        used = {k: v for k, v in {**default, **broker}.items() if k not in KAFKA_ONLY_DYNAMIC}
         try:
-            return self.static_view(current).with_properties({**default, **broker}).validate()
+            return self.static_view(current).with_properties(used).validate()
         except ConfigError as exc:
             raise DynamicConfigError(f"Invalid config value: {exc}") from None
 
@@ -165,10 +171,22 @@ def _check_keys(configs: Mapping[str, str], per_broker: bool) -> None:
     ]
     if fixed:
         raise DynamicConfigError(f"Cannot update these configs dynamically: {_kafka_set(fixed)}")
-    unknown = [k for k in configs if k not in DYNAMIC_KEYS]
+    unknown = [k for k in configs if k not in DYNAMIC_KEYS and k not in KAFKA_ONLY_DYNAMIC]
     if unknown:
-        # samsa: Kafka stores broker keys it does not know; samsa refuses what nothing reads.
+        # D-ADMIN-1: Kafka stores any broker key it does not know; samsa refuses those.
         raise DynamicConfigError(f"Unknown broker configs: {_kafka_set(unknown)}")
+    if not per_broker:
+        fixed = [k for k in configs if k in KAFKA_ONLY_DYNAMIC and KAFKA_ONLY_DYNAMIC[k].per_broker]
+        if fixed:
+            raise DynamicConfigError(
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {_kafka_set(fixed)}"
+            )
+    for k, v in configs.items():
+        key = KAFKA_ONLY_DYNAMIC.get(k)
+        problem = key and type_problem(k, v, key.config_type)
+        if problem:
+            raise DynamicConfigError(problem)
 
 
 def describe_broker(
@@ -209,7 +227,37 @@ def describe_broker(
                 sensitive=sensitive,
             )
         )
+    out += [_kafka_only(dynamic, name) for name in sorted(KAFKA_ONLY_DYNAMIC)]
     return out
+
+
+def _kafka_only(dynamic: DynamicBrokerConfigs, name: str) -> DescribedConfig:
+    """A key samsa keeps for Kafka's tools but does not use: its dynamic value, else Kafka's
+    default."""
+    key = KAFKA_ONLY_DYNAMIC[name]
+    synonyms = []
+    if name in dynamic.broker:
+        synonyms.append(Synonym(name, dynamic.broker[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+    if name in dynamic.default:
+        synonyms.append(
+            Synonym(name, dynamic.default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        )
+    if key.default is not None:  # as Kafka, a key without a default has no such synonym
+        synonyms.append(Synonym(name, key.default, ConfigSource.DEFAULT_CONFIG))
+    sensitive = key.config_type == ConfigType.PASSWORD
+    if sensitive:
+        synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
+    top = synonyms[0] if synonyms else Synonym(name, None, ConfigSource.DEFAULT_CONFIG)
+    return DescribedConfig(
+        name,
+        top.value,
+        top.source,
+        key.config_type,
+        tuple(synonyms),
+        "",
+        read_only=False,
+        sensitive=sensitive,
+    )
 
 
 def broker_synonyms(
@@ -232,7 +280,9 @@ def broker_synonyms(
 
 
 def _type(name: str) -> ConfigType:
+    if name in KAFKA_ONLY_DYNAMIC:
+        return KAFKA_ONLY_DYNAMIC[name].config_type
     for key in TOPIC_CONFIG_KEYS.values():
         if key.synonyms and key.synonyms[0] == name:
             return key.config_type
-    return ConfigType.UNKNOWN
+    return BROKER_SETTING_TYPES.get(name, ConfigType.UNKNOWN)

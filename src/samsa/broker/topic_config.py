@@ -37,6 +37,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8  # a group's own (KIP-848)
 
 
 class ConfigType(enum.IntEnum):
@@ -574,7 +575,9 @@ def describe_topic_configs(
             found = broker_setting(broker, name)
             if found is not None and not found[1]:
                 synonyms.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-        if key.synonyms:
+        if key.synonyms and not key.synonyms[-1].endswith((".hours", ".minutes")):
+            # Kafka 4 lists no default for a key whose last synonym is in other units
+            # (retention.ms, segment.ms: log.retention.hours, log.roll.hours).
             synonyms.append(
                 Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
             )

@@ -184,6 +184,17 @@ class ConsumerGroups:
         self._emit = emit
         self._new_member_id = new_member_id
         self.downgrade: Downgrade = lambda group, member_id: False
+        # A group's own (session timeout, heartbeat interval), None where it has none (the
+        # group configs of KIP-848, set by the broker).
+        self.overrides: Callable[[str], tuple[int | None, int | None]] = lambda g: (None, None)
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        own = self.overrides(group_id)[0]
+        return self.config.session_timeout_ms if own is None else own
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        own = self.overrides(group_id)[1]
+        return self.config.heartbeat_interval_ms if own is None else own
 
     # == heartbeat =================================================================================
 
@@ -224,7 +235,7 @@ class ConsumerGroups:
         group.session_deadlines[member.member_id] = now_ms + (
             req.classic.session_timeout_ms
             if req.classic is not None
-            else self.config.session_timeout_ms
+            else self.session_timeout_ms(group.group_id)
         )
         subs = {m.member_id: m.metadata for m in group.members.values() if m.member_id not in gone}
         subs[member.member_id] = meta
@@ -316,7 +327,7 @@ class ConsumerGroups:
             None,
             member.member_id,
             nxt.member_epoch,
-            self.config.heartbeat_interval_ms,
+            self.heartbeat_interval_ms(group.group_id),
             dict(nxt.assigned) if send else None,
         )
 
@@ -437,9 +448,8 @@ class ConsumerGroups:
             )
         else:
             self.remove_member(group, member.member_id)
-        return ConsumerHeartbeatResult(
-            E.NONE, None, member.member_id, req.member_epoch, self.config.heartbeat_interval_ms
-        )
+        # As Kafka, a member that left is given no heartbeat interval.
+        return ConsumerHeartbeatResult(E.NONE, None, member.member_id, req.member_epoch, 0)
 
     def _delete_member(self, group: ConsumerGroup, member_id: str) -> None:
         for t in (CURRENT_ASSIGNMENT_TYPE, TARGET_MEMBER_TYPE, MEMBER_METADATA_TYPE):
@@ -454,10 +464,14 @@ class ConsumerGroups:
         if self.downgrade(group, member_id):
             return True
         self._delete_member(group, member_id)
-        self._emit(
-            _key(GROUP_METADATA_TYPE, group.group_id),
-            ConsumerGroupMetadataValue(group.group_epoch + 1),
-        )
+        epoch = group.group_epoch + 1
+        self._emit(_key(GROUP_METADATA_TYPE, group.group_id), ConsumerGroupMetadataValue(epoch))
+        if not set(group.members) - {member_id}:
+            # Nobody is left to heartbeat the new target in: as Kafka, the (empty) target
+            # assignment is computed now, at the new epoch.
+            self._emit(
+                _key(TARGET_METADATA_TYPE, group.group_id), TargetAssignmentMetadataValue(epoch)
+            )
         return False
 
     def _assignor(self, subs: Mapping[str, ConsumerGroupMemberMetadataValue]) -> str:
@@ -472,17 +486,24 @@ class ConsumerGroups:
     # == fencing ===================================================================================
 
     def tick(self, now_ms: int) -> None:
-        for group in list(self.groups.values()):
-            for mid in list(group.members):
-                session = group.session_deadlines.get(mid)
-                revoke = group.revocation_deadlines.get(mid)
-                if (session is not None and now_ms >= session) or (
-                    revoke is not None and now_ms >= revoke
-                ):
-                    group.session_deadlines.pop(mid, None)
-                    group.revocation_deadlines.pop(mid, None)
-                    if self.remove_member(group, mid):
-                        break  # the group is becoming a classic group
+        for group_id in list(self.groups):
+            self.fire(group_id, now_ms)
+
+    def fire(self, group_id: str, now_ms: int) -> None:
+        """End the sessions and revocations of ``group_id`` whose deadline has passed."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        for mid in list(group.members):
+            session = group.session_deadlines.get(mid)
+            revoke = group.revocation_deadlines.get(mid)
+            if (session is not None and now_ms >= session) or (
+                revoke is not None and now_ms >= revoke
+            ):
+                group.session_deadlines.pop(mid, None)
+                group.revocation_deadlines.pop(mid, None)
+                if self.remove_member(group, mid):
+                    break  # the group is becoming a classic group
 
     # == admin =====================================================================================
 
@@ -566,7 +587,7 @@ class ConsumerGroups:
         if member is None:
             return error
         group.session_deadlines[member_id] = now_ms + member.session_timeout_ms(
-            self.config.session_timeout_ms
+            self.session_timeout_ms(group.group_id)
         )
         if (
             member.member_epoch < group.group_epoch
@@ -636,7 +657,7 @@ class ConsumerGroups:
             if value is None:
                 return
             group = self.groups[key.group] = ConsumerGroup(key.group)
-        group.replay(key, value, now_ms, self.config.session_timeout_ms)
+        group.replay(key, value, now_ms, self.session_timeout_ms(key.group))
 
 
 # --- helpers ---------------------------------------------------------------------------------

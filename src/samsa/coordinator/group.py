@@ -158,6 +158,10 @@ class Group:
         known = self.static_members.get(instance_id)
         return known is not None and known != member_id
 
+    def is_unknown_instance(self, instance_id: str | None) -> bool:
+        """A static member's instance id that names no member (Kafka: UNKNOWN_MEMBER_ID)."""
+        return instance_id is not None and instance_id not in self.static_members
+
     def has_all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 

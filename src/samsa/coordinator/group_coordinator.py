@@ -54,7 +54,7 @@ import enum
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from samsa.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState
@@ -142,6 +142,7 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
     max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    max_size: int = 1000  # group.max.size
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
@@ -211,6 +212,7 @@ class JoinRequest:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     require_known_member_id: bool  # JoinGroup v4+
+    skip_assignment: bool = True  # JoinGroup v9+ (KIP-814)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,12 +350,26 @@ class GroupCoordinator:
         if not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
             self._forget_if_unused(group)
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+        if not self._accepts_joining(group, req.member_id):
+            return JoinResult(E.GROUP_MAX_SIZE_REACHED, req.member_id)
         if not req.member_id:
             result = self._new_member_join(group, req, now_ms)
         else:
             result = self._current_member_join(group, req, now_ms)
         self._maybe_complete_join(group, now_ms)
         return result
+
+    def _accepts_joining(self, group: Group, member_id: str) -> bool:
+        """group.max.size, as Kafka counts it: an Empty group takes anyone; while preparing a
+        rebalance, the members already rejoining count; otherwise the members."""
+        limit = self.config.max_size
+        member = group.members.get(member_id)
+        if group.is_in(S.EMPTY, S.DEAD):
+            return True
+        if group.is_in(S.PREPARING_REBALANCE):
+            waiting = sum(1 for m in group.members.values() if m.awaiting_join)
+            return (member is not None and member.awaiting_join) or waiting < limit
+        return member is not None or len(group.members) < limit
 
     def _new_member_join(self, group: Group, req: JoinRequest, now_ms: int) -> JoinResult | Pending:
         iid = req.group_instance_id
@@ -478,7 +494,15 @@ class GroupCoordinator:
                 # KIP-345: a static member coming back unchanged keeps its assignment with
                 # no rebalance; the new member id is made durable.
                 self._emit(GroupMetadataKey(group.group_id), group.to_record(now_ms))
-                return self._join_result(group, member, skip=True)
+                if req.skip_assignment:
+                    return self._join_result(group, member, skip=True)
+                # As Kafka before v9: the old leader id, so the member does not take the
+                # leader's part (it would rebalance); no member list.
+                return replace(
+                    self._join_result(group, member),
+                    leader=old_id if group.leader_id == member.member_id else group.leader_id or "",
+                    members=(),
+                )
         return self._update_member_and_rebalance(group, member, req, now_ms)
 
     # -- rebalance mechanics -----------------------------------------------------------------------
@@ -612,6 +636,8 @@ class GroupCoordinator:
             return self._outcome(SyncResult(E.COORDINATOR_NOT_AVAILABLE))
         if group.is_static_member_fenced(member_id, group_instance_id):
             return self._outcome(SyncResult(E.FENCED_INSTANCE_ID))
+        if group.is_unknown_instance(group_instance_id):
+            return self._outcome(SyncResult(E.UNKNOWN_MEMBER_ID))
         member = group.members.get(member_id)
         if member is None or group.is_in(S.EMPTY):
             return self._outcome(SyncResult(E.UNKNOWN_MEMBER_ID))
@@ -697,7 +723,7 @@ class GroupCoordinator:
         if group.is_static_member_fenced(member_id, iid):
             return E.FENCED_INSTANCE_ID
         member = group.members.get(member_id)
-        if member is None or group.is_in(S.EMPTY):
+        if member is None or group.is_in(S.EMPTY) or group.is_unknown_instance(iid):
             return E.UNKNOWN_MEMBER_ID
         if generation != group.generation:
             return E.ILLEGAL_GENERATION
@@ -1262,23 +1288,7 @@ class GroupCoordinator:
         """Fire every deadline that has passed: pending member ids, session timeouts, the end
         of a join phase, members that never sent SyncGroup, and offsets retention."""
         for group in list(self.groups.values()):
-            for mid, deadline in list(group.pending_members.items()):
-                if now_ms >= deadline:
-                    del group.pending_members[mid]
-                    self._maybe_complete_join(group, now_ms)
-            for m in list(group.members.values()):
-                # Members owed a join or sync answer are bounded by the rebalance timeout.
-                if m.awaiting_join or m.awaiting_sync or now_ms < m.heartbeat_deadline_ms:
-                    continue
-                if group.members.get(m.member_id) is m:
-                    self._remove_member_and_update_group(group, m, now_ms)
-            if group.sync_deadline_ms is not None and now_ms >= group.sync_deadline_ms:
-                group.sync_deadline_ms = None
-                laggards = [m for m in group.members.values() if not m.synced]
-                if laggards and group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
-                    for m in laggards:
-                        self._remove_member_and_update_group(group, m, now_ms)
-            self._maybe_complete_join(group, now_ms)
+            self._fire(group, now_ms)
         self.consumer.tick(now_ms)
         if self._next_expiry_check_ms is None:
             self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
@@ -1286,6 +1296,35 @@ class GroupCoordinator:
             self._next_expiry_check_ms = now_ms + self.config.offsets_retention_check_interval_ms
             self.expire_offsets(now_ms)
         return self._outcome(None)
+
+    def fire_group(self, group_id: str, now_ms: int) -> Outcome[CoordinatorRecord, Any]:
+        """Fire the passed deadlines of one group, before a request about it is answered: a
+        session ends exactly at its deadline, as under Kafka's per-member timers, not at the
+        next tick."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._fire(group, now_ms)
+        self.consumer.fire(group_id, now_ms)
+        return self._outcome(None)
+
+    def _fire(self, group: Group, now_ms: int) -> None:
+        for mid, deadline in list(group.pending_members.items()):
+            if now_ms >= deadline:
+                del group.pending_members[mid]
+                self._maybe_complete_join(group, now_ms)
+        for m in list(group.members.values()):
+            # Members owed a join or sync answer are bounded by the rebalance timeout.
+            if m.awaiting_join or m.awaiting_sync or now_ms < m.heartbeat_deadline_ms:
+                continue
+            if group.members.get(m.member_id) is m:
+                self._remove_member_and_update_group(group, m, now_ms)
+        if group.sync_deadline_ms is not None and now_ms >= group.sync_deadline_ms:
+            group.sync_deadline_ms = None
+            laggards = [m for m in group.members.values() if not m.synced]
+            if laggards and group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
+                for m in laggards:
+                    self._remove_member_and_update_group(group, m, now_ms)
+        self._maybe_complete_join(group, now_ms)
 
     def expire_offsets(self, now_ms: int) -> None:
         """Offsets retention (KIP-211): a group's offsets expire once it has been Empty for

@@ -147,7 +147,18 @@ class GroupCoordinatorRuntime:
 
     # -- operations (what handlers call) ------------------------------------------------------
 
+    def _fire(self, *group_ids: str) -> None:
+        """Fire the groups' passed deadlines first: the tick runs every 50 ms, but a session
+        must be over for any request that arrives after its deadline, as in Kafka."""
+        now = self.clock()
+        for group_id in group_ids:
+            self._run(self.coordinator.fire_group(group_id, now))
+
+    def _tick_now(self) -> None:
+        self._run(self.coordinator.tick(self.clock()))
+
     def join(self, req: JoinRequest) -> JoinResponse:
+        self._fire(req.group_id)
         return self._respond(self.coordinator.join_group(req, self.clock()))  # type: ignore[no-any-return]
 
     def sync(
@@ -160,6 +171,7 @@ class GroupCoordinatorRuntime:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncResponse:
+        self._fire(group_id)
         outcome = self.coordinator.sync_group(
             group_id,
             generation,
@@ -175,6 +187,7 @@ class GroupCoordinatorRuntime:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
+        self._fire(group_id)
         outcome = self.coordinator.heartbeat(
             group_id, generation, member_id, group_instance_id, self.clock()
         )
@@ -183,6 +196,7 @@ class GroupCoordinatorRuntime:
     def leave(
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        self._fire(group_id)
         return self._respond(self.coordinator.leave_group(group_id, members, self.clock()))  # type: ignore[no-any-return]
 
     def commit(
@@ -193,6 +207,7 @@ class GroupCoordinatorRuntime:
         group_instance_id: str | None,
         offsets: list[OffsetToCommit],
     ) -> dict[TopicPartition, ErrorCode]:
+        self._fire(group_id)
         outcome = self.coordinator.commit_offsets(
             group_id, generation, member_id, group_instance_id, offsets, self.clock()
         )
@@ -212,6 +227,7 @@ class GroupCoordinatorRuntime:
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: written as one transactional batch of the group's partition and
         staged until the transaction's marker decides them (rule 15)."""
+        self._fire(group_id)
         tps = [(o.topic, o.partition) for o in offsets]
         if self.verify_txn is None:
             return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -252,11 +268,13 @@ class GroupCoordinatorRuntime:
         topics: list[tuple[str, list[int]]] | None,
         require_stable: bool = False,
     ) -> list[FetchedOffset]:
+        self._fire(group_id)
         return self.coordinator.fetch_offsets(group_id, topics, require_stable)
 
     def delete_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        self._fire(group_id)
         outcome = self.coordinator.delete_offsets(group_id, topics, self.clock())
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -264,6 +282,7 @@ class GroupCoordinatorRuntime:
         return outcome.response  # type: ignore[no-any-return]
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        self._fire(*group_ids)
         outcome = self.coordinator.delete_groups(group_ids, self.clock())
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -281,9 +300,11 @@ class GroupCoordinatorRuntime:
         return (OFFSETS_TOPIC, self.coordinator.partition_for(group_id))
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        self._fire(group_id)
         return self.coordinator.validate_fetch(group_id, member_id, member_epoch)
 
     def consumer_heartbeat(self, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        self._fire(req.group_id)
         outcome = self.coordinator.consumer_heartbeat(req, self.topics(), self.clock())
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -291,15 +312,19 @@ class GroupCoordinatorRuntime:
         return outcome.response
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        self._fire(group_id)
         return self.coordinator.describe_consumer_group(group_id)
 
     def list_consumer_groups(self, states: list[str]) -> list[tuple[str, str]]:
+        self._tick_now()
         return self.coordinator.list_consumer_groups(states)
 
     def list_groups(self, states: list[str]) -> list[tuple[str, str, str]]:
+        self._tick_now()
         return self.coordinator.list_groups(states)
 
     def describe_group(self, group_id: str) -> GroupDescription:
+        self._fire(group_id)
         return self.coordinator.describe_group(group_id)
 
 

@@ -52,6 +52,7 @@ class ProducePartitionResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: Sequence[tuple[int, str]] = ()  # (batch index, message), v8+
 
 
 def encode_produce_response(
@@ -73,7 +74,12 @@ def encode_produce_response(
             else:
                 out += _PART_V2.pack(p.index, p.error_code, p.base_offset, p.log_append_time)
             if version >= 8:
-                out += _array_len(0, flexible)  # record_errors
+                out += _array_len(len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    out += _nullable_string(message, flexible)
+                    if flexible:
+                        out.append(0)
                 out += _nullable_string(p.error_message, flexible)
             if flexible:
                 out.append(0)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.dynamic_config import DynamicConfigError
+from samsa.broker.group_config import GroupConfigError
 from samsa.broker.handlers._base import Op, Res, authorized
 from samsa.broker.topic_config import InvalidConfigError
 from samsa.broker.topics import TopicError
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
 
 
 def alter(
@@ -49,6 +51,10 @@ def alter(
                 code, message = refused, "not authorized to AlterConfigs"
             elif res.resource_type == BROKER:
                 _alter_broker(broker, res, new_configs, request.validate_only)
+            elif res.resource_type == GROUP:
+                own = broker.group_configs
+                configs = new_configs(own.get(res.resource_name), res)
+                own.alter(res.resource_name, configs, request.validate_only)
             elif res.resource_type != TOPIC:
                 code = ErrorCode.INVALID_REQUEST
                 message = f"resource type {res.resource_type} not supported"
@@ -65,6 +71,9 @@ def alter(
             code, message = ErrorCode.INVALID_CONFIG, str(exc)
         except DynamicConfigError as exc:
             code, message = ErrorCode.INVALID_REQUEST, str(exc)
+        except GroupConfigError as exc:
+            invalid = ErrorCode.INVALID_REQUEST if exc.invalid_request else ErrorCode.INVALID_CONFIG
+            code, message = invalid, str(exc)
         except TopicError as exc:
             code, message = exc.code, str(exc)
         responses.append(
@@ -106,6 +115,9 @@ def _unauthorized(broker: Broker, ctx: RequestContext, res: Any) -> ErrorCode | 
     if res.resource_type == TOPIC:
         if not authorized(broker, ctx, Op.ALTER_CONFIGS, Res.TOPIC, res.resource_name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif res.resource_type == GROUP:
+        if not authorized(broker, ctx, Op.ALTER_CONFIGS, Res.GROUP, res.resource_name):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
     elif not authorized(broker, ctx, Op.ALTER_CONFIGS, Res.CLUSTER, CLUSTER_NAME):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     return None

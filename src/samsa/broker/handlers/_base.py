@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sized
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,13 +125,7 @@ def partition_errors(
             f"{prefix}ResponseTopic",
             name=t.name,
             partitions=tuple(
-                make(
-                    key,
-                    version,
-                    f"{prefix}ResponsePartition",
-                    partition_index=p.partition_index,
-                    error_code=errors[(t.name, p.partition_index)],
-                )
+                _partition_error(key, version, prefix, t.name, p.partition_index, errors)
                 for p in t.partitions
             ),
         )
@@ -146,3 +140,56 @@ def outside_transaction(code: ErrorCode, abortable: bool) -> ErrorCode:
     if abortable and code == ErrorCode.INVALID_TXN_STATE:
         return ErrorCode.TRANSACTION_ABORTABLE
     return code
+
+
+def _partition_error(
+    key: ApiKey,
+    version: int,
+    prefix: str,
+    topic: str,
+    index: int,
+    errors: Mapping[tuple[str, int], ErrorCode],
+) -> Any:
+    return make(
+        key,
+        version,
+        f"{prefix}ResponsePartition",
+        partition_index=index,
+        error_code=errors[(topic, index)],
+    )
+
+
+def unknown_partitions(broker: Broker, pairs: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The (topic, partition) pairs that name no partition of an existing topic."""
+    out = set()
+    for name, index in pairs:
+        topic = broker.topics.topics.get(name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            out.add((name, index))
+    return out
+
+
+def refused_first(
+    key: ApiKey,
+    version: int,
+    prefix: str,
+    topics: Iterable[Any],
+    errors: Mapping[tuple[str, int], ErrorCode],
+    refused: Collection[tuple[str, int]],
+) -> tuple[Any, ...]:
+    """As :func:`partition_errors`, in the order Kafka's offset commits answer: the partitions
+    refused before the coordinator (``refused``) first, then the coordinator's, each topic
+    once, in the order it first appears."""
+    topics = list(topics)
+    by_topic: dict[str, list[Any]] = {}
+    for first in (True, False):
+        for t in topics:
+            for p in t.partitions:
+                if ((t.name, p.partition_index) in refused) == first:
+                    by_topic.setdefault(t.name, []).append(
+                        _partition_error(key, version, prefix, t.name, p.partition_index, errors)
+                    )
+    return tuple(
+        make(key, version, f"{prefix}ResponseTopic", name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )

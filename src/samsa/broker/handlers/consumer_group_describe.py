@@ -71,7 +71,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 client_id=m.client_id,
                 client_host=m.client_host,
                 subscribed_topic_names=m.subscribed_topic_names,
-                subscribed_topic_regex=m.subscribed_topic_regex,
+                subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka's "" for none
                 assignment=_assignment(v, m.assignment, names),
                 target_assignment=_assignment(v, m.target, names),
                 member_type=0 if m.classic else 1,  # a classic member: online migration
@@ -86,7 +86,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 error_code=d.error,
                 error_message=d.message,
                 group_id=gid,
-                group_state=d.state,
+                group_state=d.state if d.error == ErrorCode.NONE else "",  # as Kafka
                 group_epoch=d.group_epoch,
                 assignment_epoch=d.assignment_epoch,
                 assignor_name=d.assignor,

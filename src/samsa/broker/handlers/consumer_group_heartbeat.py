@@ -78,6 +78,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 for tid, parts in sorted(result.assignment.items(), key=lambda kv: kv[0].bytes)
             ),
         )
+    ok = result.error == ErrorCode.NONE
     response = make(
         K,
         v,
@@ -85,9 +86,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         throttle_time=0,
         error_code=result.error,
         error_message=result.message,
-        member_id=result.member_id,
-        member_epoch=result.member_epoch,
-        heartbeat_interval=result.heartbeat_interval_ms,
+        # As Kafka: an error carries no member id, epoch or interval.
+        member_id=result.member_id if ok else None,
+        member_epoch=result.member_epoch if ok else 0,
+        heartbeat_interval=result.heartbeat_interval_ms if ok else 0,
         assignment=assignment,
     )
     return encode_response(K, v, response)

@@ -1,4 +1,5 @@
-"""CreateTopics: one partition directory per partition; replication factor must be 1."""
+"""CreateTopics: one partition directory per partition; replication factor must be 1, and a
+manual replica assignment may name only this broker (checked as Kafka's controller does)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 topic_config_error_code=0,
                 num_partitions=n,
                 replication_factor=1 if n > 0 else -1,
-                configs=_configs(broker, v, given) if ok else None,
+                configs=_configs(broker, v, given) if ok else (),
             )
         )
     return encode_response(
@@ -56,7 +57,63 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
 
 
 def _partitions(broker: Broker, t: Any) -> int:
+    if t.assignments:
+        return len(t.assignments)
     return int(t.num_partitions if t.num_partitions != -1 else broker.config.num_partitions)
+
+
+def _manual_partitions(node_id: int, t: Any) -> int:
+    """The partition count of a manual assignment, checked in the order and words of Kafka's
+    ReplicationControlManager (the counts must be -1; each list non-empty, of registered
+    brokers, each once, all of one length; partitions 0..n-1); only this broker is
+    registered."""
+    if t.replication_factor != -1:
+        raise TopicError(
+            ErrorCode.INVALID_REQUEST,
+            "A manual partition assignment was specified, but replication factor was not set "
+            "to -1.",
+        )
+    if t.num_partitions != -1:
+        raise TopicError(
+            ErrorCode.INVALID_REQUEST,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        )
+    seen: set[int] = set()
+    size: int | None = None
+    for a in t.assignments:
+        if a.partition_index in seen:
+            raise _bad_assignment(
+                f"Found multiple manual partition assignments for partition {a.partition_index}"
+            )
+        seen.add(a.partition_index)
+        if not a.broker_ids:
+            raise _bad_assignment("The manual partition assignment includes an empty replica list.")
+        previous = None
+        for b in sorted(a.broker_ids):
+            if b != node_id:
+                raise _bad_assignment(
+                    f"The manual partition assignment includes broker {b}, but no such broker "
+                    "is registered."
+                )
+            if b == previous:
+                raise _bad_assignment(
+                    f"The manual partition assignment includes the broker {b} more than once."
+                )
+            previous = b
+        if size is not None and size != len(a.broker_ids):
+            raise _bad_assignment(
+                "The manual partition assignment includes a partition with "
+                f"{len(a.broker_ids)} replica(s), but this is not consistent with previous "
+                f"partitions, which have {size} replica(s)."
+            )
+        size = len(a.broker_ids)
+    if seen != set(range(len(seen))):
+        raise _bad_assignment("partitions should be a consecutive 0-based integer sequence")
+    return len(seen)
+
+
+def _bad_assignment(message: str) -> TopicError:
+    return TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
 
 
 def _configs(broker: Broker, v: int, given: dict[str, str]) -> tuple[Any, ...]:
@@ -83,17 +140,15 @@ def _create(
 ) -> tuple[ErrorCode, str | None]:
     if repeated:
         return ErrorCode.INVALID_REQUEST, "topic named twice in one request"
-    if t.replication_factor not in (-1, 1):
+    if t.replication_factor not in (-1, 1) and not t.assignments:
         return (
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"replication factor {t.replication_factor} is larger than the 1 available broker",
         )
-    if t.assignments:
-        return ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
     n = _partitions(broker, t)
     try:
         validate_topic_name(t.name)
-        if n < 1:
+        if n < 1 and not t.assignments:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS, f"number of partitions must be >= 1, got {n}"
             )
@@ -101,6 +156,8 @@ def _create(
             raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
         configs = {c.name: c.value for c in t.configs or () if c.value is not None}
         topic_log_config(broker.log_config, t.name, configs)  # INVALID_CONFIG, also if validating
+        if t.assignments:
+            n = _manual_partitions(broker.config.broker_id, t)
         if not validate_only:
             broker.create_topic(t.name, n, configs)
     except TopicError as exc:

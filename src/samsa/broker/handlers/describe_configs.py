@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.dynamic_config import DynamicConfigError, describe_broker
+from samsa.broker.group_config import GroupConfigError
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.broker.topic_config import DescribedConfig
 from samsa.protocol.errors import ErrorCode
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 K = ApiKey.DESCRIBE_CONFIGS
 TOPIC = 2
 BROKER = 4
+GROUP = 32
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
@@ -27,7 +29,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     docs = bool(getattr(request, "include_documentation", False))
     results = []
     for res in request.resources:
-        code, message, configs = ErrorCode.NONE, None, ()
+        code, message, configs = ErrorCode.NONE, "", ()  # Kafka's message when all is well
         try:
             _check_authorized(broker, ctx, res.resource_type, res.resource_name)
             described = _describe(broker, res.resource_type, res.resource_name)
@@ -71,6 +73,8 @@ def _check_authorized(broker: Broker, ctx: RequestContext, resource_type: int, n
         broker, ctx, Op.DESCRIBE_CONFIGS, Res.CLUSTER, CLUSTER_NAME
     ):
         raise _Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized")
+    if resource_type == GROUP and not authorized(broker, ctx, Op.DESCRIBE_CONFIGS, Res.GROUP, name):
+        raise _Refused(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized")
 
 
 def _describe(broker: Broker, resource_type: int, name: str) -> list[DescribedConfig]:
@@ -83,6 +87,11 @@ def _describe(broker: Broker, resource_type: int, name: str) -> list[DescribedCo
         try:
             return describe_broker(broker.dynamic, broker.config, name)
         except DynamicConfigError as exc:
+            raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    if resource_type == GROUP:
+        try:  # every group has every key, as in Kafka, whether the group exists or not
+            return broker.group_configs.describe(name, broker.config)
+        except GroupConfigError as exc:
             raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
     raise _Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} not supported")
 

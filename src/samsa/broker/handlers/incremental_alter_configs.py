@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.dynamic_config import LIST_DEFAULTS
-from samsa.broker.handlers._alter_configs import BROKER, alter
+from samsa.broker.group_config import LIST_DEFAULTS as GROUP_LIST_DEFAULTS
+from samsa.broker.group_config import check_operations
+from samsa.broker.handlers._alter_configs import BROKER, GROUP, alter
 from samsa.broker.handlers._base import Body, RequestContext
 from samsa.broker.topic_config import apply_incremental
 from samsa.protocol.messages import ApiKey
@@ -21,6 +23,9 @@ def _apply(current: dict[str, str], resource: Any) -> dict[str, str]:
     ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
     if resource.resource_type == BROKER:
         return apply_incremental(current, ops, LIST_DEFAULTS)  # rule 44
+    if resource.resource_type == GROUP:
+        check_operations(ops)
+        return apply_incremental(current, ops, GROUP_LIST_DEFAULTS)
     return apply_incremental(current, ops)
 
 

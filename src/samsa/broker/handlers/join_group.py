@@ -33,6 +33,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
         protocol_type=request.protocol_type,
         protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
         require_known_member_id=v >= 4,
+        skip_assignment=v >= 9,
     )
     result = broker.groups.join(req)
     if isinstance(result, JoinResult):

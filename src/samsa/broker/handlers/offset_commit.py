@@ -1,4 +1,8 @@
-"""OffsetCommit: store a group's positions, fenced by generation (per-partition errors)."""
+"""OffsetCommit: store a group's positions, fenced by generation (per-partition errors).
+
+As Kafka, a partition of an unknown topic, or one past a topic's last, is answered
+UNKNOWN_TOPIC_OR_PARTITION before the group coordinator sees the commit, so it is not kept;
+those answers come first in the response, as in Kafka's."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from samsa.broker.handlers._base import (
     authorized,
     authorized_names,
     partition_errors,
+    refused_first,
+    unknown_partitions,
 )
 from samsa.coordinator.group_coordinator import OffsetToCommit
 from samsa.protocol.errors import ErrorCode
@@ -45,14 +51,20 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         )
     readable = authorized_names(broker, ctx, Op.READ, Res.TOPIC, {o.topic for o in offsets})
     denied = {(o.topic, o.partition) for o in offsets if o.topic not in readable}
-    offsets = [o for o in offsets if o.topic in readable]
-    errors = broker.groups.commit(
-        request.group_id,
-        request.generation_id_or_member_epoch,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-        offsets,
-    )
-    errors = {**errors, **dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
-    topics = partition_errors(K, v, "OffsetCommit", request.topics, errors)
+    unknown = unknown_partitions(broker, ((o.topic, o.partition) for o in offsets)) - denied
+    offsets = [o for o in offsets if (o.topic, o.partition) not in denied | unknown]
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    if offsets:  # as Kafka, a commit of refused partitions alone never reaches the group
+        errors = dict(
+            broker.groups.commit(
+                request.group_id,
+                request.generation_id_or_member_epoch,
+                request.member_id,
+                getattr(request, "group_instance_id", None),
+                offsets,
+            )
+        )
+    errors.update(dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    errors.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    topics = refused_first(K, v, "OffsetCommit", request.topics, errors, denied | unknown)
     return encode_response(K, v, make(K, v, "OffsetCommitResponse", throttle_time=0, topics=topics))

@@ -250,6 +250,7 @@ def _outcome(
             result.error,
             log_start_offset=plog.log_start_offset,
             error_message=result.message,
+            record_errors=result.record_errors,
         )
     # Wait for the fsync round when this append made one due; with fsync-per-message, also
     # for a duplicate, whose original append may still be waiting for its round.
