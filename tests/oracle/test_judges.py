@@ -22,6 +22,8 @@ import pytest
 
 from _broker import BrokerProcess
 from samsa.client import Admin, TopicPartition
+from samsa.client._connection import BlockingConnection
+from samsa.protocol.messages import ApiKey, make_request
 from samsa.testing.judges import (
     check_copy,
     check_delivery,
@@ -89,6 +91,25 @@ def test_verifiable_producer_and_consumers_survive_broker_kills(
         for r in reports:
             held = admin.list_group_offsets(r.group)
             assert held == {TopicPartition(topic, p): o for p, o in r.last_commits.items()}
+    # D-JAVA-1: Kafka's lone node starts a new leader epoch at each restart; samsa keeps 0.
+    epochs = leader_epochs(target.bootstrap, topic)
+    if target.name == "kafka":
+        assert min(epochs) >= 2, epochs
+    else:
+        assert epochs == [0, 0, 0]
+
+
+def leader_epochs(bootstrap: str, topic: str) -> list[int]:
+    """The leader epoch of each partition of ``topic``, as Metadata v12 reports them."""
+    host, port = bootstrap.split(":")
+    topics = (make_request(ApiKey.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),)
+    req = make_request(
+        ApiKey.METADATA, 12, "MetadataRequest", topics=topics, allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )  # fmt: skip
+    with BlockingConnection(host, int(port), timeout=10) as conn:
+        (meta,) = conn.request(ApiKey.METADATA, 12, req).topics
+    return [int(p.leader_epoch) for p in sorted(meta.partitions, key=lambda p: p.partition_index)]
 
 
 def test_transactional_copiers_copy_exactly_once(target: Target, tmp_path: Path) -> None:
