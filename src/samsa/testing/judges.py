@@ -31,6 +31,7 @@ from samsa.testing.kafka import tool_args
 __all__ = [
     "CopyReport",
     "DeliveryReport",
+    "Event",
     "JsonTool",
     "check_copy",
     "check_delivery",
