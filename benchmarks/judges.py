@@ -2,7 +2,8 @@
 more records, more SIGKILLs of the broker and of the transactional copiers.
 
     .venv/bin/python benchmarks/judges.py [--messages 20000] [--throughput 2000] [--bounces 4]
-        [--copy 15000] [--copier-kills 4] [--broker-kills 2] [--brokers samsa,kafka]
+        [--copy 15000] [--copier-kills 4] [--broker-kills 2] [--group-mode]
+        [--brokers samsa,kafka]
 
 Runs against samsa and, with ``--brokers`` naming it, a Kafka node (the reference: the same
 checks, the same faults; a Kafka restart is a JVM start, given up to five minutes). Printed per
@@ -75,7 +76,8 @@ def judge(name: str, bootstrap: str, bounce: Callable[[], None], args: argparse.
     t0 = time.monotonic()
     stats = copier_run(
         bootstrap, "copy-in", "copy-out", 3, work / "copy", bounce=bounce,
-        copier_kills=args.copier_kills, broker_kills=args.broker_kills, timeout=args.timeout,
+        copier_kills=args.copier_kills, broker_kills=args.broker_kills,
+        group_mode=args.group_mode, timeout=args.timeout,
     )  # fmt: skip
     took = time.monotonic() - t0
     outputs = read_committed(bootstrap, "copy-out", len(inputs), work / "copy", args.timeout)
@@ -97,6 +99,9 @@ def main() -> None:
     parser.add_argument("--copier-kills", type=int, default=4)
     parser.add_argument("--broker-kills", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--group-mode", action="store_true", help="copiers share the input as one group"
+    )
     parser.add_argument("--brokers", default="samsa", help="samsa, kafka or samsa,kafka")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="samsa-judges-") as tmp:

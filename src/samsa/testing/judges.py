@@ -401,12 +401,16 @@ def copier_run(
     copier_kills: int = 2,
     broker_kills: int = 1,
     transaction_size: int = 50,
+    group_mode: bool = False,
     timeout: float = 60.0,
 ) -> CopierStats:
     """One TransactionalMessageCopier per input partition (read_committed input, output plus
     offsets in one transaction, random aborts). While they copy, copiers are SIGKILLed and
     restarted (``copier_kills`` in all) and the broker bounced ``broker_kills`` times; a copier
-    that exits on an error is restarted too. Returns once every copier finished cleanly."""
+    that exits on an error is restarted too. Returns once every copier finished cleanly.
+
+    ``group_mode``: the copiers share the input topic through one consumer group and commit
+    with its metadata (KIP-447), as Kafka's transactions system test also runs them."""
     workdir.mkdir(parents=True, exist_ok=True)
     stats = CopierStats()
 
@@ -418,6 +422,7 @@ def copier_run(
             "--output-topic", output_topic, "--transactional-id", f"copier-{p}",
             "--consumer-group", "copiers", "--transaction-size", str(transaction_size),
             "--transaction-timeout", "10000", "--enable-random-aborts",
+            *(("--group-mode", "--use-group-metadata") if group_mode else ()),
             stderr=workdir / f"copier-{p}.err",
         ).start()  # fmt: skip
 
