@@ -421,7 +421,7 @@ def copier_run(
             "--input-topic", input_topic, "--input-partition", str(p),
             "--output-topic", output_topic, "--transactional-id", f"copier-{p}",
             "--consumer-group", "copiers", "--transaction-size", str(transaction_size),
-            "--transaction-timeout", "10000", "--enable-random-aborts",
+            "--enable-random-aborts",
             *(("--group-mode", "--use-group-metadata") if group_mode else ()),
             stderr=workdir / f"copier-{p}.err",
         ).start()  # fmt: skip
