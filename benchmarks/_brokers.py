@@ -284,3 +284,45 @@ class PySpy:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+class KafkaBroker(BrokerProcess):
+    """Apache Kafka (the pinned release, one KRaft node: broker + controller) on 127.0.0.1.
+
+    A thin wrapper of :class:`samsa.testing.kafka.KafkaNode`, so the benchmarks treat it as
+    the other brokers (``port``, ``pid``, ``cpu_seconds``, context manager). Its JVM gets a
+    fixed heap (``heap``), as a production Kafka would; RSS is measured, not the heap size.
+    """
+
+    name = "kafka"
+
+    def __init__(
+        self, data_dir: Path, overrides: dict[str, str] | None = None, *, heap: str = "1g"
+    ) -> None:
+        super().__init__()
+        from samsa.testing.kafka import KafkaNode
+
+        self.node = KafkaNode(data_dir, overrides=overrides, heap=heap)
+        self.port = self.node.port
+
+    @property
+    def pid(self) -> int | None:
+        return self.node.pid
+
+    def alive(self) -> bool:
+        return self.node.alive()
+
+    def tail(self, n: int = 30) -> str:
+        return self.node.tail(n)
+
+    def start(self) -> None:
+        from samsa.testing.kafka import KafkaNotInstalled
+
+        try:
+            self.node.start()
+        except KafkaNotInstalled as e:
+            raise BrokerStartError(str(e)) from e
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        self.node.stop(timeout)
+        return self.node.proc.returncode if self.node.proc is not None else None

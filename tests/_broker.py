@@ -30,6 +30,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.log: list[str] = []
         self.preexec_fn: Callable[[], None] | None = None  # run in the child (e.g. setrlimit)
+        self.launcher: list[str] = ["-m", "samsa"]  # python's arguments before "broker"
 
     @property
     def bootstrap(self) -> str:
@@ -38,8 +39,7 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         cmd = [
             sys.executable,
-            "-m",
-            "samsa",
+            *self.launcher,
             "broker",
             "--data-dir",
             str(self.data_dir),

@@ -23,13 +23,22 @@ from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.broker.server import KafkaConnection
 from samsa.client._connection import BlockingConnection
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import (
     FrameDecoder,
     FrameError,
     parse_request_header,
     peek_request_header,
+    split_response,
 )
-from samsa.protocol.messages import ApiKey, decode_request, is_flexible, make_request
+from samsa.protocol.messages import (
+    ApiKey,
+    _response_reader,
+    api_name,
+    decode_request,
+    is_flexible,
+    make_request,
+)
 from samsa.testing import fetch_request, idempotent_batch, produce_request
 
 TOPIC = "fuzz"
@@ -352,11 +361,11 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert partition is not None
     from samsa.protocol.records import validate_produce_batch
 
+    pid = broker.producer_ids.allocate()  # the broker refuses ids it never issued
     for seq in range(0, 30, 3):
-        assert (
-            broker.append(partition, validate_produce_batch(idempotent_batch(77, 0, seq, 3))).error
-            == 0
-        )
+        batch = validate_produce_batch(idempotent_batch(pid, 0, seq, 3))
+        appended = broker.append(partition, batch)
+        assert not isinstance(appended, asyncio.Future) and appended.error == 0
     original = b"".join(partition.log.read(0, 1 << 30).chunks)
     yield loop, broker, partition, original
     broker.close()
@@ -395,6 +404,22 @@ def _answers(frame: bytes) -> bool:
         return True
     body = _body(frame)
     return body is None or body.acks != 0
+
+
+def _well_formed(request: bytes, response: bytes) -> None:
+    """``response`` is one whole response of ``request``'s API and version: its header, then
+    a body that decodes to the last byte. An ApiVersions request of a version the broker does
+    not serve is answered in v0 with UNSUPPORTED_VERSION (as Kafka)."""
+    api_key, version, correlation_id = peek_request_header(request)
+    flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
+    cid, offset = split_response(response, flexible)
+    assert cid == correlation_id
+    if api_key == ApiKey.API_VERSIONS:
+        (code,) = struct.unpack_from(">h", response, offset)
+        if code == ErrorCode.UNSUPPORTED_VERSION:
+            version = 0
+    _entity, size = _response_reader(api_key, version)(response, offset)
+    assert offset + size == len(response), (api_name(api_key), version, offset + size)
 
 
 def _long_poll(frame: bytes) -> bool:
@@ -438,7 +463,8 @@ def test_mutated_frames_get_a_response_or_a_closed_connection(fuzz_env: Any, fra
     assert "internal error" not in conn.reasons, conn.reasons
     responses = FrameDecoder(1 << 30).feed(bytes(transport.written))
     answered = [struct.unpack_from(">i", r)[0] for r in responses]  # response correlation ids
-    due = [peek_request_header(f)[2] for f in requests if _answers(f)]
+    answering = [f for f in requests if _answers(f)]
+    due = [peek_request_header(f)[2] for f in answering]
     if closed:
         # Bad input closes the connection; whatever was answered before came in request order.
         assert answered == due[: len(answered)], (answered, due, conn.reasons)
@@ -447,6 +473,8 @@ def test_mutated_frames_get_a_response_or_a_closed_connection(fuzz_env: Any, fra
         # long poll may still be pending, and what is queued behind it.
         assert answered + pending == due, (answered, pending, due)
         assert not pending or pending[0] in long_polls, f"no response to {pending} (a hang)"
+    for request, response in zip(answering, responses, strict=False):  # (checked in order above)
+        _well_formed(request, response)
     # Bytes already written are untouched (appends after them are allowed).
     now = b"".join(partition.log.read(0, 1 << 30).chunks)
     assert now[: len(original)] == original

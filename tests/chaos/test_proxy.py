@@ -168,7 +168,7 @@ def test_api_filter_and_delay(broker) -> None:  # type: ignore[no-untyped-def]
             assert frames * 0.005 <= elapsed < frames * 0.02 + 2.0, elapsed
             # A Produce is subject to faults: the broker writes it, the answer is lost.
             with pytest.raises((ConnectionClosed, OSError)):
-                produce_one(conn, topic, 0, idempotent_batch(1, 0, 0))
+                produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1))
         assert proxy.stats.dropped_responses == 1
         assert proxy.stats.delayed_frames == 2 * (rounds + 1) + 1  # the lost answer: none
         proxy.set_faults()  # all off, delay kept
@@ -241,8 +241,10 @@ def test_cli_proxy_serves_until_sigterm_and_prints_stats(broker) -> None:  # typ
         with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
             admin.create_topic(topic, 1)
         with Producer({"bootstrap.servers": address, "linger.ms": 1}) as p:
-            futures = [p.send(topic, b"%d" % i) for i in range(200)]
-            assert p.flush(30) == 0
+            futures = []
+            for chunk in range(10):  # ten Produce requests at least, each may be reset
+                futures += [p.send(topic, b"%d" % i) for i in range(20 * chunk, 20 * chunk + 20)]
+                assert p.flush(30) == 0
         assert sorted(f.result().offset for f in futures) == list(range(200))
         with Consumer({"bootstrap.servers": address, "auto.offset.reset": "earliest"}) as c:
             c.assign([TopicPartition(topic, 0)])
@@ -261,6 +263,10 @@ def test_cli_proxy_serves_until_sigterm_and_prints_stats(broker) -> None:  # typ
             raise
     assert proc.returncode == 0, err
     assert "proxy stats: connections=" in err and "rewritten_responses=" in err
+    # The clients above went through resets (each closes a connection they reopened).
+    final = [line for line in err.splitlines() if line.startswith("proxy stats: ")][-1]
+    stats = {k: int(v) for k, v in (kv.split("=") for kv in final.split()[2:])}
+    assert stats["connections"] > stats["resets"] >= 1, stats
 
 
 def test_cli_proxy_bad_address() -> None:

@@ -3,7 +3,9 @@
 A full disk is a real one: a small tmpfs mounted for the test (the tests run as root, as in
 CI). A failed fsync cannot be produced by a real filesystem here, so those tests replace
 ``Log.flush`` with one raising EIO, in the test process or in a wrapper of the broker's
-command line; production code has no hook for it.
+command line; production code has no hook for it. A failed segment deletion is the real
+retention meeting an ``os.unlink`` that fails; damaged data is a real segment with a flipped
+byte.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from samsa.broker.server import BrokerServer
 from samsa.broker.topics import TopicError, TopicManager
 from samsa.client._connection import BlockingConnection
 from samsa.log.log import Log, LogConfig
-from samsa.log.segment import CorruptSegmentError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.testing import (
@@ -404,40 +405,66 @@ def test_read_errors_are_storage_errors_per_partition(tmp_path: Path, monkeypatc
 
 
 def test_damaged_data_met_by_a_fetch_is_corrupt_message_for_that_partition(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    def damaged(self: Log, *args: Any, **kwargs: Any) -> Any:
-        raise CorruptSegmentError("no batch header at byte 0 (injected by the test)")
-
     with (
         ThreadedBroker(BrokerConfig(data_dir=tmp_path, port=0)) as tb,
         BlockingConnection("127.0.0.1", tb.server.port, timeout=10) as conn,
     ):
-        assert create_topic(conn, "c") == 0
+        assert create_topic(conn, "c") == 0 and create_topic(conn, "ok") == 0
         assert produce_one(conn, "c", 0, idempotent_batch(-1, -1, -1)) == (0, 0)
-        monkeypatch.setattr(Log, "read", damaged)
+        assert produce_one(conn, "ok", 0, idempotent_batch(-1, -1, -1)) == (0, 0)
+        # Damage the batch on disk: its magic byte (byte 16 of the header) is no longer 2.
+        (segment,) = (tmp_path / "c-0").glob("*.log")
+        with open(segment, "r+b") as f:
+            f.seek(16)
+            magic = f.read(1)
+            f.seek(16)
+            f.write(b"\x07")
+        assert magic == b"\x02"
         assert high_watermark(conn, "c") == (ErrorCode.CORRUPT_MESSAGE, -1)
-        monkeypatch.undo()
+        assert high_watermark(conn, "ok") == (0, 1)  # only that partition
+        with open(segment, "r+b") as f:
+            f.seek(16)
+            f.write(magic)
         assert high_watermark(conn, "c") == (0, 1)  # same connection, still served
 
 
 def test_a_failed_segment_deletion_takes_the_data_directory_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def undeletable(self: Log, now_ms: int) -> int:
-        raise OSError(errno.EIO, "Input/output error (injected by the test)")
+    # The real retention deletes a real segment; only the file system's unlink of a segment
+    # file fails (os.unlink, under pathlib's Path.unlink).
+    real_unlink = os.unlink
+    failed: list[str] = []
 
-    monkeypatch.setattr(Log, "apply_retention", undeletable)
-    config = BrokerConfig(data_dir=tmp_path, port=0, log_retention_check_interval_ms=50)
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path).startswith(str(tmp_path)) and str(path).endswith(".log"):
+            failed.append(str(path))
+            raise OSError(errno.EIO, "Input/output error (injected by the test)", str(path))
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    config = BrokerConfig(
+        data_dir=tmp_path,
+        port=0,
+        log_retention_check_interval_ms=50,
+        log_roll_ms=1,  # a batch per segment
+        log_retention_ms=1,  # every segment but the active one is due
+    )
     with ThreadedBroker(config) as tb:
         reasons: list[str] = []
         tb.server.broker.offline_listeners.append(reasons.append)
         with BlockingConnection("127.0.0.1", tb.server.port, timeout=10) as conn:
             assert create_topic(conn, "r") == 0
+            for i in range(2):
+                time.sleep(0.01)
+                assert produce_one(conn, "r", 0, idempotent_batch(-1, -1, -1)) == (0, i)
             deadline = time.monotonic() + 10
             while not reasons and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert len(reasons) == 1 and "deleting old segments" in reasons[0], reasons
+            assert failed and all(Path(f).exists() for f in failed)  # the unlink did fail
             assert produce_one(conn, "r", 0, idempotent_batch(-1, -1, -1)) == (STORAGE, -1)
         with pytest.raises(ShutdownError, match="went offline"):
             tb.stop()

@@ -19,6 +19,7 @@ from samsa.testing import create_topic, fetch_request
 
 TOPIC = "tpc-crash"
 TID = "tpc-crash-txn"
+CONTROL = "tpc-crash-control"  # an ordinary transaction of the same timeout, opened alongside
 OVERRIDES = {
     "transaction.two.phase.commit.enable": "true",
     "transaction.state.log.num.partitions": "2",
@@ -29,17 +30,17 @@ OVERRIDES = {
 T = 15.0
 
 
-def _init(conn: BlockingConnection, keep: bool) -> Any:
+def _init(conn: BlockingConnection, keep: bool, tid: str = TID) -> Any:
     v = 6
     req = make_request(
         ApiKey.INIT_PRODUCER_ID,
         v,
         "InitProducerIdRequest",
-        transactional_id=TID,
+        transactional_id=tid,
         transaction_timeout=1_000,  # ignored for 2PC: no timeout
         producer_id=-1,
         producer_epoch=-1,
-        enable2_pc=True,
+        enable2_pc=tid == TID,
         keep_prepared_txn=keep,
     )
     resp = conn.request(ApiKey.INIT_PRODUCER_ID, v, req)
@@ -47,7 +48,9 @@ def _init(conn: BlockingConnection, keep: bool) -> Any:
     return resp
 
 
-def _produce(conn: BlockingConnection, pid: int, epoch: int, partition: int) -> None:
+def _produce(
+    conn: BlockingConnection, pid: int, epoch: int, partition: int, tid: str = TID
+) -> None:
     v = 12  # transactions v2: the partition joins the transaction with the batch
     batch = build_batch(
         [
@@ -64,7 +67,7 @@ def _produce(conn: BlockingConnection, pid: int, epoch: int, partition: int) -> 
         ApiKey.PRODUCE,
         v,
         "ProduceRequest",
-        transactional_id=TID,
+        transactional_id=tid,
         acks=-1,
         timeout=10_000,
         topic_data=(
@@ -75,12 +78,16 @@ def _produce(conn: BlockingConnection, pid: int, epoch: int, partition: int) -> 
     assert p.error_code == E.NONE, p
 
 
-def _state(conn: BlockingConnection) -> str:
+def _describe(conn: BlockingConnection, tid: str = TID) -> Any:
     req = make_request(
-        ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest", transactional_ids=(TID,)
+        ApiKey.DESCRIBE_TRANSACTIONS, 0, "DescribeTransactionsRequest", transactional_ids=(tid,)
     )
     [s] = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, req).transaction_states
-    return str(s.transaction_state)
+    return s
+
+
+def _state(conn: BlockingConnection, tid: str = TID) -> str:
+    return str(_describe(conn, tid).transaction_state)
 
 
 def _committed_values(conn: BlockingConnection) -> list[bytes]:
@@ -88,7 +95,10 @@ def _committed_values(conn: BlockingConnection) -> list[bytes]:
     resp = conn.request(ApiKey.FETCH, 12, req)
     out = []
     for part in resp.responses[0].partitions:
+        aborted = {int(a.producer_id) for a in part.aborted_transactions or ()}
         for batch in iter_batches(part.records or b""):
+            if batch.producer_id in aborted:  # (each producer here has one transaction)
+                continue
             if batch.base_offset < part.last_stable_offset and not batch.is_control:
                 out += [r.value for r in decode_records(batch)]
     return sorted(out)
@@ -99,6 +109,8 @@ def test_2pc_transaction_survives_a_coordinator_crash_and_commits(tmp_path: Path
     try:
         with BlockingConnection("127.0.0.1", b.port, timeout=10.0) as conn:
             assert create_topic(conn, TOPIC, 2) == 0
+            control = _init(conn, keep=False, tid=CONTROL)
+            _produce(conn, int(control.producer_id), int(control.producer_epoch), 0, CONTROL)
             first = _init(conn, keep=False)
             pid, epoch = int(first.producer_id), int(first.producer_epoch)
             for p in range(2):
@@ -107,7 +119,14 @@ def test_2pc_transaction_survives_a_coordinator_crash_and_commits(tmp_path: Path
         b.kill()
         b.start()
         with BlockingConnection("127.0.0.1", b.port, timeout=10.0) as conn:
-            time.sleep(0.5)  # several timeout checks: a 2PC transaction is exempt
+            # Past the 1 s timeout (and three checks more): the ordinary transaction is
+            # aborted for its age, so the check ran; the 2PC one, exempt, is still Ongoing.
+            old_enough = _describe(conn).transaction_start_time.timestamp() * 1000 + 1_000 + 300
+            deadline = time.monotonic() + T
+            while _state(conn, CONTROL) == "Ongoing" or time.time() * 1000 < old_enough:
+                assert time.monotonic() < deadline, "the timeout check never ran"
+                time.sleep(0.05)
+            assert _state(conn, CONTROL) in ("PrepareAbort", "CompleteAbort")
             assert _state(conn) == "Ongoing"
             assert _committed_values(conn) == []  # the open transaction holds the LSO back
             kept = _init(conn, keep=True)

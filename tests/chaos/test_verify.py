@@ -51,6 +51,7 @@ class Restarter:
         self.broker = broker
         self.pid_file = pid_file
         self.count = 0
+        self.pids: list[int] = []  # every broker process this run had
         self._write_pid()
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -61,6 +62,7 @@ class Restarter:
         self._thread.start()
 
     def _write_pid(self) -> None:
+        self.pids.append(self.broker.proc.pid)
         self.pid_file.write_text(f"{self.broker.proc.pid}\n")
 
     @property
@@ -144,15 +146,18 @@ def test_verify_transactions_subscribe_every_fault(restartable, tmp_path: Path) 
     print(render(result))
     assert result.ok, render(result)
     assert result.final_complete, result.notes
+    kinds = [f.kind for f in result.history.faults]
+    assert kinds.count("kill") == 1 and kinds.count("pause") == 1 and "proxy" in kinds, kinds
+    assert all(f.detail == "exit 0" for f in result.history.faults if f.kind == "kill")
+    # the pause stopped a broker process (a pause that failed is recorded as "failed: ...")
+    (paused,) = [f.detail for f in result.history.faults if f.kind == "pause"]
+    assert paused in {f"pid {pid}" for pid in restarter.pids}, (paused, restarter.pids)
     check_ = result.check
     assert not check_.counts.get(UNSEEN) and not check_.counts.get(LOST_WRITE)
     stats = check_.stats
     assert stats["ok"] > 50 and stats["txns"] == stats["ops"] - _final_polls(result.history)
     assert stats["fail"] > 0  # aborted on purpose, their values never read (else G1a)
     assert stats["values_read"] >= stats["acked"] > 50
-    kinds = [f.kind for f in result.history.faults]
-    assert kinds.count("kill") == 1 and kinds.count("pause") == 1 and "proxy" in kinds, kinds
-    assert all(f.detail == "exit 0" for f in result.history.faults if f.kind == "kill")
     assert restarter.count == 1
     assert result.proxy_stats is not None and result.proxy_stats["faults"] > 0
     # the report: files written, and the saved history judged the same way again
@@ -345,14 +350,23 @@ def test_verify_cli_report_json_and_recheck(broker, tmp_path: Path) -> None:  # 
     assert data["valid"] and data["summary"]["values_read"] >= data["summary"]["acked"] > 0
     page = (report / "index.html").read_text()
     assert "latency.png" in page and "throughput.png" in page
-    proc = subprocess.run(
-        [*base, "--check", str(report / "history.jsonl"), "--strict"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert proc.returncode in (0, 1) and "result: " in proc.stdout, proc.stderr
+    # The saved history judged again: the same anomalies and the same verdict (strict: any
+    # anomaly at all, allowed or not, makes it invalid).
+    again = tmp_path / "again.json"
+    for strict in (False, True):
+        proc = subprocess.run(
+            [*base, "--check", str(report / "history.jsonl"), "--json", str(again)]
+            + (["--strict"] if strict else []),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        redo = json.loads(again.read_text())
+        valid = not data["counts"] if strict else data["valid"]
+        assert redo["counts"] == data["counts"] and redo["valid"] == valid, (strict, redo)
+        verdict = "result: valid" if valid else "result: INVALID"
+        assert proc.returncode == (0 if valid else 1) and verdict in proc.stdout, proc.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"index": 0, "process": 0}\n')
     proc = subprocess.run(

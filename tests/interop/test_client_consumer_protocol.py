@@ -9,11 +9,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from confluent_kafka import Consumer as CkConsumer
 
 from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition
+from samsa.client._aconn import AsyncConnection
+from samsa.client._consumer import AsyncConsumer
+from samsa.protocol.messages import ApiKey
 
 PARTITIONS = 4
 
@@ -25,9 +30,63 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 30) -> None
         time.sleep(0.05)
 
 
+class _Spy:
+    """Every assignment change of every samsa consumer in this process, in the order they
+    happened, and the member epoch each sent OffsetCommit carried beside the one its member
+    last received in a heartbeat."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.lock = threading.Lock()
+        self.assignments: list[tuple[str, frozenset[TopicPartition]]] = []
+        self.epochs: dict[str, int] = {}  # member id -> last epoch a heartbeat gave it
+        self.commits: list[tuple[str, str, int, int | None]] = []  # group, member, sent, held
+        set_assignment, on_heartbeat = (
+            AsyncConsumer._set_assignment,
+            AsyncConsumer._on_consumer_heartbeat,
+        )
+        send = AsyncConnection.send_nowait
+
+        def spy_set(core: AsyncConsumer, tps: list[TopicPartition]) -> None:
+            with self.lock:
+                set_assignment(core, tps)
+                self.assignments.append((core._member_id_848, frozenset(core._assignment)))
+
+        async def spy_heartbeat(core: AsyncConsumer, resp: Any) -> bool:
+            if not int(resp.error_code):
+                with self.lock:
+                    self.epochs[core._member_id_848] = int(resp.member_epoch)
+            return await on_heartbeat(core, resp)
+
+        def spy_send(conn: AsyncConnection, api_key: int, entity: Any, **kw: Any) -> Any:
+            if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and entity.member_epoch < 0:
+                with self.lock:  # leaving the group gives up everything
+                    self.assignments.append((entity.member_id, frozenset()))
+            if api_key == ApiKey.OFFSET_COMMIT:
+                with self.lock:
+                    held = self.epochs.get(entity.member_id)
+                    sent = int(entity.generation_id_or_member_epoch)
+                    self.commits.append((entity.group_id, entity.member_id, sent, held))
+            return send(conn, api_key, entity, **kw)
+
+        monkeypatch.setattr(AsyncConsumer, "_set_assignment", spy_set)
+        monkeypatch.setattr(AsyncConsumer, "_on_consumer_heartbeat", spy_heartbeat)
+        monkeypatch.setattr(AsyncConnection, "send_nowait", spy_send)
+
+    def owned_twice(self) -> list[tuple[TopicPartition, ...]]:
+        """Partitions some consumer was given while another still held them."""
+        now: dict[str, frozenset[TopicPartition]] = {}
+        twice = []
+        for who, tps in self.assignments:
+            now[who] = tps
+            held = [tp for other, theirs in now.items() if other != who for tp in theirs]
+            twice += [tuple(sorted(tps & set(held)))] if tps & set(held) else []
+        return twice
+
+
 def test_samsa_consumers_share_a_consumer_protocol_group(
-    broker_factory: type[BrokerProcess],
+    broker_factory: type[BrokerProcess], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    spy = _Spy(monkeypatch)
     broker = broker_factory(overrides={"group.consumer.heartbeat.interval.ms": "200"}).start()
     bs = broker.bootstrap
     topic = f"k848-{uuid.uuid4().hex[:6]}"
@@ -95,8 +154,14 @@ def test_samsa_consumers_share_a_consumer_protocol_group(
     for i in (0, 1):  # the second half went to each partition's new owner
         late = [r for r in got[i] if int(r.value[1:]) >= 200]  # type: ignore[index]
         assert late and all(TopicPartition(topic, r.partition) in final[i] for r in late)
+    # A partition moved to the second member only once the first had given it up.
+    assert len(spy.assignments) >= 3 and spy.owned_twice() == []
     with Consumer({"bootstrap.servers": bs, "group.id": group}) as c:
         assert c.committed(everything) == {tp: 100 for tp in everything}
+    # Every commit carried its member's id and the epoch the coordinator last gave it.
+    commits = [c for c in spy.commits if c[0] == group]
+    assert len({m for _g, m, _s, _h in commits}) == 2
+    assert all(sent == held and sent > 0 for _g, _m, sent, held in commits), commits
 
     # A confluent-kafka member and a samsa member in one consumer-protocol group.
     produce(400, 480)
@@ -117,8 +182,10 @@ def test_samsa_consumers_share_a_consumer_protocol_group(
             deadline = time.monotonic() + 30
 
             def split() -> bool:  # both members own partitions, none twice
-                mine, theirs = c.assignment(), ck.assignment()
-                return bool(mine and theirs) and len(mine) + len(theirs) == PARTITIONS
+                mine = {(tp.topic, tp.partition) for tp in c.assignment()}
+                theirs = {(tp.topic, tp.partition) for tp in ck.assignment()}
+                every = {(tp.topic, tp.partition) for tp in everything}
+                return bool(mine and theirs) and not mine & theirs and mine | theirs == every
 
             while (len(seen) < 480 or not split()) and time.monotonic() < deadline:
                 seen += [r.value for r in c.poll(0.05)]  # type: ignore[misc]

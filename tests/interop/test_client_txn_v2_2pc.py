@@ -114,7 +114,18 @@ def test_2pc_hand_off_across_a_broker_crash(tmp_path: Path) -> None:
             task.close()  # a prepared transaction stays open
         b.kill()  # the coordinator dies between prepare and commit
         b.start()
-        assert _read(b.bootstrap, topic, 0) == []  # still open: nothing stable
+        # Still open: Ongoing at its (restarted) coordinator, each partition's last stable
+        # offset held at the transaction's first offset, below what the log holds.
+        tps = [TopicPartition(topic, p) for p in range(2)]
+        with Admin({"bootstrap.servers": b.bootstrap}) as admin:
+            desc = admin.describe_transactions(["tpc-task-1"])["tpc-task-1"]
+            ends = admin.list_offsets(tps)
+        assert desc.state == "Ongoing" and set(desc.partitions) == set(tps), desc
+        assert sum(ends.values()) == 6 and all(ends.values()), ends
+        committed = {"bootstrap.servers": b.bootstrap, "isolation.level": "read_committed"}
+        with Consumer(committed) as c:
+            assert c.list_offsets(tps, -1) == {tp: 0 for tp in tps}
+        assert _read(b.bootstrap, topic, 0) == []  # nothing stable
         with Producer.resume_transaction(config, prepared) as txn:
             txn.send_offsets_to_transaction({TopicPartition(topic, 0): 6}, "tpc-group")
             txn.commit()

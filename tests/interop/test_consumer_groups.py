@@ -27,12 +27,12 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from _group_worker import SESSION_TIMEOUT_MS
+from _group_worker import HEARTBEAT_MS, SESSION_TIMEOUT_MS
 from confluent_kafka import Producer
 
 from _broker import BrokerProcess
@@ -208,14 +208,16 @@ class Scenario:
         killed_at = time.monotonic_ns()
         self.workers[1].send_signal(signal.SIGKILL)  # one dies: only its session times out
         self.workers[1].wait(10)
-        # Nobody told the coordinator: the dead member is still in the stable group.
+        # Nobody told the coordinator: the dead member is still in the stable group, until
+        # its session expires.
         assert describe(self.conn, self.group) == ("Stable", 3)
+        expired_at = self.wait_until(lambda: describe(self.conn, self.group) != ("Stable", 3))
         self.produce(BATCH)
         self.wait_all_committed()
         self.wait_members(2)
         self.stop()
         self.verify(joiner, joined_at)
-        self.verify_session_timeout(left_at, killed_at)
+        self.verify_session_timeout(left_at, killed_at, expired_at)
 
     def stop(self) -> None:
         for w in self.workers:
@@ -263,8 +265,18 @@ class Scenario:
             f"{self.group}: the member that joined never got a partition"
         )
 
-    def verify_session_timeout(self, left_at: int, killed_at: int) -> None:
-        """The killed member's partitions moved on, and not before its session could expire."""
+    def wait_until(self, changed: Callable[[], bool]) -> int:
+        """Poll the coordinator until ``changed``; when (monotonic ns) it was first seen."""
+        deadline = time.monotonic() + PHASE_TIMEOUT
+        while not changed():
+            assert time.monotonic() < deadline, f"{self.group}: the dead member never expired"
+            time.sleep(0.02)
+        return time.monotonic_ns()
+
+    def verify_session_timeout(self, left_at: int, killed_at: int, expired_at: int) -> None:
+        """The killed member's partitions moved on, and not before its session could expire:
+        the coordinator dropped it (``expired_at``, polled) a whole session after its last
+        heartbeat."""
         dead = 1
         deliveries = self._deliveries()
         owned = {p for t, p, _, w in deliveries if w == dead and left_at <= t < killed_at}
@@ -273,11 +285,13 @@ class Scenario:
             (t, p, w) for t, p, _, w in deliveries if p in owned and t >= killed_at and w != dead
         ]
         assert {p for _, p, _ in moved} == owned, f"{self.group}: {owned} did not move on"
-        # Its last heartbeat was at most a heartbeat interval before the kill; allow for a
-        # late one, which only brings the expiry closer.
-        waited_ms = (min(t for t, _, _ in moved) - killed_at) / 1e6
-        assert waited_ms >= SESSION_TIMEOUT_MS / 2, (
-            f"{self.group}: the dead member's partitions moved after {waited_ms:.0f} ms, "
+        # Its last heartbeat was at most a heartbeat interval before the kill (the session
+        # expires at least SESSION_TIMEOUT_MS - HEARTBEAT_MS after it); one more interval of
+        # slack for a heartbeat sent late, which brings the expiry closer. A timer running at
+        # half length (expiry at most 1000 ms after the kill) fails this.
+        waited_ms = (expired_at - killed_at) / 1e6
+        assert waited_ms >= SESSION_TIMEOUT_MS - 2 * HEARTBEAT_MS, (
+            f"{self.group}: the dead member was dropped {waited_ms:.0f} ms after the kill, "
             f"before its {SESSION_TIMEOUT_MS} ms session could time out"
         )
 

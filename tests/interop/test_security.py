@@ -30,6 +30,7 @@ from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import frame_request
 from samsa.protocol.messages import ApiKey, decode_response, encode_request, make_request
+from samsa.testing.proxy import FaultProxy, Faults
 
 LISTENER = re.compile(r"listener (\w+) \(\w+\) on 127\.0\.0\.1:(\d+)")
 PASSWORD = "alice-s3cret"
@@ -322,7 +323,9 @@ def test_users_change_at_once_and_survive_sigkill(tmp_path: Path) -> None:
         assert samsa_cli(*add, "--password", "pw-2").returncode == 0
         assert not _can_log_in(proc.port, "erin", "pw-1")
         assert _can_log_in(proc.port, "erin", "pw-2")
-        assert samsa_cli("users", "add", "frank", "--password", "f", "--data-dir", str(data))
+        frank = ["users", "add", "frank", "--password", "f", "--data-dir", str(data)]
+        assert samsa_cli(*frank).returncode == 0
+        assert _can_log_in(proc.port, "frank", "f")  # until deleted
         deleted = samsa_cli("users", "delete", "frank", "--data-dir", str(data))
         assert deleted.returncode == 0, deleted.stderr
         assert not _can_log_in(proc.port, "frank", "f")
@@ -337,16 +340,38 @@ def test_users_change_at_once_and_survive_sigkill(tmp_path: Path) -> None:
         proc.stop()
 
 
-def test_clients_reauthenticate_before_the_session_ends(tmp_path: Path) -> None:
+def test_clients_reauthenticate_before_the_session_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """KIP-368: with connections.max.reauth.ms=1000, confluent-kafka and samsa's producer
-    renew their sessions on the same connections and keep producing; none is cut off."""
+    renew their sessions on the same connections and keep producing; none is cut off. Each
+    client goes through its own proxy, which counts SaslAuthenticate requests per
+    connection."""
     data = tmp_path / "data"
-    assert samsa_cli("users", "add", "gina", "--password", "pw", "--data-dir", str(data))
+    assert (
+        samsa_cli("users", "add", "gina", "--password", "pw", "--data-dir", str(data)).returncode
+        == 0
+    )
+    auths: dict[int, dict[int, int]] = {}  # proxy -> connection -> SaslAuthenticate requests
+    faulty = FaultProxy._faulty
+
+    def count(proxy: FaultProxy, conn: Any, api_key: int) -> bool:
+        if api_key == ApiKey.SASL_AUTHENTICATE:
+            mine = auths.setdefault(id(proxy), {})
+            mine[id(conn)] = mine.get(id(conn), 0) + 1
+        return faulty(proxy, conn, api_key)
+
+    monkeypatch.setattr(FaultProxy, "_faulty", count)
     overrides = {
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
         "connections.max.reauth.ms": "1000",
     }
     proc = BrokerProcess(data, overrides).start()
+    upstream = ("127.0.0.1", proc.port)
+    ck_proxy, our_proxy = (
+        FaultProxy(upstream, faults=Faults()),
+        FaultProxy(upstream, faults=Faults()),
+    )
     try:
         conf = {
             "bootstrap.servers": proc.bootstrap,
@@ -357,9 +382,11 @@ def test_clients_reauthenticate_before_the_session_ends(tmp_path: Path) -> None:
         }
         topic = _topic(conf)
         errors: list[CkError] = []
-        ck = CkProducer({**conf, "error_cb": errors.append})
+        ck_proxy.start()
+        our_proxy.start()
+        ck = CkProducer({**conf, "bootstrap.servers": ck_proxy.address, "error_cb": errors.append})
         failed: list[Any] = []
-        with Producer(conf) as ours:
+        with Producer({**conf, "bootstrap.servers": our_proxy.address}) as ours:
             deadline = time.monotonic() + 3  # three session lifetimes
             sent = 0
             while time.monotonic() < deadline:
@@ -370,7 +397,15 @@ def test_clients_reauthenticate_before_the_session_ends(tmp_path: Path) -> None:
                 sent += 1
                 ck.poll(0.05)
             assert ck.flush(10) == 0 and ours.flush(10) == 0
+        ck_proxy.stop()
+        our_proxy.stop()
         assert (failed, errors) == ([], [])
+        # Three 1 s sessions on one connection: SCRAM's two SaslAuthenticate requests, then
+        # two more at each renewal; and no new connection per session.
+        for proxy in (ck_proxy, our_proxy):
+            per_connection = auths.get(id(proxy), {})
+            assert max(per_connection.values(), default=0) >= 6, per_connection
+            assert proxy.stats.connections <= 4, proxy.stats
         assert not proc.log_contains("SASL session expired")
         with Consumer({**conf, "auto.offset.reset": "earliest"}) as c:
             c.assign([TopicPartition(topic, 0)])
@@ -380,6 +415,8 @@ def test_clients_reauthenticate_before_the_session_ends(tmp_path: Path) -> None:
                 got += len(c.poll(0.5))
         assert got == 2 * sent
     finally:
+        ck_proxy.stop()
+        our_proxy.stop()
         proc.stop()
 
 

@@ -22,6 +22,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from samsa.broker.authorizer import AclError, Authorizer, authorizer_enabled, parse_super_users
@@ -46,8 +47,9 @@ from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import TransactionCoordinatorRuntime
 from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
 from samsa.log.log import AppendResult, Log, LogConfig
+from samsa.log.validator import CheckedBatch, check_client_batch
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.records import RecordBatchView
+from samsa.protocol.records import Compression, RecordBatchView
 
 log = logging.getLogger("samsa.broker")
 
@@ -120,6 +122,10 @@ class Broker:
         # Called with the reason when the data directory goes offline (serve() stops).
         self.offline_listeners: list[Callable[[str], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
+        # Checking compressed or large client batches (Broker.append): one thread per core
+        # of the machine this is sized for; each check is bounded (message.max.inflated.bytes).
+        self._checkers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="samsa-check")
+        self._inline_used = 0  # bytes of batches checked on the event loop in this turn
         # The coordinators' ports (coordinator/ports.py): their internal topics, and markers.
         self.coordinator_logs = CoordinatorLogs(self.topics, now_ms)
         # Called as (topic, partition, producer id, committed) after each marker is written.
@@ -254,6 +260,7 @@ class Broker:
         """Stop the tasks and close every log. Raises ShutdownError, after closing all it
         can, if the data directory was offline or some log could not be closed cleanly."""
         self.cleaner.shutdown()
+        self._checkers.shutdown(wait=True, cancel_futures=True)
         for task in self._tasks:
             task.cancel()
         self.transactions.close()
@@ -385,8 +392,74 @@ class Broker:
 
     # --- produce ----------------------------------------------------------------------
 
-    def append(self, partition: Partition, batch: RecordBatchView) -> AppendResult:
-        result = partition.log.append(batch, now_ms())
+    def append(
+        self, partition: Partition, batch: RecordBatchView
+    ) -> AppendResult | asyncio.Future[AppendResult]:
+        """Append a client batch. Its records are checked first (log/validator.py): on the
+        event loop for a small uncompressed batch, else in a worker thread, whose
+        decompression and numpy passes release the GIL; then the append is a future, and
+        later appends to the partition wait for it (arrival order is append order)."""
+        if batch.producer_id >= 0 and not self.producer_ids.issued(batch.producer_id):
+            # D-REC-3: the only issuer of producer ids knows this one was never handed out.
+            return AppendResult(
+                ErrorCode.UNKNOWN_PRODUCER_ID,
+                log_start_offset=partition.log.log_start_offset,
+                message=f"producer id {batch.producer_id} was never issued by this broker",
+            )
+        tail = partition.append_tail
+        if (
+            tail is None
+            and not _heavy(batch, partition.log.config)
+            and self._inline_budget(batch.size)
+        ):
+            return self._append_checked(partition, batch, None)
+        loop = asyncio.get_running_loop()
+        checking = loop.run_in_executor(
+            self._checkers,
+            check_client_batch,
+            batch,
+            partition.log.config,
+            now_ms(),
+            f"{partition.topic}-{partition.index}",
+        )
+        done = asyncio.ensure_future(self._append_after(partition, batch, tail, checking))
+        partition.append_tail = done
+
+        def untail(fut: asyncio.Future[AppendResult]) -> None:
+            if partition.append_tail is fut:
+                partition.append_tail = None
+
+        done.add_done_callback(untail)
+        return done
+
+    def _inline_budget(self, size: int) -> bool:
+        """Whether a batch of ``size`` bytes may still be checked on the event loop in this
+        turn of it: at most _INLINE_TURN_BYTES a turn, whatever the requests carry."""
+        if self._inline_used + size > _INLINE_TURN_BYTES:
+            return False
+        if not self._inline_used:
+            asyncio.get_running_loop().call_soon(self._reset_inline_budget)
+        self._inline_used += size
+        return True
+
+    def _reset_inline_budget(self) -> None:
+        self._inline_used = 0
+
+    async def _append_after(
+        self,
+        partition: Partition,
+        batch: RecordBatchView,
+        tail: asyncio.Future[AppendResult] | None,
+        checking: asyncio.Future[CheckedBatch],
+    ) -> AppendResult:
+        if tail is not None:
+            await asyncio.wait([tail])  # its outcome is its own request's
+        return self._append_checked(partition, batch, await checking)
+
+    def _append_checked(
+        self, partition: Partition, batch: RecordBatchView, checked: CheckedBatch | None
+    ) -> AppendResult:
+        result = partition.log.append(batch, now_ms(), checked=checked)
         if result.error == ErrorCode.NONE and not result.duplicate:
             partition.notify()
         self.metrics.appended(partition, batch, result)
@@ -417,6 +490,22 @@ class Broker:
         return self.flusher.flush(plog)
 
 
+# An uncompressed batch up to _INLINE_CHECK_BYTES is checked on the event loop (about a
+# millisecond at worst), and up to _INLINE_TURN_BYTES of them in one turn of the loop; a larger
+# batch, or one past that, goes to a worker thread.
+_INLINE_CHECK_BYTES = 64 * 1024
+_INLINE_TURN_BYTES = 256 * 1024
+
+
+def _heavy(batch: RecordBatchView, config: LogConfig) -> bool:
+    """Whether checking the batch's records may take long: worker-thread work."""
+    return (
+        batch.compression != Compression.NONE
+        or batch.size > _INLINE_CHECK_BYTES
+        or config.compression_type not in ("producer", "uncompressed")
+    )
+
+
 def _log_config(config: BrokerConfig) -> LogConfig:
     """The broker-wide log defaults: a topic's own configs go over them."""
     return LogConfig(
@@ -425,6 +514,7 @@ def _log_config(config: BrokerConfig) -> LogConfig:
         flush_interval_messages=config.log_flush_interval_messages,
         producer_id_expiration_ms=config.producer_id_expiration_ms,
         max_message_bytes=config.message_max_bytes,
+        max_inflated_bytes=config.message_max_inflated_bytes,
         retention_ms=config.log_retention_ms,
         retention_bytes=config.log_retention_bytes,
         segment_ms=config.log_roll_ms,

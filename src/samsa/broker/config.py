@@ -26,6 +26,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.flush.interval.messages": "log_flush_interval_messages",
     "log.flush.scheduler.interval.ms": "log_flush_scheduler_interval_ms",
     "message.max.bytes": "message_max_bytes",
+    "message.max.inflated.bytes": "message_max_inflated_bytes",  # samsa's own
     "socket.request.max.bytes": "socket_request_max_bytes",
     "queued.max.request.bytes": "queued_max_request_bytes",
     "socket.request.read.timeout.ms": "socket_request_read_timeout_ms",
@@ -111,6 +112,10 @@ _KAFKA_NAMES: dict[str, str] = {
     "sasl.enabled.mechanisms": "sasl_enabled_mechanisms",
     "sasl.plain.users.file": "sasl_plain_users_file",
     "connections.max.reauth.ms": "connections_max_reauth_ms",
+    "sasl.server.max.receive.size": "sasl_server_max_receive_size",
+    "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
+    "sasl.server.authentication.timeout.ms": "sasl_server_authentication_timeout_ms",
+    "sasl.max.connections.per.ip": "sasl_max_connections_per_ip",
     # Authorization (see broker/authorizer.py).
     "authorizer.class.name": "authorizer_class_name",
     "super.users": "super_users",
@@ -171,6 +176,7 @@ _RANGES: dict[str, Range] = {
     "log_flush_interval_messages": Range(1, LONG_MAX),
     "log_flush_scheduler_interval_ms": Range(1, LONG_MAX),  # Kafka: none; <1 would spin
     "message_max_bytes": Range(0),
+    "message_max_inflated_bytes": Range(1),
     "socket_request_max_bytes": Range(1),
     # <= 0: unbounded; otherwise at least socket.request.max.bytes (checked in validate).
     "queued_max_request_bytes": Range(LONG_MIN, LONG_MAX),
@@ -183,6 +189,10 @@ _RANGES: dict[str, Range] = {
     "max_partitions": Range(1),  # samsa's own
     "max_incremental_fetch_session_cache_slots": Range(0),
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
+    "sasl_server_max_receive_size": Range(1),  # Kafka: no validator; 0 would refuse all
+    "connection_failed_authentication_delay_ms": Range(0),
+    "sasl_server_authentication_timeout_ms": Range(1),  # samsa's own
+    "sasl_max_connections_per_ip": Range(1),  # samsa's own
     "metrics_port": Range(0, 65535),  # samsa's own; 0: pick a free port
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
@@ -300,6 +310,9 @@ class BrokerConfig:
     # How often idle logs are checked against flush.ms (rule 42); Kafka's Long.MAX: never.
     log_flush_scheduler_interval_ms: int = LONG_MAX
     message_max_bytes: int = 1_048_588
+    # Kafka has none: the records of one client batch may inflate to this many bytes at most
+    # (MESSAGE_TOO_LARGE beyond), the CPU a decompression bomb can cost (log/validator.py).
+    message_max_inflated_bytes: int = 64 * 1024 * 1024
     socket_request_max_bytes: int = 104_857_600
     # Bytes of requests being read or waiting to be handled, broker-wide; reading pauses when
     # they would pass it. <= 0: unbounded (Kafka's default, -1); otherwise at least
@@ -404,6 +417,18 @@ class BrokerConfig:
     # KIP-368: a SASL session lasts this long; the client re-authenticates on the connection
     # before then, or the broker closes it at its next request. 0: sessions never expire.
     connections_max_reauth_ms: int = 0
+    # Before SASL authentication completes a frame may be at most this big (Kafka's setting
+    # and default), and it does not draw on queued.max.request.bytes.
+    sasl_server_max_receive_size: int = 524_288
+    # Kafka's: a failed authentication is answered, and the connection closed, this much later,
+    # reading stopped meanwhile, so passwords cannot be tried at the speed of the network.
+    connection_failed_authentication_delay_ms: int = 100
+    # samsa's own (Kafka has none: a silent connection stays until connections.max.idle.ms): a
+    # connection to a SASL listener must authenticate within this time or is closed.
+    sasl_server_authentication_timeout_ms: int = 5_000
+    # samsa's own: connections from one address to one SASL listener (Kafka's
+    # max.connections.per.ip, unlimited by default there, still applies across listeners).
+    sasl_max_connections_per_ip: int = 256
     # Empty: no authorization (anyone may do anything). Kafka's StandardAuthorizer (or the
     # older AclAuthorizer) class name turns ACLs on (broker/authorizer.py).
     authorizer_class_name: str = ""

@@ -53,6 +53,11 @@ class ProducerIdAllocator:
         write_durably(self._path, f"{end} {_checksum(str(end)):08x}\n")
         self._block_end = end
 
+    def issued(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` may have been handed out: below every id of this run and
+        every block reserved before it (a crash may have lost which of those were used)."""
+        return 0 <= producer_id < self._next
+
     def allocate(self) -> int:
         if self._next >= self._block_end:
             self._reserve_block()

@@ -33,10 +33,20 @@ from samsa.protocol.sasl import (
     ScramCredential,
     ServerMechanism,
     credential_from_salted,
+    mock_credential,
     server_mechanism,
 )
 
 CREDENTIALS_FILE = "scram-credentials.json"
+MOCK_SECRET_FILE = "scram-mock-secret"  # keys the mock credentials of unknown users
+LOG_TEXT_MAX = 256  # characters of a client-supplied string that a log line may carry
+
+
+def clip(text: str, limit: int = LOG_TEXT_MAX) -> str:
+    """At most ``limit`` characters of ``text``: a client's string may be megabytes long."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class CredentialError(Exception):
@@ -58,6 +68,8 @@ class ScramCredentials:
         self.path = Path(data_dir) / CREDENTIALS_FILE
         self._users: dict[str, dict[str, ScramCredential]] = {}
         self._seen: tuple[int, int, int] | None = None
+        self._usual: tuple[Any, dict[str, int]] = (None, {})  # _seen -> mechanism -> count
+        self._mock_secret: bytes | None = None
 
     def _refresh(self) -> None:
         key = _stat_key(self.path)
@@ -88,6 +100,36 @@ class ScramCredentials:
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
         self._refresh()
         return self._users.get(user, {}).get(mechanism)
+
+    def mock(self, user: str, mechanism: str) -> ScramCredential:
+        """The credential an unknown user is answered with: stable per name (keyed by a
+        secret kept in the data directory, so a restart does not change it either), with the
+        iteration count most real users have, and no PBKDF2 (see ``mock_credential``)."""
+        self._refresh()
+        seen, usual = self._usual
+        if seen != self._seen or seen is None:
+            counts: dict[str, dict[int, int]] = {}
+            for mechs in self._users.values():
+                for mech, cred in mechs.items():
+                    per = counts.setdefault(mech, {})
+                    per[cred.iterations] = per.get(cred.iterations, 0) + 1
+            usual = {m: max(per, key=per.__getitem__) for m, per in counts.items()}
+            self._usual = (self._seen, usual)
+        iterations = usual.get(mechanism, SCRAM_MIN_ITERATIONS)
+        return mock_credential(self._secret(), mechanism, user, iterations)
+
+    def _secret(self) -> bytes:
+        if self._mock_secret is None:
+            path = self.path.parent / MOCK_SECRET_FILE
+            try:
+                secret = path.read_bytes()
+            except FileNotFoundError:
+                secret = b""
+            if len(secret) < 32:
+                secret = os.urandom(32)
+                write_atomically(path, secret)
+            self._mock_secret = secret
+        return self._mock_secret
 
     def users(self) -> dict[str, dict[str, int]]:
         """user -> mechanism -> iterations (what DescribeUserScramCredentials shows)."""
@@ -213,13 +255,15 @@ class SaslSession:
             self.failed = "unexpected SaslHandshake"
             return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism not in self.mechanisms:
-            self.failed = f"unsupported SASL mechanism {mechanism!r}"
+            self.failed = f"unsupported SASL mechanism {clip(mechanism)!r}"
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM
         if self.authenticated and mechanism != self._mechanism_name:
             # KIP-368: re-authentication keeps the mechanism it started with.
             self.failed = f"re-authentication may not switch to {mechanism}"
             return ErrorCode.ILLEGAL_SASL_STATE
-        self._mechanism = server_mechanism(mechanism, self.scram.lookup, self.plain.check)
+        self._mechanism = server_mechanism(
+            mechanism, self.scram.lookup, self.plain.check, self.scram.mock
+        )
         self._mechanism_name = mechanism
         self.raw_tokens = version == 0
         return ErrorCode.NONE
@@ -235,7 +279,8 @@ class SaslSession:
             if mech.complete and self.principal not in (None, principal):
                 raise SaslError("re-authentication may not change the principal")
         except (SaslError, CredentialError) as exc:
-            self.failed = f"SASL authentication failed (user {mech.user!r}): {exc}"
+            user = None if mech.user is None else clip(mech.user)
+            self.failed = f"SASL authentication failed (user {user!r}): {exc}"
             message = str(exc) if isinstance(exc, SaslError) else "Authentication failed"
             return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
         if mech.complete:

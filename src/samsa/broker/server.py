@@ -2,7 +2,11 @@
 
 Theory of operation
 -------------------
-Each connection feeds bytes into a sans-IO :class:`FrameDecoder`. Each complete frame is
+Each connection (an ``asyncio.BufferedProtocol``) has the transport read straight into the
+buffers of a sans-IO :class:`FrameDecoder`: small frames, many at a time, into one read buffer
+shared by all connections; a large frame into a buffer of its declared size, allocated once the
+request memory pool granted it (as Kafka), so a frame arriving slowly is never copied as it
+grows. Each complete frame is
 routed by API key to a handler, which returns either the response body right away, or an
 awaitable of it (a Produce waiting for its fsync round, a Fetch long-polling), or ``None``
 when no response is due (Produce with acks=0). Kafka answers requests on one connection in
@@ -40,6 +44,13 @@ Limits: what a client can make the broker hold
   a channel, until responses drain. One turn handles at most ``MAX_PENDING_RESPONSES``
   frames or ``TURN_S`` of work, then the connection yields to the others (``call_soon``): a
   client pipelining 100,000 requests delays the others by a turn, not by all of them.
+- Before SASL authentication (SASL listeners): a frame is at most
+  ``sasl.server.max.receive.size`` (Kafka's 512 KiB) and claims nothing of the pool; the
+  connection must authenticate within ``sasl.server.authentication.timeout.ms`` (samsa's own);
+  a listener takes at most ``sasl.max.connections.per.ip`` connections from one address
+  (samsa's own); a failed authentication is answered, and the connection closed, only after
+  ``connection.failed.authentication.delay.ms`` with reading stopped (Kafka's). Log lines carry
+  at most a prefix of what a client sent.
 - Time: a request whose first bytes arrived must be complete within
   ``socket.request.read.timeout.ms`` (samsa's own; time the broker itself paused reading
   does not count), and a connection with no traffic and no request in progress is closed
@@ -84,7 +95,7 @@ from samsa.broker.listeners import (
     server_context,
 )
 from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, metrics_bind_host
-from samsa.broker.sasl import PlainUsers, SaslSession, credentials_for
+from samsa.broker.sasl import PlainUsers, SaslSession, clip, credentials_for
 from samsa.log.segment import SEGMENT_FILES, FileSlice
 from samsa.protocol.framing import (
     FrameDecoder,
@@ -110,6 +121,9 @@ ACCEPTS_PER_WAKEUP = 64
 DESCRIPTOR_RESERVE_MIN = 16
 METRICS_MAX_CONNECTIONS = 8  # concurrent scrapes; Prometheus makes one at a time
 METRICS_READ_TIMEOUT_S = 10.0  # to send a request head, and to take the answer
+# What one read may take when no large frame is being read: one buffer shared by every
+# connection (each read is handled before the next begins), so idle connections hold none.
+READ_BUFFER_BYTES = 1 << 18
 
 
 class _Throttled:
@@ -187,6 +201,7 @@ class ConnectionLimits:
         self.memory = RequestMemory(config.queued_max_request_bytes)
         self.read_timeout_s = config.socket_request_read_timeout_ms / 1000
         self.idle_s = config.connections_max_idle_ms / 1000  # < 0: never
+        self.failed_auth_delay_s = config.connection_failed_authentication_delay_ms / 1000
         self.max_connections = config.max_connections
         self.max_per_ip = config.max_connections_per_ip
         self.connections: set[KafkaConnection] = set()
@@ -194,26 +209,40 @@ class ConnectionLimits:
         self.accepted = 0  # counted at accept, released when the connection ends
         self.refused = 0
         self.on_release: list[Any] = []  # called when a connection ends (resumes accepting)
+        self.read_buffer = bytearray(READ_BUFFER_BYTES)
 
-    def admit(self, ip: str) -> str | None:
+    def admit(self, ip: str, endpoint: Endpoint | None = None) -> str | None:
         """Count a new connection from ``ip``, or say which limit refuses it."""
         if self.accepted >= self.max_connections:
             return f"max.connections ({self.max_connections}) reached"
         if self.per_ip.get(ip, 0) >= self.max_per_ip:
             return f"max.connections.per.ip ({self.max_per_ip}) reached for {ip}"
+        if endpoint is not None and endpoint.max_per_ip:
+            if endpoint.per_ip.get(ip, 0) >= endpoint.max_per_ip:
+                return (
+                    f"sasl.max.connections.per.ip ({endpoint.max_per_ip}) reached for {ip} "
+                    f"on listener {endpoint.listener.name}"
+                )
+            _count(endpoint.per_ip, ip, 1)
         self.accepted += 1
-        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        _count(self.per_ip, ip, 1)
         return None
 
-    def release(self, ip: str) -> None:
+    def release(self, ip: str, endpoint: Endpoint | None = None) -> None:
         self.accepted -= 1
-        left = self.per_ip.get(ip, 1) - 1
-        if left > 0:
-            self.per_ip[ip] = left
-        else:
-            self.per_ip.pop(ip, None)
+        _count(self.per_ip, ip, -1)
+        if endpoint is not None and endpoint.max_per_ip:
+            _count(endpoint.per_ip, ip, -1)
         for callback in self.on_release:
             callback()
+
+
+def _count(counts: dict[str, int], ip: str, delta: int) -> None:
+    left = counts.get(ip, 0) + delta
+    if left > 0:
+        counts[ip] = left
+    else:
+        counts.pop(ip, None)
 
 
 # Kafka's rule: before SASL authentication completes, only these are served.
@@ -231,6 +260,12 @@ class Endpoint:
     mapper: PrincipalMapper | None = None  # SSL listeners: certificate -> principal
     new_session: Callable[[], SaslSession] | None = None  # SASL listeners
     sockets: list[socket.socket] = field(default_factory=list)
+    # SASL listeners: the largest frame before authentication, the time to authenticate in,
+    # and connections per client address (with their counts).
+    max_receive: int = 0
+    auth_timeout_s: float = 0.0
+    max_per_ip: int = 0  # 0: no limit of the listener's own
+    per_ip: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -259,7 +294,7 @@ def _body_size(body: bytes | list[Any] | None) -> int:
     return len(body)
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     # Send Fetch record bytes from segment files with os.sendfile where the transport is a
     # plain socket (not TLS); False: always copy (tests compare the two).
     sendfile_enabled = hasattr(os, "sendfile")
@@ -279,7 +314,14 @@ class KafkaConnection(asyncio.Protocol):
         self.limits = limits if limits is not None else ConnectionLimits(broker.config)
         self.memory = self.limits.memory
         self.ip = ip  # set when the server counted this connection against the limits
-        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes, self.limits.read_buffer)
+        # Frames draw on queued.max.request.bytes; not before SASL authentication, when they
+        # are bounded by sasl.server.max.receive.size instead (as Kafka's authenticator reads
+        # them outside its memory pool).
+        self._pooled = True
+        self._join_pool = False
+        self._auth_deadline: float | None = None  # SASL: authenticated by then, or closed
+        self._failing: str | None = None  # a failed authentication, closing after the delay
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.queue: deque[_Pending] = deque()
@@ -334,6 +376,10 @@ class KafkaConnection(asyncio.Protocol):
             return
         if endpoint.new_session is not None:
             self.session = endpoint.new_session()
+            self._pooled = False
+            self.decoder.max_frame_size = endpoint.max_receive
+            self.decoder.limit_name = "sasl.server.max.receive.size"
+            self._auth_deadline = self._last_active + endpoint.auth_timeout_s
         elif endpoint.mapper is not None and ssl_object is not None:
             try:
                 self.principal = endpoint.mapper.principal(ssl_object.getpeercert())
@@ -350,21 +396,37 @@ class KafkaConnection(asyncio.Protocol):
         self._stop_sending()
         self.limits.connections.discard(self)
         if self.ip is not None:
-            self.limits.release(self.ip)
+            self.limits.release(self.ip, self.endpoint)
             self.ip = None
 
+    def _hold(self, delta: int) -> None:
+        """Request bytes this connection holds changed; the pool counts them once pooled."""
+        self._held += delta
+        if self._pooled:
+            self.memory.change(delta)
+
     def _release_all(self) -> None:
-        held, self._held = self._held, 0
         self._partial_claim = 0
-        if held:
-            self.memory.change(-held)
+        self._hold(-self._held)
+
+    def _authenticated(self, principal: str) -> None:
+        if self.principal != principal:
+            self.principal = principal
+            log.debug("%s authenticated as %s", self.peer, clip(principal))
+        self._auth_deadline = None
+        if not self._pooled:
+            # From now on requests may be as large as any client's, and are the pool's (from
+            # the end of this turn: the frame being handled was not the pool's).
+            self._join_pool = True
+            self.decoder.max_frame_size = self.broker.config.socket_request_max_bytes
+            self.decoder.limit_name = "socket.request.max.bytes"
 
     def close(self, reason: str) -> None:
         self._abort(reason, logging.WARNING)
 
     def _abort(self, reason: str, level: int, *, graceful: bool = False) -> None:
         if not self.closed:
-            log.log(level, "closing connection from %s: %s", self.peer, reason)
+            log.log(level, "closing connection from %s: %s", self.peer, clip(reason, 1024))
             self.closed = True
             if self.transport is not None:
                 # graceful: what was written (a last response) is sent first, but a client
@@ -391,15 +453,28 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- reading ------------------------------------------------------------------------------
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # The transport reads straight into the decoder: small frames into the shared read
+        # buffer, a large one into a buffer of its declared size once the pool granted it
+        # (reading stays paused until then), so a half-sent frame is never copied as it grows.
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._read(self.decoder.buffer_updated, nbytes)
+
     def data_received(self, data: bytes) -> None:
+        """Bytes already read (the tests' transports): as if read into our buffers."""
+        self._read(self.decoder.feed, data)
+
+    def _read(self, decode: Callable[[Any], list[bytes]], arg: Any) -> None:
         if self.closed:
             return
-        self._last_active = now = time.monotonic()
         try:
-            frames = self.decoder.feed(data)
+            frames = decode(arg)
         except FrameError as exc:
             self.close(str(exc))
             return
+        self._last_active = now = time.monotonic()
         if frames:
             # The claimed partial frame (if any) is complete: its claim moves to the backlog.
             self._granted = False
@@ -409,8 +484,7 @@ class KafkaConnection(asyncio.Protocol):
             for frame in frames:
                 size += len(frame)
             self.backlog.extend(frames)
-            self._held += size
-            self.memory.change(size)
+            self._hold(size)
         if self.decoder.buffered:
             if self._frame_since is None:
                 self._frame_since = now
@@ -421,7 +495,11 @@ class KafkaConnection(asyncio.Protocol):
 
     def _claim_partial(self) -> None:
         """Claim pool bytes for the incomplete frame: its declared size once known (as Kafka
-        allocates the whole buffer), else what is buffered. Without the room, wait."""
+        allocates the whole buffer), else what is buffered. Without the room, wait. Nothing is
+        claimed before SASL authentication, when frames are small (sasl.server.max.receive.size).
+        """
+        if not self._pooled:
+            return
         decoder = self.decoder
         size = decoder.pending_frame_size
         memory = self.memory
@@ -438,8 +516,7 @@ class KafkaConnection(asyncio.Protocol):
         delta = need - self._partial_claim
         if delta:
             self._partial_claim = need
-            self._held += delta
-            memory.change(delta)
+            self._hold(delta)
         if ok != (not self._waiting_memory):
             self._waiting_memory = not ok
             if ok:
@@ -460,8 +537,13 @@ class KafkaConnection(asyncio.Protocol):
     # -- handling -----------------------------------------------------------------------------
 
     def _blocked(self) -> bool:
-        """Back-pressure: too many responses in progress or too many bytes unsent."""
-        if self._writing_paused or len(self.queue) >= MAX_PENDING_RESPONSES:
+        """Back-pressure: too many responses in progress or too many bytes unsent; or a failed
+        authentication waiting out its delay, after which nothing more is served."""
+        if (
+            self._writing_paused
+            or len(self.queue) >= MAX_PENDING_RESPONSES
+            or self._failing is not None
+        ):
             return True
         return self._unsent_bytes + self._sending_bytes >= MAX_QUEUED_RESPONSE_BYTES
 
@@ -493,8 +575,11 @@ class KafkaConnection(asyncio.Protocol):
                 released += len(frame)
         self.handled += handled
         if released:
-            self._held -= released
-            self.memory.change(-released)
+            self._hold(-released)
+        if self._join_pool:
+            self._join_pool, self._pooled = False, True
+            if self._held:
+                self.memory.change(self._held)
         self._write_ready()
         if backlog and not self._scheduled and not self._blocked():
             # A turn's worth done: let the other connections have theirs first.
@@ -607,11 +692,29 @@ class KafkaConnection(asyncio.Protocol):
         assert isinstance(result, bytes)
         self._enqueue(correlation_id, flexible, result)
         if session.failed is not None:
+            self._fail_authentication(session.failed)
+        elif session.principal is not None:
+            self._authenticated(session.principal)
+
+    def _fail_authentication(self, reason: str) -> None:
+        """Kafka's connection.failed.authentication.delay.ms: the answer (if any) and the
+        close wait that long, the connection muted meanwhile, so that wrong passwords cannot
+        be tried at the speed of the network."""
+        delay = self.limits.failed_auth_delay_s
+        if delay <= 0:
             self._write_ready()
-            self._abort(session.failed, logging.WARNING, graceful=True)
-        elif session.principal is not None and self.principal != session.principal:
-            self.principal = session.principal
-            log.debug("%s authenticated as %s", self.peer, self.principal)
+            self._abort(reason, logging.WARNING, graceful=True)
+            return
+        self._failing = reason
+        self._update_reading()
+        asyncio.get_running_loop().call_later(delay, self._failed_authentication)
+
+    def _failed_authentication(self) -> None:
+        reason, self._failing = self._failing, None
+        if self.closed or reason is None:
+            return
+        self._write_ready()
+        self._abort(reason, logging.WARNING, graceful=True)
 
     def _raw_sasl_token(self, session: SaslSession, token: bytes) -> None:
         """A SASL token after SaslHandshake v0: the answer is a bare size-prefixed token
@@ -619,19 +722,15 @@ class KafkaConnection(asyncio.Protocol):
         has no way to carry an error."""
         error, _, reply = session.authenticate(token)
         if error:
-            self._write_ready()
-            self._abort(
-                session.failed or "SASL authentication failed", logging.WARNING, graceful=True
-            )
+            self._fail_authentication(session.failed or "SASL authentication failed")
             return
         entry = _Pending(-1, False, reply, True, raw=True)
         if self.queue:
             entry.unsent = len(reply)
             self._unsent_bytes += entry.unsent
         self.queue.append(entry)
-        if session.principal is not None and self.principal != session.principal:
-            self.principal = session.principal
-            log.debug("%s authenticated as %s (SaslHandshake v0)", self.peer, self.principal)
+        if session.principal is not None:
+            self._authenticated(session.principal)
 
     def _enqueue(
         self, correlation_id: int, flexible_header: bool, body: bytes | list[bytes]
@@ -663,14 +762,18 @@ class KafkaConnection(asyncio.Protocol):
             entry.unsent = _body_size(entry.body)
             self._unsent_bytes += entry.unsent
         if entry.frame_bytes:
-            self._held -= entry.frame_bytes
-            self.memory.change(-entry.frame_bytes)
+            self._hold(-entry.frame_bytes)
             entry.frame_bytes = 0
         self._write_ready()
         self._continue()
 
     def _write_ready(self) -> None:
-        if self.closed or self.transport is None or self._sending is not None:
+        if (
+            self.closed
+            or self.transport is None
+            or self._sending is not None
+            or self._failing is not None  # held for the failed-authentication delay
+        ):
             return
         out: list[bytes] = []
         queue = self.queue
@@ -797,6 +900,13 @@ class KafkaConnection(asyncio.Protocol):
         if self.closed:
             return
         limits = self.limits
+        deadline = self._auth_deadline
+        if deadline is not None and now > deadline and self.endpoint is not None:
+            self.close(
+                f"not authenticated within {self.endpoint.auth_timeout_s * 1000:.0f} ms "
+                "(sasl.server.authentication.timeout.ms)"
+            )
+            return
         since = self._frame_since
         if since is not None and now - since > limits.read_timeout_s:
             size = self.decoder.pending_frame_size
@@ -940,13 +1050,13 @@ class BrokerServer:
                     return
                 raise
             ip = str(addr[0]) if isinstance(addr, tuple) else "?"
-            refusal = self.limits.admit(ip)
+            endpoint = self._listening.get(listener.fileno())
+            refusal = self.limits.admit(ip, endpoint)
             if refusal is not None:
                 self.limits.refused += 1
                 self._refused_log(time.monotonic(), "refusing connection from %s: %s", ip, refusal)
                 sock.close()
                 continue
-            endpoint = self._listening.get(listener.fileno())
             task = loop.create_task(self._setup(sock, ip, endpoint))
             self._setups.add(task)
             task.add_done_callback(self._setups.discard)
@@ -968,7 +1078,7 @@ class BrokerServer:
         except Exception as exc:  # the client went away during setup
             log.info("connection from %s failed during setup: %s", ip, exc)
             sock.close()
-            self.limits.release(ip)
+            self.limits.release(ip, endpoint)
 
     def _pause_accepting(self, *, retry: bool) -> None:
         loop = self._loop
@@ -997,6 +1107,7 @@ class BrokerServer:
     async def _sweep(self) -> None:
         limits = self.limits
         spans = [limits.read_timeout_s] + ([limits.idle_s] if limits.idle_s >= 0 else [])
+        spans += [e.auth_timeout_s for e in self.endpoints if e.new_session is not None]
         tick = min(1.0, max(0.01, min(spans) / 4))
         while True:
             await asyncio.sleep(tick)
@@ -1111,6 +1222,9 @@ def _endpoints(config: BrokerConfig) -> list[Endpoint]:
                 PlainUsers(own.sasl_plain_users_file),
                 own.connections_max_reauth_ms,
             )
+            endpoint.max_receive = own.sasl_server_max_receive_size
+            endpoint.auth_timeout_s = own.sasl_server_authentication_timeout_ms / 1000
+            endpoint.max_per_ip = own.sasl_max_connections_per_ip
         endpoints.append(endpoint)
     return endpoints
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from samsa.broker.topic_config import InvalidConfigError, parse_topic_configs
 from samsa.log.durable import fsync_dir, write_durably
-from samsa.log.log import Log, LogConfig
+from samsa.log.log import AppendResult, Log, LogConfig
 from samsa.protocol.errors import ErrorCode
 
 log = logging.getLogger("samsa.topics")
@@ -98,6 +98,9 @@ class Partition:
     index: int
     log: Log
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    # The last append still waiting for its batch's check in a worker thread (Broker.append):
+    # later appends wait for it, so they are written in the order they arrived.
+    append_tail: asyncio.Future[AppendResult] | None = None
 
     def wait_for_data(self, fut: asyncio.Future[None]) -> None:
         self._waiters.append(fut)

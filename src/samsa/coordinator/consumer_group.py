@@ -104,6 +104,11 @@ class ConsumerGroup:
     topics_signature: tuple[tuple[str, uuid.UUID, int], ...] | None = None
     session_deadlines: dict[str, int] = field(default_factory=dict)
     revocation_deadlines: dict[str, int] = field(default_factory=dict)
+    # The topics each member's principal may Describe, as its last heartbeat said (None: all);
+    # its regex resolves among them only (Kafka 4.0). A member not heard from since loading
+    # resolves within the scope of the member whose heartbeat is being handled, as Kafka
+    # resolves a group's regexes with the context of the heartbeat that refreshes them.
+    regex_scopes: dict[str, frozenset[str] | None] = field(default_factory=dict)
 
     # -- state ---------------------------------------------------------------------------------
 

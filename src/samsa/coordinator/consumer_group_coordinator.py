@@ -96,6 +96,8 @@ class ConsumerHeartbeat:
     # A classic member's JoinGroup, translated (rule 38): no epoch checks, ``owned`` is what
     # its subscription says it still owns.
     classic: ClassicMemberMetadata | None = None
+    # The topic names the member's principal may Describe; None: every topic (no authorizer).
+    describable: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +228,13 @@ class ConsumerGroups:
         )
         subs = {m.member_id: m.metadata for m in group.members.values() if m.member_id not in gone}
         subs[member.member_id] = meta
-        resolved = {mid: _resolve(md, topics) for mid, md in subs.items()}
+        group.regex_scopes[member.member_id] = req.describable
+        for mid in gone:
+            group.regex_scopes.pop(mid, None)
+        resolved = {
+            mid: _resolve(md, topics, group.regex_scopes.get(mid, req.describable))
+            for mid, md in subs.items()
+        }
         signature = _signature(resolved, topics)
         if signature != group.topics_signature:
             bump = True
@@ -442,6 +450,7 @@ class ConsumerGroups:
         so the others get its partitions. If it was the last consumer-protocol member of a
         group whose other members are classic, the group may become a classic group instead
         (rule 38)."""
+        group.regex_scopes.pop(member_id, None)
         if self.downgrade(group, member_id):
             return True
         self._delete_member(group, member_id)
@@ -699,15 +708,22 @@ def _compile(regex: str) -> Any:
 
 
 def _resolve(
-    meta: ConsumerGroupMemberMetadataValue, topics: Mapping[str, TopicInfo]
+    meta: ConsumerGroupMemberMetadataValue,
+    topics: Mapping[str, TopicInfo],
+    describable: frozenset[str] | None = None,
 ) -> frozenset[uuid.UUID]:
-    """The ids of the existing topics a member subscribes to, by name or by regex."""
+    """The ids of the existing topics a member subscribes to, by name or by regex; a regex
+    matches only among the ``describable`` topics (None: all), as in Kafka 4.0."""
     if meta.subscribed_topic_regex is not None:
         try:
             pattern = _compile(meta.subscribed_topic_regex)
         except re2.error:
             return frozenset()
-        return frozenset(t.topic_id for name, t in topics.items() if pattern.fullmatch(name))
+        return frozenset(
+            t.topic_id
+            for name, t in topics.items()
+            if (describable is None or name in describable) and pattern.fullmatch(name)
+        )
     return frozenset(topics[n].topic_id for n in meta.subscribed_topic_names if n in topics)
 
 

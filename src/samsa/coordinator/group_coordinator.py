@@ -1066,9 +1066,9 @@ class GroupCoordinator:
         """TxnOffsetCommit, once the transaction coordinator answered ``verified`` for the
         producer: the records to write as one transactional batch of the group's partition,
         staged until the transaction's marker (rule 15)."""
+        # As Kafka, the verification's error as it is (INVALID_PRODUCER_ID_MAPPING for an
+        # unknown producer: abortable for Java's producer, where INVALID_PRODUCER_EPOCH is fatal)
         error = verified
-        if error == E.INVALID_PRODUCER_ID_MAPPING:
-            error = E.INVALID_PRODUCER_EPOCH  # what TxnOffsetCommit clients know
         if error == E.NONE and (generation >= 0 or member_id):
             # KIP-447: a consumer-group-aware producer is fenced by the group generation.
             error = self.validate_commit(group_id, generation, member_id, group_instance_id, now_ms)

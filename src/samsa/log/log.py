@@ -62,7 +62,7 @@ from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManag
 from samsa.log.segment import FileSlice, LogSegment
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
-from samsa.log.validator import recompressed, timestamp_problem
+from samsa.log.validator import CheckedBatch, check_client_batch
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     CRC_START,
@@ -71,7 +71,6 @@ from samsa.protocol.records import (
     ControlType,
     RecordBatchView,
     build_control_batch,
-    decode_records,
 )
 
 log = logging.getLogger(__name__)
@@ -112,6 +111,9 @@ class LogConfig:
     flush_ms: int = 2**63 - 1
     producer_id_expiration_ms: int = 86_400_000
     max_message_bytes: int = 1_048_588  # message.max.bytes: larger batches get MESSAGE_TOO_LARGE
+    # message.max.inflated.bytes: a client batch whose records inflate to more is refused
+    # (MESSAGE_TOO_LARGE); bounds the CPU a decompression bomb can take (log/validator.py).
+    max_inflated_bytes: int = 64 * 1024 * 1024
     retention_ms: int = 604_800_000  # log.retention.ms (168 hours); -1: keep forever
     retention_bytes: int = -1  # log.retention.bytes; -1: no size limit
     cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
@@ -170,6 +172,9 @@ class AppendResult:
     log_start_offset: int = -1
     duplicate: bool = False
     message: str | None = None
+    # (batch index, message) per refused record (Kafka's RecordError): keyless records on a
+    # compacted topic, timestamps out of the window
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,53 +280,36 @@ class Log:
     # -- append ---------------------------------------------------------------------------------
 
     def append(
-        self, batch: RecordBatchView, now_ms: int, origin: AppendOrigin = AppendOrigin.CLIENT
+        self,
+        batch: RecordBatchView,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        checked: CheckedBatch | None = None,
     ) -> AppendResult:
         """Append one batch. A ``CLIENT`` batch (one that passed ``validate_produce_batch``)
-        is judged against its producer's state; a ``COORDINATOR`` batch is not."""
+        has its records checked (``checked``: already done, off the event loop, by
+        ``check_client_batch``) and is judged against its producer's state; a
+        ``COORDINATOR`` batch is not."""
         if self._closed:
             return AppendResult(ErrorCode.KAFKA_STORAGE_ERROR, message="log is closed")
         append_time = -1
-        cfg = self.config
         if origin is AppendOrigin.CLIENT and not batch.is_control:
-            # Rule 40; the common case (a batch of now, no lower bound) without a call.
-            if (
-                cfg.message_timestamp_before_max_ms < now_ms
-                or batch.max_timestamp - now_ms > cfg.message_timestamp_after_max_ms
-            ):
-                late = timestamp_problem(batch, cfg, now_ms)
-                if late is not None:
-                    start = self.log_start_offset
-                    return AppendResult(
-                        ErrorCode.INVALID_TIMESTAMP, log_start_offset=start, message=late
-                    )
-            if cfg.compression_type != "producer":
-                try:
-                    batch = recompressed(batch, cfg)  # rule 39: the topic's codec
-                except ValueError as exc:
-                    return AppendResult(
-                        ErrorCode.CORRUPT_MESSAGE,
-                        log_start_offset=self.log_start_offset,
-                        message=str(exc),
-                    )
+            if checked is None:
+                checked = check_client_batch(batch, self.config, now_ms, self.directory.name)
+            if checked.error != ErrorCode.NONE:
+                return AppendResult(
+                    checked.error,
+                    log_start_offset=self.log_start_offset,
+                    message=checked.message,
+                    record_errors=checked.record_errors,
+                )
+            batch = checked.batch  # rule 39: in the topic's codec
         if self.config.log_append_time and not batch.is_control:
             batch = with_log_append_time(batch, now_ms)
             append_time = now_ms
         size = batch.batch_length + LOG_OVERHEAD
         if size > self.config.max_message_bytes:
-            return AppendResult(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                log_start_offset=self.log_start_offset,
-                message=f"batch of {size} bytes exceeds {self.config.max_message_bytes}",
-            )
-        if self.config.compact and origin == AppendOrigin.CLIENT and not batch.is_control:
-            keyless = self._keyless_record(batch)
-            if keyless is not None:
-                return AppendResult(
-                    ErrorCode.INVALID_RECORD,
-                    log_start_offset=self.log_start_offset,
-                    message=keyless,
-                )
+            return self._too_large(size)
         info = None
         if batch.producer_id >= 0 and not batch.is_control:
             outcome = self.producer_state.prepare_update(batch_append_of(batch), now_ms, origin)
@@ -348,20 +336,12 @@ class Log:
             self.producer_state.update(info, base, last)
         return AppendResult(ErrorCode.NONE, base, last, append_time, self.log_start_offset)
 
-    @staticmethod
-    def _keyless_record(batch: RecordBatchView) -> str | None:
-        """Why a batch cannot go to a compacted log (Kafka's LogValidator), or None."""
-        try:
-            records = decode_records(batch)
-        except ValueError as exc:
-            return f"undecodable records: {exc}"
-        for record in records:
-            if record.key is None:
-                return (
-                    f"compacted topic cannot accept message without key (offset delta "
-                    f"{record.offset - batch.base_offset})"
-                )
-        return None
+    def _too_large(self, size: int) -> AppendResult:
+        return AppendResult(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            log_start_offset=self.log_start_offset,
+            message=f"batch of {size} bytes exceeds {self.config.max_message_bytes}",
+        )
 
     def _write(
         self, batch: RecordBatchView, size: int, now_ms: int

@@ -36,6 +36,7 @@ import crc32c
 from samsa.log.durable import fsync_file
 from samsa.log.index import INT32_MAX, CorruptIndexError, OffsetIndex, TimeIndex
 from samsa.log.txn_index import txn_index_path
+from samsa.protocol.record_check import find_timestamp
 from samsa.protocol.records import (
     CRC_START,
     HEADER_SIZE,
@@ -43,8 +44,8 @@ from samsa.protocol.records import (
     MAGIC_V2,
     MIN_BATCH_LENGTH,
     TIMESTAMP_TYPE_FLAG,
+    InvalidBatchError,
     RecordBatchView,
-    decode_records,
     scan_batches,
     stored_prefix,
 )
@@ -60,6 +61,9 @@ RECOVER_CHUNK = 8 * 1024 * 1024  # bytes read at a time when recovery checks CRC
 # A samsa broker is the only leader its partitions ever have, so its leader epoch never moves
 # from the first one; every batch it appends carries it, as a Kafka leader stamps its own.
 LEADER_EPOCH = 0
+# ListOffsets by time reads at most this much of one batch's inflated records; past it (a
+# batch stored before message.max.inflated.bytes existed) the batch's own offset answers.
+TIMESTAMP_SEARCH_LIMIT = 64 * 1024 * 1024
 
 # The header fields a CRC check needs: base offset, batch length, partition leader epoch,
 # magic, crc, attributes, last offset delta (one unpack instead of the whole 61 bytes).
@@ -561,13 +565,17 @@ class LogSegment:
             if view.attributes & TIMESTAMP_TYPE_FLAG:
                 # LogAppendTime: every record carries the batch's timestamp.
                 return max(view.base_offset, start_offset), view.max_timestamp
-            try:
-                records = decode_records(RecordBatchView(self.read(pos, view.size)))
-            except ValueError:
+            try:  # streamed, bounded: no Python object per record (protocol/record_check.py)
+                hit = find_timestamp(
+                    RecordBatchView(self.read(pos, view.size)),
+                    timestamp,
+                    start_offset - view.base_offset,
+                    TIMESTAMP_SEARCH_LIMIT,
+                )
+            except InvalidBatchError:  # unreadable (or inflating too far): the batch's own
                 return max(view.base_offset, start_offset), view.max_timestamp
-            for record in records:
-                if record.timestamp >= timestamp and record.offset >= start_offset:
-                    return record.offset, record.timestamp
+            if hit is not None:
+                return view.base_offset + hit[0], hit[1]
         return None
 
     # -- indexes: loading and rebuilding --------------------------------------------------------

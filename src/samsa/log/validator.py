@@ -1,30 +1,45 @@
 """What the log does to a client's batch before writing it, by the topic's configs (Kafka's
 ``LogValidator``; docs/semantics.md rules 39 and 41).
 
+Records (``check_client_batch``): every record is read, streamed and bounded, by
+``protocol/record_check.py``; a malformed one, or a count other than declared, refuses the
+batch (INVALID_RECORD; UNKNOWN_SERVER_ERROR for bytes the codec cannot read, as Kafka), and so
+do records inflating past ``message.max.inflated.bytes`` (MESSAGE_TOO_LARGE, D-REC-2). Refused
+records are reported by batch index, in Kafka's words: a keyless record on a compacted topic,
+a timestamp out of the window.
+
 Timestamps (rule 41): under CreateTime every record's timestamp must lie within
 ``[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]`` (records
 without a timestamp, -1, are not checked); one record outside refuses the whole batch with
 INVALID_TIMESTAMP. Under LogAppendTime the broker's clock replaces them, so nothing is checked.
 
 Codec (rule 39): with ``compression.type`` other than ``producer`` a batch in another codec is
-re-encoded in the topic's: its records section is decompressed and compressed again (at the
-topic's ``compression.<codec>.level``), the header kept but for the codec bits, the batch
-length and the CRC-32C. Records are never decoded into objects, offsets and sequences do not
+re-encoded in the topic's as it streams through the check (at the topic's
+``compression.<codec>.level``), the header kept but for the codec bits, the batch length and
+the CRC-32C, the output refused past ``max.message.bytes``. Offsets and sequences do not
 change, so producer state (which keys on sequences) treats a retry of the original batch as the
 duplicate it is.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import lz4.frame
+import zstandard
+
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.record_check import RecordRules, RecordsSummary, check_records
 from samsa.protocol.records import (
+    XERIAL_BLOCK,
+    XERIAL_HEADER,
     Compression,
+    InvalidBatchError,
     RecordBatchView,
-    compress,
-    record_timestamps,
-    records_section,
     with_records_section,
+    xerial_block,
 )
 
 if TYPE_CHECKING:
@@ -58,44 +73,124 @@ def _level(config: LogConfig, codec: int) -> int | None:
     return None
 
 
-def recompressed(batch: RecordBatchView, config: LogConfig) -> RecordBatchView:
-    """The batch in the topic's codec (itself when it already is, or the topic keeps the
-    producer's). ValueError if its records cannot be decompressed."""
-    codec = target_codec(config)
-    if codec is None or codec == batch.compression:
-        return batch
-    try:
-        records = records_section(batch)
-    except Exception as exc:  # cramjam raises its own DecompressionError
-        raise ValueError(f"records cannot be decompressed: {exc}") from None
-    body = compress(codec, records, _level(config, codec))
-    return RecordBatchView(with_records_section(batch, codec, body))
+class _Recompressor:
+    """Inflated chunks in, the records section in ``codec`` out, refused past ``cap`` bytes
+    (the batch could not be stored anyway: max.message.bytes)."""
+
+    def __init__(self, codec: int, level: int | None, cap: int) -> None:
+        self.codec = codec
+        self.cap = cap
+        self.out: list[bytes] = []
+        self.size = 0
+        self._pending = bytearray()  # snappy: the next xerial block's bytes
+        if codec == Compression.GZIP:
+            self._z: Any = zlib.compressobj(6 if level is None else level, zlib.DEFLATED, 31)
+        elif codec == Compression.ZSTD:
+            self._z = zstandard.ZstdCompressor(level=3 if level is None else level).compressobj()
+        elif codec == Compression.LZ4:
+            self._z = lz4.frame.LZ4FrameCompressor(
+                compression_level=0 if level is None else level, block_linked=False
+            )
+            self._emit(self._z.begin())
+        elif codec == Compression.SNAPPY:
+            self._emit(XERIAL_HEADER)
+
+    def _emit(self, data: bytes) -> None:
+        if not data:
+            return
+        self.size += len(data)
+        if self.size > self.cap:
+            raise InvalidBatchError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the batch re-encoded in the topic's codec exceeds {self.cap} bytes",
+            )
+        self.out.append(data)
+
+    def feed(self, chunk: bytes) -> None:
+        if self.codec == Compression.NONE:
+            self._emit(chunk)
+        elif self.codec == Compression.SNAPPY:
+            self._pending += chunk
+            while len(self._pending) >= XERIAL_BLOCK:
+                self._emit(xerial_block(bytes(self._pending[:XERIAL_BLOCK])))
+                del self._pending[:XERIAL_BLOCK]
+        else:
+            self._emit(self._z.compress(chunk))
+
+    def finish(self) -> bytes:
+        if self.codec == Compression.SNAPPY:
+            if self._pending:
+                self._emit(xerial_block(bytes(self._pending)))
+        elif self.codec != Compression.NONE:
+            self._emit(self._z.flush())
+        return b"".join(self.out)
 
 
-def timestamp_problem(batch: RecordBatchView, config: LogConfig, now_ms: int) -> str | None:
-    """Why the batch's CreateTime timestamps are out of the topic's window, or None."""
+def _refusal(summary: RecordsSummary) -> str:
+    """The batch's error message, in Kafka's words (LogValidator.processRecordErrors)."""
+    if summary.error == ErrorCode.INVALID_TIMESTAMP:
+        return "One or more records have been rejected due to invalid timestamp"
+    shown = ", ".join(
+        f"RecordError(batchIndex={i}, message='{m}')" for i, m in summary.record_errors[:3]
+    )
+    return (
+        f"One or more records have been rejected due to {summary.error_count} record errors "
+        f"in total, and only showing the first three errors at most: [{shown}]"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedBatch:
+    """A client batch after the checks (and in the topic's codec), or why it is refused."""
+
+    batch: RecordBatchView
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    # (batch index, message) of each refused record, as Kafka's ProduceResponse RecordError
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
+def record_rules(config: LogConfig, now_ms: int, partition: str = "") -> RecordRules:
+    """Kafka's per-record checks for this topic (rules 40-41): keys on a compacted topic, the
+    CreateTime window (none under LogAppendTime, where the broker's clock replaces them)."""
     if config.log_append_time:
-        return None
+        return RecordRules(need_key=config.compact, partition=partition)
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
-    low = now_ms - before if before < now_ms else -1  # unbounded below: any timestamp >= 0
-    high = now_ms + after if after < LONG_MAX - now_ms else LONG_MAX
-    # The header's max timestamp bounds every record's from above (clients compute it; a
-    # batch claiming less than one of its records has would break the time index anyway),
-    # so the records are read only when the lower bound can matter.
-    if batch.max_timestamp > high:
-        return _out_of_range(batch.max_timestamp, low, high)
-    if low < 0:
-        return None
+    low = now_ms - before if before < now_ms else None
+    high = now_ms + after if after < LONG_MAX - now_ms else None
+    return RecordRules(config.compact, partition, low, high)
+
+
+def check_client_batch(
+    batch: RecordBatchView, config: LogConfig, now_ms: int, partition: str = ""
+) -> CheckedBatch:
+    """Read every record of a client batch as Kafka's LogValidator does (streamed, at most
+    ``max_inflated_bytes`` inflated) and re-encode it in the topic's codec if that differs
+    (rule 39). Heavy for a compressed batch: the broker runs it in a worker thread."""
+    if batch.size > config.max_message_bytes:  # as Kafka: before reading the records
+        return CheckedBatch(
+            batch,
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {batch.size} bytes exceeds {config.max_message_bytes}",
+        )
+    codec = target_codec(config)
+    sink = None
+    if codec is not None and codec != batch.compression:
+        sink = _Recompressor(codec, _level(config, codec), config.max_message_bytes)
     try:
-        timestamps = record_timestamps(batch)
-    except Exception as exc:
-        return f"records cannot be read: {exc}"
-    for ts in timestamps:
-        if ts != -1 and not low <= ts <= high:
-            return _out_of_range(ts, low, high)
-    return None
-
-
-def _out_of_range(ts: int, low: int, high: int) -> str:
-    return f"timestamp {ts} is out of range: it must be within [{low}, {high}]"
+        summary = check_records(
+            batch,
+            record_rules(config, now_ms, partition),
+            config.max_inflated_bytes,
+            sink.feed if sink is not None else None,
+        )
+        if summary.error_count:
+            return CheckedBatch(
+                batch, summary.error, _refusal(summary), tuple(summary.record_errors)
+            )
+        if sink is not None:
+            batch = RecordBatchView(with_records_section(batch, codec or 0, sink.finish()))
+    except InvalidBatchError as exc:
+        return CheckedBatch(batch, exc.code, str(exc))
+    return CheckedBatch(batch)

@@ -3,11 +3,13 @@
 Theory of operation
 -------------------
 Every Kafka request and response is ``int32 size`` followed by ``size`` bytes. A
-:class:`FrameDecoder` is fed whatever bytes the socket produced and returns the complete
-frames it now holds; it never touches a socket, so the same code serves the broker, the
-client and the tests. A frame larger than the configured limit (``socket.request.max.bytes``)
-or with a negative size is a :class:`FrameError`: the caller closes the connection, as Kafka
-does, because the stream can no longer be trusted.
+:class:`FrameDecoder` is fed whatever bytes the socket produced (or lends the buffer the
+socket reads into, as Kafka reads a request into a buffer of its declared size) and returns
+the complete frames it now holds; it never touches a socket, so the same code serves the
+broker, the client and the tests. A frame larger than the configured limit
+(``socket.request.max.bytes``, or ``sasl.server.max.receive.size`` before authentication) or
+with a negative size is a :class:`FrameError`: the caller closes the connection, as Kafka does,
+because the stream can no longer be trusted.
 
 Request headers come in three versions: v0 (key, version, correlation id), v1 (+ nullable
 client id) and v2 (v1 + tagged fields), v2 being used by the "flexible" versions of each API.
@@ -26,64 +28,193 @@ _CORRELATION = struct.Struct(">i")
 _HEADER_ROUTE = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
+_SMALL_FRAME = 1 << 16  # frames up to this (with their prefix) are assembled in the read buffer
+_READ_BUFFER = 1 << 18  # a decoder's own read buffer, when not given a shared one
+
+
 class FrameError(Exception):
     """The byte stream is not valid Kafka framing; the connection must be closed."""
 
 
 class FrameDecoder:
-    """Accumulates bytes and splits them into frames (without their size prefix)."""
+    """Splits a byte stream into frames (without their size prefix).
 
-    __slots__ = ("_buf", "max_frame_size")
+    Two ways in: ``feed(data)`` with bytes already read, or the buffered-protocol pair
+    ``get_buffer()`` / ``buffer_updated(n)``, which has the caller read straight into the
+    decoder's memory. There, small frames are read many at a time into one read buffer (which
+    may be shared by many decoders: nothing stays in it between the two calls), and a frame
+    larger than ``_SMALL_FRAME`` (or half the read buffer) is read into a buffer of its
+    declared size, allocated once when the next read asks for it (not when the prefix arrives,
+    so a caller that must first reserve the memory can hold off reading), and never copied
+    while it fills.
+    """
 
-    def __init__(self, max_frame_size: int) -> None:
+    __slots__ = (
+        "_filled",
+        "_frame",
+        "_into_frame",
+        "_pending",
+        "_scratch",
+        "_small",
+        "_view",
+        "limit_name",
+        "max_frame_size",
+    )
+
+    def __init__(
+        self,
+        max_frame_size: int,
+        read_buffer: bytearray | None = None,
+        limit_name: str = "socket.request.max.bytes",
+    ) -> None:
         self.max_frame_size = max_frame_size
-        self._buf = bytearray()
+        self.limit_name = limit_name  # the setting named when a frame is over the limit
+        self._scratch = read_buffer
+        self._view: memoryview | None = None  # of _scratch, made at the first read
+        # Larger frames get their own buffer; smaller ones are completed in the read buffer,
+        # which must keep room to read into after them.
+        self._small = min(_SMALL_FRAME, len(read_buffer) // 2 if read_buffer else _READ_BUFFER)
+        self._pending = b""  # raw bytes of an incomplete frame not yet in a frame buffer
+        self._frame: bytearray | None = None  # the large frame being read, once allocated
+        self._filled = 0  # bytes of _frame received
+        self._into_frame = False  # the last get_buffer handed out _frame
 
-    def feed(self, data: bytes) -> list[bytes]:
-        # Each frame is copied once, into its own ``bytes``: from ``data`` directly when
-        # nothing was pending, else out of the pending buffer through a memoryview.
-        buf = self._buf
-        if buf:
-            buf += data
-            source: bytes | bytearray = buf
-        else:
-            source = data
+    # -- the buffered-protocol pair --------------------------------------------------------
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next bytes read should go (any amount up to its length)."""
+        pending = self._pending
+        if self._frame is None and not pending:  # the common case: between frames
+            self._into_frame = False
+            return (self._view or self._read_view())[:]  # a view of its own: callers release it
+        if self._frame is None and self._large_pending():
+            self._allocate()
+        frame = self._frame
+        if frame is not None:
+            self._into_frame = True
+            return memoryview(frame)[self._filled :]
+        self._into_frame = False
+        view = self._view or self._read_view()
+        view[: len(pending)] = pending
+        return view[len(pending) :]
+
+    def _read_view(self) -> memoryview:
+        if self._scratch is None:
+            self._scratch = bytearray(_READ_BUFFER)
+        self._view = memoryview(self._scratch)  # kept: the buffer is never resized
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> list[bytes]:
+        """``nbytes`` were written at the start of the last :meth:`get_buffer`'s buffer."""
+        if self._into_frame:
+            self._filled += nbytes
+            frame = self._frame
+            assert frame is not None
+            if self._filled < len(frame):
+                return []
+            self._frame, self._filled = None, 0
+            return [bytes(frame)]
+        view = self._view
+        assert view is not None
+        end = len(self._pending) + nbytes
         frames: list[bytes] = []
-        pos = 0
-        end = len(source)
-        with memoryview(source) as view:
-            while end - pos >= 4:
-                (size,) = _SIZE.unpack_from(source, pos)
-                if size < 0 or size > self.max_frame_size:
-                    raise FrameError(
-                        f"frame of {size} bytes exceeds socket.request.max.bytes "
-                        f"({self.max_frame_size})"
-                        if size > 0
-                        else f"negative frame size {size}"
-                    )
-                if end - pos - 4 < size:
-                    break
-                frames.append(view[pos + 4 : pos + 4 + size].tobytes())
-                pos += 4 + size
-        if source is buf:
-            if pos:
-                del buf[:pos]
-        elif pos < end:
-            buf += data[pos:]
+        pos = self._split(view, 0, end, frames)
+        self._pending = view[pos:end].tobytes() if pos < end else b""
         return frames
+
+    # -- bytes already read -------------------------------------------------------------------
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        frames: list[bytes] = []
+        with memoryview(data) as view:
+            end = len(view)
+            pos = self._complete_pending(view, frames) if self._pending or self._frame else 0
+            if pos < end:
+                pos = self._split(view, pos, end, frames)
+                self._pending = view[pos:end].tobytes() if pos < end else b""
+        return frames
+
+    def _complete_pending(self, view: memoryview, frames: list[bytes]) -> int:
+        """Use the start of ``view`` to complete the frame already begun; where it ends."""
+        pos, end = 0, len(view)
+        while pos < end:
+            if self._frame is None and self._large_pending():
+                self._allocate()
+            frame = self._frame
+            if frame is not None:
+                n = min(end - pos, len(frame) - self._filled)
+                frame[self._filled : self._filled + n] = view[pos : pos + n]
+                self._filled += n
+                pos += n
+                if self._filled == len(frame):
+                    self._frame, self._filled = None, 0
+                    frames.append(bytes(frame))
+                return pos
+            pending = self._pending
+            if not pending:
+                return pos
+            # A small frame or a partial size prefix: complete the prefix, then the frame.
+            need = 4 - len(pending) if len(pending) < 4 else 4 + self._declared() - len(pending)
+            take = min(need, end - pos)
+            pending = self._pending = pending + view[pos : pos + take].tobytes()
+            pos += take
+            if len(pending) == 4:
+                self._declared()  # checks the size now that it is known
+            if len(pending) >= 4 and len(pending) == 4 + self._declared():
+                frames.append(pending[4:])
+                self._pending = b""
+        return pos
+
+    def _split(self, view: memoryview, pos: int, end: int, frames: list[bytes]) -> int:
+        """Append the complete frames of ``view[pos:end]``; where the incomplete rest starts."""
+        limit = self.max_frame_size
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(view, pos)
+            if size < 0 or size > limit:
+                self._check(size)
+            if end - pos - 4 < size:
+                break
+            frames.append(view[pos + 4 : pos + 4 + size].tobytes())
+            pos += 4 + size
+        return pos
+
+    def _check(self, size: int) -> None:
+        if size < 0 or size > self.max_frame_size:
+            raise FrameError(
+                f"frame of {size} bytes exceeds {self.limit_name} ({self.max_frame_size})"
+                if size > 0
+                else f"negative frame size {size}"
+            )
+
+    def _declared(self) -> int:
+        (size,) = _SIZE.unpack_from(self._pending, 0)
+        self._check(size)
+        return int(size)
+
+    def _large_pending(self) -> bool:
+        return len(self._pending) >= 4 and self._declared() + 4 > self._small
+
+    def _allocate(self) -> None:
+        pending = self._pending
+        self._frame = frame = bytearray(self._declared())
+        self._filled = len(pending) - 4
+        frame[: self._filled] = memoryview(pending)[4:]
+        self._pending = b""
 
     @property
     def buffered(self) -> int:
-        """Bytes of an incomplete frame still waiting for the rest."""
-        return len(self._buf)
+        """Bytes of an incomplete frame received so far (with its size prefix)."""
+        return 4 + self._filled if self._frame is not None else len(self._pending)
 
     @property
     def pending_frame_size(self) -> int | None:
         """Declared size of the incomplete frame being read, once its 4-byte prefix is in
         (already checked against the limit); None before that."""
-        if len(self._buf) < 4:
+        if self._frame is not None:
+            return len(self._frame)
+        if len(self._pending) < 4:
             return None
-        return int(_SIZE.unpack_from(self._buf, 0)[0])
+        return int(_SIZE.unpack_from(self._pending, 0)[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -372,14 +372,20 @@ def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-_XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+XERIAL_BLOCK = 32 * 1024  # inflated bytes per block, as Kafka's Java client writes them
 
 
-def _xerial_snappy(data: bytes, block: int = 32 * 1024) -> bytes:
-    out = bytearray(_XERIAL_HEADER)
-    for i in range(0, len(data), block):
-        chunk = bytes(cramjam.snappy.compress_raw(data[i : i + block]))
-        out += struct.pack(">i", len(chunk)) + chunk
+def xerial_block(data: bytes) -> bytes:
+    """One xerial snappy block: its length, then ``data`` in raw snappy."""
+    chunk = bytes(cramjam.snappy.compress_raw(data))
+    return struct.pack(">i", len(chunk)) + chunk
+
+
+def _xerial_snappy(data: bytes) -> bytes:
+    out = bytearray(XERIAL_HEADER)
+    for i in range(0, len(data), XERIAL_BLOCK):
+        out += xerial_block(data[i : i + XERIAL_BLOCK])
     return bytes(out)
 
 
@@ -390,7 +396,7 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         return bytes(cramjam.gzip.decompress(bytes(data)))
     if codec == Compression.SNAPPY:
         raw = bytes(data)
-        if raw.startswith(_XERIAL_HEADER[:8]):
+        if raw.startswith(XERIAL_HEADER[:8]):
             out = bytearray()
             pos = 16
             while pos < len(raw):

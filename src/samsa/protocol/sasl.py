@@ -80,6 +80,23 @@ def credential_from_salted(
     )
 
 
+def mock_credential(secret: bytes, mechanism: str, user: str, iterations: int) -> ScramCredential:
+    """What an unknown user is answered with (RFC 5802 section 9 suggests it): a credential
+    derived from a server secret and the name, so the same unknown name always gets the same
+    salt (as a real user does), and no PBKDF2 is spent on it (unlike a real user's login)."""
+    hash_name = SCRAM_MECHANISMS[mechanism]
+    key = _hmac(hash_name, secret, f"{mechanism}\0{user}".encode())
+    return ScramCredential(
+        salt=_hmac("sha256", key, b"salt"),  # 32 bytes, as make_credential's salts
+        stored_key=_hmac(hash_name, key, b"stored key"),
+        server_key=_hmac(hash_name, key, b"server key"),
+        iterations=iterations,
+    )
+
+
+_MOCK_SECRET = secrets.token_bytes(32)  # for servers given no mock of their own
+
+
 def _attributes(message: str) -> dict[str, str]:
     attrs: dict[str, str] = {}
     for part in message.split(","):
@@ -114,6 +131,7 @@ def _unb64(text: str) -> bytes:
 # -- server side ----------------------------------------------------------------------------
 
 CredentialLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism)
+MockCredential = Callable[[str, str], ScramCredential]  # (user, mechanism), for unknown users
 PlainCheck = Callable[[str, str], bool]  # (user, password)
 
 
@@ -154,12 +172,20 @@ class PlainServer(ServerMechanism):
 
 class ScramServer(ServerMechanism):
     def __init__(
-        self, mechanism: str, lookup: CredentialLookup, *, nonce: str | None = None
+        self,
+        mechanism: str,
+        lookup: CredentialLookup,
+        *,
+        nonce: str | None = None,
+        mock: MockCredential | None = None,
     ) -> None:
         self.mechanism = mechanism
         self._own_nonce = nonce  # tests give RFC 7677's; otherwise fresh per exchange
         self._hash = SCRAM_MECHANISMS[mechanism]
         self._lookup = lookup
+        self._mock = mock or (
+            lambda user, mech: mock_credential(_MOCK_SECRET, mech, user, SCRAM_MIN_ITERATIONS)
+        )
         self._state = 0
         self._credential: ScramCredential | None = None
         self._known = False
@@ -194,8 +220,8 @@ class ScramServer(ServerMechanism):
         cred = self._lookup(user, self.mechanism)
         self._known = cred is not None
         if cred is None:
-            # Go on with a made-up credential so an unknown user fails like a wrong password.
-            cred = make_credential(self.mechanism, secrets.token_hex(16))
+            # Go on with a mock credential so an unknown user fails like a wrong password.
+            cred = self._mock(user, self.mechanism)
         self.user = user
         self._credential = cred
         self._gs2 = f"{flag},{authzid},"
@@ -231,11 +257,14 @@ class ScramServer(ServerMechanism):
 
 
 def server_mechanism(
-    mechanism: str, lookup: CredentialLookup, plain: PlainCheck
+    mechanism: str,
+    lookup: CredentialLookup,
+    plain: PlainCheck,
+    mock: MockCredential | None = None,
 ) -> ServerMechanism:
     if mechanism == "PLAIN":
         return PlainServer(plain)
-    return ScramServer(mechanism, lookup)
+    return ScramServer(mechanism, lookup, mock=mock)
 
 
 # -- client side ----------------------------------------------------------------------------

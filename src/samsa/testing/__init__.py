@@ -8,6 +8,8 @@ loses responses, resets connections and delays frames.
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from typing import Any
 
@@ -36,11 +38,29 @@ __all__ = [
     "init_producer_id",
     "produce_one",
     "produce_request",
+    "read_frame",
     "read_topic",
 ]
 
 PRODUCE_VERSION = 9
 FETCH_VERSION = 12
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """One size-prefixed frame from a blocking raw socket (without its prefix);
+    ConnectionResetError if the broker closes the connection first."""
+
+    def read(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionResetError("closed by the broker")
+            data += chunk
+        return data
+
+    (size,) = struct.unpack(">i", read(4))
+    return read(size)
 
 
 def idempotent_batch(

@@ -46,6 +46,10 @@ def test_offsets_replay_the_same_after_compaction(tmp_path: Path) -> None:
     broker.groups.ensure_topic()
     logs = broker.coordinator_logs
     epoch = 0
+    # What was written, applied as Kafka does, independently of the coordinator's replay: a
+    # transaction's offset applies at its COMMIT marker unless a plain commit of the same
+    # partition came after it in the log; an abort applies nothing; a tombstone deletes.
+    model: dict[tuple[str, str, int], int] = {}
     for _round in range(400):
         group = rng.choice(GROUPS)
         key = OffsetCommitKey(group, "t", rng.randrange(4))
@@ -62,22 +66,29 @@ def test_offsets_replay_the_same_after_compaction(tmp_path: Path) -> None:
                 transactional=True,
             )
             assert appended.error == ErrorCode.NONE
-            if rng.random() < 0.5:
+            newer = rng.random() < 0.5
+            if newer:
                 other = OffsetCommitValue(offset=rng.randrange(10**6), commit_timestamp=1)
                 logs.append(OFFSETS, 0, [(encode_key(key), encode_value(other))])
+                model[(group, "t", key.partition)] = other.offset
             commit = rng.random() < 0.6
             assert logs.write_marker(OFFSETS, 0, PID, epoch, 0, commit) == ErrorCode.NONE
+            if commit and not newer:
+                model[(group, "t", key.partition)] = value.offset
         elif group != "txn-group" and choice < 0.1:
             logs.append(OFFSETS, 0, [(encode_key(key), None)])  # offset deleted
+            model.pop((group, "t", key.partition), None)
         else:
             value = OffsetCommitValue(offset=rng.randrange(10**6), commit_timestamp=1)
             logs.append(OFFSETS, 0, [(encode_key(key), encode_value(value))])
+            model[(group, "t", key.partition)] = value.offset
     # Last records that compaction must not get wrong: an aborted transactional commit over
     # a plain one (the plain one must stay), a committed one (its marker must stay with it).
     plain = OffsetCommitValue(offset=111, commit_timestamp=1)
     logs.append(
         OFFSETS, 0, [(encode_key(OffsetCommitKey("txn-group", "t", 0)), encode_value(plain))]
     )
+    model[("txn-group", "t", 0)] = 111
     for partition, commit in ((0, False), (1, True)):
         value = OffsetCommitValue(offset=222 + partition, commit_timestamp=1)
         key = OffsetCommitKey("txn-group", "t", partition)
@@ -90,11 +101,24 @@ def test_offsets_replay_the_same_after_compaction(tmp_path: Path) -> None:
             transactional=True,
         )
         assert logs.write_marker(OFFSETS, 0, PID, epoch, 0, commit) == ErrorCode.NONE
+        if commit:
+            model[("txn-group", "t", partition)] = 222 + partition
+    # A committed transactional offset with a plain commit after it, before its marker: the
+    # plain one is newer and stays.
+    key = encode_key(OffsetCommitKey("txn-group", "t", 2))
+    txn_value = encode_value(OffsetCommitValue(offset=333, commit_timestamp=1))
+    logs.append(OFFSETS, 0, [(key, txn_value)], producer_id=PID, producer_epoch=epoch,
+                transactional=True)  # fmt: skip
+    logs.append(OFFSETS, 0, [(key, encode_value(OffsetCommitValue(444, commit_timestamp=1)))])
+    assert logs.write_marker(OFFSETS, 0, PID, epoch, 0, True) == ErrorCode.NONE
+    model[("txn-group", "t", 2)] = 444
     broker.close()
-    # The whole history, replayed: what the coordinator must come back to.
+    # The whole history, replayed, comes back to what was written; and so does every replay
+    # of the compacted log below.
     broker = Broker(_config(tmp_path))
     broker.start()
     expected = _committed(broker)
+    assert expected == model
     assert expected[("txn-group", "t", 0)] == 111 and expected[("txn-group", "t", 1)] == 223
     log = broker.topics.topics[OFFSETS].partitions[0].log
     before = sum(s.size for s in log.segments)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import ssl
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -493,9 +494,18 @@ def test_tls_listener_keeps_the_connection_limits(tmp_path: Path) -> None:
 def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
     tmp_path: Path,
 ) -> None:
+    """The answer to a failed authentication is held for connection.failed.authentication.delay.ms
+    with reading stopped (as Kafka), then sent, then the connection is closed; a client that does
+    not read is cut after the read timeout."""
     from samsa.broker.broker import Broker
 
-    broker = Broker(BrokerConfig(data_dir=tmp_path, socket_request_read_timeout_ms=50))
+    broker = Broker(
+        BrokerConfig(
+            data_dir=tmp_path,
+            socket_request_read_timeout_ms=50,
+            connection_failed_authentication_delay_ms=150,
+        )
+    )
     calls: list[str] = []
     written: list[bytes] = []
 
@@ -507,6 +517,12 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
         def writelines(self, out: list[bytes]) -> None:
             calls.append("write")
             written.extend(out)
+
+        def pause_reading(self) -> None:
+            calls.append("pause")
+
+        def resume_reading(self) -> None:
+            calls.append("resume")
 
         def close(self) -> None:
             calls.append("close")
@@ -527,7 +543,12 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
             + _frame(ApiKey.SASL_AUTHENTICATE, 2, bad, 2)
             + _frame(ApiKey.METADATA, 9, METADATA, 3)
         )
-        assert calls == ["write", "close"]  # answered, then closed: no Metadata
+        failed_at = time.monotonic()
+        assert calls == ["pause"]  # muted; nothing sent yet, not even the handshake's answer
+        while "close" not in calls:
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - failed_at >= 0.14
+        assert calls == ["pause", "write", "close"]  # answered, then closed: no Metadata
         out, cids = b"".join(written), []
         while out:
             (size,) = struct.unpack(">i", out[:4])
@@ -535,7 +556,7 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
             out = out[4 + size :]
         assert cids == [1, 2]
         await asyncio.sleep(0.2)
-        assert calls == ["write", "close", "abort"]
+        assert calls == ["pause", "write", "close", "abort"]
 
     try:
         asyncio.run(main())

@@ -100,8 +100,9 @@ def test_higher_epoch_must_start_at_zero(conn: BlockingConnection, topic: str) -
 
 def test_unknown_producer_accepted_with_any_sequence(conn: BlockingConnection, topic: str) -> None:
     # A producer id the partition has no state for (new, expired, or retention removed it).
-    assert produce_one(conn, topic, 0, idempotent_batch(987_654, 3, 1234)) == (0, 0)
-    assert produce_one(conn, topic, 0, idempotent_batch(987_654, 3, 1235)) == (0, 1)
+    _, pid, _ = init_producer_id(conn)
+    assert produce_one(conn, topic, 0, idempotent_batch(pid, 3, 1234)) == (0, 0)
+    assert produce_one(conn, topic, 0, idempotent_batch(pid, 3, 1235)) == (0, 1)
 
 
 def test_sequence_wraps_around(conn: BlockingConnection, topic: str) -> None:

@@ -132,13 +132,14 @@ def test_transactional_batches_keep_their_flag_and_abort_as_before(tmp_path: Pat
 
 
 def test_undecompressable_records_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
-    """Rule 38: a batch whose records its codec cannot read gets CORRUPT_MESSAGE."""
+    """A batch whose records its codec cannot read is refused with Kafka's answer,
+    UNKNOWN_SERVER_ERROR (tests/oracle/test_record_validation.py)."""
     raw = bytearray(batch(Compression.NONE).to_bytes())
     raw[21:23] = (Compression.GZIP).to_bytes(2, "big")  # claims gzip, holds plain records
     raw[17:21] = crc32c.crc32c(bytes(raw[21:])).to_bytes(4, "big")
     log = Log.open(tmp_path, LogConfig(compression_type="zstd"), NOW)
     result = log.append(RecordBatchView(bytes(raw)), NOW)
-    assert result.error == ErrorCode.CORRUPT_MESSAGE and "decompress" in (result.message or "")
+    assert result.error == ErrorCode.UNKNOWN_SERVER_ERROR and "decompress" in (result.message or "")
     assert log.log_end_offset == 0
     log.close(NOW)
 
@@ -171,9 +172,11 @@ def test_create_time_outside_the_window_is_refused(tmp_path: Path, codec: str) -
         stamped(NOW + 3_600_001),  # Kafka 4's after.max.ms default: one hour ahead
     ):
         result = log.append(bad, NOW)
-        assert result.error == ErrorCode.INVALID_TIMESTAMP and "out of range" in (
+        # Kafka's words: the batch's message, then a RecordError per record out of range
+        assert result.error == ErrorCode.INVALID_TIMESTAMP and "invalid timestamp" in (
             result.message or ""
         )
+        assert "out of range" in result.record_errors[0][1]
     assert log.log_end_offset == 0 and stored(log) == []
     ok = log.append(stamped(NOW - DAY, NOW + 3_600_000, NOW), NOW)
     assert ok.error == ErrorCode.NONE and log.log_end_offset == 3

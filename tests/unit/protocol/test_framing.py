@@ -83,3 +83,68 @@ def test_any_split_of_the_stream_gives_the_same_frames(
     out += dec.feed(stream[pos:])
     assert out == bodies
     assert dec.buffered == 0
+
+
+def _read_through_buffers(dec: FrameDecoder, stream: bytes, cuts: list[int]) -> list[bytes]:
+    """Deliver ``stream`` as a buffered protocol would: into get_buffer, at most ``cut`` bytes
+    a read (cycling through ``cuts``)."""
+    out: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(stream):
+        buf = dec.get_buffer()
+        assert len(buf) > 0
+        n = min(len(buf), cuts[i % len(cuts)], len(stream) - pos)
+        buf[:n] = stream[pos : pos + n]
+        buf.release()
+        out += dec.buffer_updated(n)
+        pos += n
+        i += 1
+    return out
+
+
+@given(
+    st.lists(st.binary(max_size=300), max_size=8),
+    st.lists(st.integers(1, 400), min_size=1, max_size=30),
+    st.sampled_from([0, 1, 70_000]),
+)
+def test_buffered_reads_give_the_same_frames(
+    bodies: list[bytes], cuts: list[int], big: int
+) -> None:
+    bodies = [*bodies, bytes(range(256)) * (big // 256)]  # one frame past the small-frame size
+    stream = b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+    shared = bytearray(1024)
+    dec = FrameDecoder(1 << 20, shared)
+    assert _read_through_buffers(dec, stream, [*cuts, 50_000]) == bodies
+    assert dec.buffered == 0 and dec.pending_frame_size is None
+
+
+def test_a_large_frame_is_read_into_one_buffer_of_its_size_allocated_on_demand() -> None:
+    size = 5_000_000
+    dec = FrameDecoder(size, bytearray(4096))
+    prefix = struct.pack(">i", size) + b"x" * 100
+    buf = dec.get_buffer()
+    buf[: len(prefix)] = prefix
+    buf.release()
+    assert dec.buffer_updated(len(prefix)) == []
+    # Known size, nothing allocated yet: a caller may reserve the memory before reading on.
+    assert (dec.pending_frame_size, dec.buffered) == (size, 104)
+    assert dec._frame is None
+    first = dec.get_buffer()
+    assert len(first) == size - 100  # the rest of the frame, straight into its buffer
+    frame_buffer = first.obj
+    first[:] = b"y" * (size - 100)
+    first.release()
+    assert dec.buffered == 104
+    [frame] = dec.buffer_updated(size - 100)
+    assert frame == b"x" * 100 + b"y" * (size - 100)
+    assert len(frame_buffer) == size  # allocated once at its declared size, never regrown
+    assert dec.buffered == 0
+
+
+def test_the_limit_is_checked_on_the_prefix_and_named() -> None:
+    dec = FrameDecoder(512, bytearray(64), limit_name="sasl.server.max.receive.size")
+    buf = dec.get_buffer()
+    buf[:4] = struct.pack(">i", 513)
+    buf.release()
+    with pytest.raises(FrameError, match=r"513 bytes exceeds sasl\.server\.max\.receive\.size"):
+        dec.buffer_updated(4)

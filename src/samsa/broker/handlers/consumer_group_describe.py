@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_names,
+)
 from samsa.coordinator.consumer_group_coordinator import ConsumerGroupDescription
 from samsa.coordinator.consumer_group_records import Assignment
 from samsa.protocol.errors import ErrorCode
@@ -16,6 +23,7 @@ if TYPE_CHECKING:
 
 K = ApiKey.CONSUMER_GROUP_DESCRIBE
 NO_OPERATIONS = -(2**31)  # authorized operations were not asked for
+HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
 def _assignment(v: int, assignment: Assignment, names: dict[Any, str]) -> Any:
@@ -46,6 +54,11 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             d = broker.groups.describe_consumer_group(gid)
         else:
             d = ConsumerGroupDescription(gid, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        # As Kafka's KafkaApis: a group whose members hold or are to get a topic the caller
+        # may not Describe is answered TOPIC_AUTHORIZATION_FAILED, its members left out.
+        used = {names.get(tid, "") for m in d.members for tid in (*m.assignment, *m.target)}
+        if len(authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, used)) < len(used):
+            d = ConsumerGroupDescription(gid, ErrorCode.TOPIC_AUTHORIZATION_FAILED, HIDDEN_TOPICS)
         members = tuple(
             make(
                 K,

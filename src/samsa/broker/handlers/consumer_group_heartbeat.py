@@ -48,6 +48,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         owned=_owned(request),
         client_id=ctx.header.client_id or "",
         client_host="/" + ctx.peer.rsplit(":", 1)[0],
+        # Kafka 4.0: a regex resolves only to topics the member may Describe.
+        describable=(
+            None
+            if broker.authorizer is None
+            else frozenset(
+                authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, broker.topics.topics)
+            )
+        ),
     )
     names = req.subscribed_topic_names or ()
     # Rule 33, as Kafka's KafkaApis: Read on the group, Describe on the topics subscribed to.

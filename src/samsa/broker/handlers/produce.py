@@ -9,6 +9,7 @@ so -1 and 1 are the same durability otherwise).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
@@ -20,6 +21,7 @@ from samsa.broker.handlers._base import (
     authorized,
     authorized_names,
 )
+from samsa.log.log import AppendResult
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_response
 from samsa.protocol.records import InvalidBatchError, validate_produce_batch
@@ -42,14 +44,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     )
     owner = ctx.principal if broker.authorizer is not None else None
     to_flush: set[Log] = set()
-    results: list[tuple[str, list[ProducePartitionResult]]] = []
-    flushed: list[tuple[int, int, Log]] = []  # (topic, partition) positions awaiting a flush
+    results: list[tuple[str, list[Any]]] = []
+    waiting = False
     for topic in request.topic_data:
-        partitions = []
+        partitions: list[Any] = []
         may_create = topic.name in broker.topics.topics or _may_create(broker, ctx, topic.name)
         for pdata in topic.partition_data:
             if topic.name not in writable:
-                result = ProducePartitionResult(pdata.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                result: Any = ProducePartitionResult(
+                    pdata.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                )
             else:
                 result = _append_one(
                     broker,
@@ -62,20 +66,52 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     implicit_add=ctx.version >= 12,
                     acks=request.acks,
                 )
-            if result.error_code == ErrorCode.NONE and to_flush:
-                part = broker.topics.get_partition(topic.name, pdata.index)
-                if part is not None and part.log in to_flush:
-                    flushed.append((len(results), len(partitions), part.log))
+                waiting = waiting or not isinstance(result, ProducePartitionResult)
             partitions.append(result)
         results.append((topic.name, partitions))
+    if waiting:  # a batch is being checked in a worker thread (Broker.append)
+        return _when_appended(broker, ctx.version, request.acks, to_flush, results)
+    return _respond(broker, ctx.version, request.acks, to_flush, results)
+
+
+async def _when_appended(
+    broker: Broker,
+    version: int,
+    acks: int,
+    to_flush: set[Log],
+    results: list[tuple[str, list[Any]]],
+) -> Any:
+    for _name, partitions in results:
+        for i, result in enumerate(partitions):
+            if not isinstance(result, ProducePartitionResult):
+                partitions[i] = await result
+    out = _respond(broker, version, acks, to_flush, results)
+    return await out if asyncio.iscoroutine(out) else out
+
+
+def _respond(
+    broker: Broker,
+    version: int,
+    acks: int,
+    to_flush: set[Log],
+    results: list[tuple[str, list[ProducePartitionResult]]],
+) -> HandlerResult:
+    flushed: list[tuple[int, int, Log]] = []  # (topic, partition) positions awaiting a flush
+    if to_flush:
+        for t, (name, partitions) in enumerate(results):
+            for p, result in enumerate(partitions):
+                part = broker.topics.get_partition(name, result.index)
+                if result.error_code == ErrorCode.NONE and part is not None:
+                    if part.log in to_flush:
+                        flushed.append((t, p, part.log))
     broker.metrics.produced(results)
-    if request.acks == 0:
+    if acks == 0:
         for plog in to_flush:
             broker.flush(plog)  # a failure takes the data directory offline; nobody to tell
         return None
     if not to_flush:
-        return encode_produce_response(ctx.version, results)
-    return _after_flush(broker, ctx.version, to_flush, results, flushed)
+        return encode_produce_response(version, results)
+    return _after_flush(broker, version, to_flush, results, flushed)
 
 
 async def _after_flush(
@@ -112,7 +148,7 @@ def _append_one(
     auto_create: bool = True,
     implicit_add: bool = False,
     acks: int = 1,
-) -> ProducePartitionResult:
+) -> ProducePartitionResult | Awaitable[ProducePartitionResult]:
     index = pdata.index
     partition = broker.partition_or_error(topic, index, auto_create=auto_create)
     if isinstance(partition, ErrorCode):
@@ -168,7 +204,21 @@ def _append_one(
                 f"min.insync.replicas ({plog.config.min_insync_replicas})"
             ),
         )
-    result = broker.append(partition, batch)
+    appended = broker.append(partition, batch)
+    if isinstance(appended, AppendResult):
+        return _outcome(broker, plog, index, appended, to_flush)
+    return _then(broker, plog, index, appended, to_flush)
+
+
+async def _then(
+    broker: Broker, plog: Log, index: int, appended: Awaitable[AppendResult], to_flush: set[Log]
+) -> ProducePartitionResult:
+    return _outcome(broker, plog, index, await appended, to_flush)
+
+
+def _outcome(
+    broker: Broker, plog: Log, index: int, result: AppendResult, to_flush: set[Log]
+) -> ProducePartitionResult:
     if result.error != ErrorCode.NONE:
         return ProducePartitionResult(
             index,

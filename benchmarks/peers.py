@@ -1,0 +1,525 @@
+"""samsa side by side with Apache Kafka (first peer) and Tansu (second), in one run.
+
+Every row runs the same workload, with the same clients, against the three brokers, all
+started fresh by this script on 127.0.0.1 and stopped at the end; the order of the brokers
+rotates from row to row so a slow spell of the (shared) machine does not always hit the same
+one. Each figure is printed with its ratio to Kafka's and Tansu's in the same run, and the
+machine is named at the top.
+
+Rows (``--quick`` divides the counts by ~20 for a smoke run):
+
+- start-up: exec to the first answered ApiVersions (empty data dir), and SIGTERM to exit
+  (clean stop), median of 3;
+- RSS: resident memory idle (fresh) and after the load rows;
+- produce: confluent-kafka idempotent producer (acks=all, linger 5 ms), 1 producer with
+  100-byte and 1 KB values, and 4 producer processes with 100-byte values; Kafka's own
+  ``ProducerPerformance`` (the Java client, idempotent, acks=all) with 100-byte values;
+- transactions: a confluent-kafka transactional producer committing transactions of 10
+  records spread over 1 and over 10 partitions (transactions/s);
+- fetch: a confluent-kafka consumer reading every record of a 3-partition topic (librdkafka
+  defaults, then ``fetch.queue.backoff.ms=0``), and Kafka's ``ConsumerPerformance``;
+- latency: end-to-end p50/p99/p99.9 (producer send to consumer receipt, one process, same
+  clock) at a fixed rate, idle and while a second producer process saturates the broker;
+- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _brokers import (
+    HOST,
+    BrokerProcess,
+    KafkaBroker,
+    SamsaBroker,
+    TansuBroker,
+    _api_versions_ok,
+    free_port,
+)
+
+from samsa.testing.kafka import KafkaNode, tool_args
+from samsa.testing.tansu import tansu_broker_args
+
+PARTITIONS = 3
+BROKERS = ("samsa", "kafka", "tansu")
+
+
+@dataclass
+class Scale:
+    produce: int  # records per produce row (1 producer)
+    produce_1k: int
+    produce_each: int  # records per producer process, 4 processes
+    txns: int  # transactions per transactional row
+    fetch: int  # records read per fetch row
+    latency_rate: int  # messages/s in the latency rows
+    latency_seconds: float
+
+
+FULL = Scale(600_000, 200_000, 150_000, 1_000, 1_200_000, 1_000, 10.0)
+QUICK = Scale(30_000, 10_000, 8_000, 100, 60_000, 500, 3.0)
+
+
+@dataclass
+class Row:
+    label: str
+    unit: str
+    higher_is_better: bool = True
+    values: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def machine() -> str:
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    load = os.getloadavg()
+    return (
+        f"{platform.node()}: {os.cpu_count()} cores ({model}), {mem:.0f} GiB, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+        f"load average at start {load[0]:.2f}"
+    )
+
+
+def rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# --- start-up and stop ----------------------------------------------------------------
+
+
+def _spawn_and_time(cmd: list[str], port: int, timeout: float = 120.0) -> tuple[float, float]:
+    """Seconds from exec to the first answered ApiVersions, and from SIGTERM to exit."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        while not _api_versions_ok(port, timeout=0.5):
+            if proc.poll() is not None or time.perf_counter() - t0 > timeout:
+                raise RuntimeError(f"{cmd[:3]} did not answer on {port}")
+            time.sleep(0.005)
+        up = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        proc.terminate()
+        proc.wait(120)
+        return up, time.perf_counter() - t1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def startup_rows(work: Path, runs: int = 3) -> list[Row]:
+    up = Row("start-up to first answer (empty)", "s", higher_is_better=False)
+    down = Row("clean stop (SIGTERM to exit, empty)", "s", higher_is_better=False)
+    samples: dict[str, list[tuple[float, float]]] = {b: [] for b in BROKERS}
+    for i in range(runs):
+        for name in _rotated(i):
+            port = free_port()
+            d = work / f"startup-{name}-{i}"
+            if name == "samsa":
+                cmd = [sys.executable, "-m", "samsa", "broker", "--data-dir", str(d),
+                       "--host", HOST, "--port", str(port)]  # fmt: skip
+            elif name == "kafka":
+                node = KafkaNode(d, port=port)
+                node.format()  # formatting is installation, not start-up
+                cmd = node.command()
+            else:
+                cmd = tansu_broker_args(port, HOST)
+            samples[name].append(_spawn_and_time(cmd, port))
+    for name, s in samples.items():
+        up.values[name] = statistics.median(a for a, _ in s)
+        down.values[name] = statistics.median(b for _, b in s)
+    return [up, down]
+
+
+# --- load generators ----------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md and md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values()
+        ):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{topic} not ready on {bootstrap}")
+
+
+def produce(bootstrap: str, topic: str, records: int, size: int, max_seconds: float = 120.0
+            ) -> tuple[int, float]:  # fmt: skip
+    """An idempotent confluent-kafka producer; (records acknowledged, seconds)."""
+    from confluent_kafka import Producer
+
+    done = [0, 0]
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        done[0 if err is None else 1] += 1
+
+    p = Producer({
+        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+        "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    })  # fmt: skip
+    value = b"v" * size
+    p.produce(topic, value, partition=0, on_delivery=on_delivery)
+    p.flush(30)
+    done[0] = 0
+    start = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 10_000 == 0:
+            p.poll(0)
+            if time.perf_counter() - start > max_seconds:
+                break
+    p.flush(max_seconds + 30)
+    return done[0], time.perf_counter() - start
+
+
+def _produce_proc(bootstrap: str, topic: str, records: int, size: int, q: Any) -> None:
+    q.put(produce(bootstrap, topic, records, size))
+
+
+def produce_parallel(bootstrap: str, topic: str, each: int, procs: int = 4) -> tuple[int, float]:
+    q: Any = mp.get_context("spawn").Queue()
+    ctx = mp.get_context("spawn")
+    ps = [ctx.Process(target=_produce_proc, args=(bootstrap, topic, each, 100, q))
+          for _ in range(procs)]  # fmt: skip
+    t0 = time.perf_counter()
+    for p in ps:
+        p.start()
+    got = [q.get(timeout=600) for _ in ps]
+    for p in ps:
+        p.join(60)
+    return sum(r for r, _ in got), time.perf_counter() - t0
+
+
+def transactions(bootstrap: str, topic: str, txns: int, spread: int) -> tuple[int, float]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{topic}-{spread}",
+                  "linger.ms": 0})  # fmt: skip
+    p.init_transactions(60)
+    start = time.perf_counter()
+    for _ in range(txns):
+        p.begin_transaction()
+        for i in range(10):
+            p.produce(topic, b"t" * 100, partition=i % spread)
+        p.commit_transaction(60)
+    return txns, time.perf_counter() - start
+
+
+def fetch(bootstrap: str, topic: str, records: int, extra: dict[str, Any]) -> tuple[int, float]:
+    """A confluent-kafka consumer reads ``records`` from the start; the clock starts at the
+    first message (connecting and metadata are not counted)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  **extra})  # fmt: skip
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    start = 0.0
+    deadline = time.perf_counter() + 300
+    try:
+        while got < records and time.perf_counter() < deadline:
+            for m in c.consume(10_000, 0.5):
+                if m.error() is None:
+                    if not got:
+                        start = time.perf_counter()
+                    got += 1
+    finally:
+        c.close()
+    return got, time.perf_counter() - start
+
+
+def java_perf(tool: str, args: list[str]) -> str:
+    out = subprocess.run(tool_args(tool, *args, heap="512m"), capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"{tool} failed: {out.stderr[-2000:]}")
+    return out.stdout
+
+
+def producer_performance(bootstrap: str, topic: str, records: int) -> float:
+    out = java_perf("kafka-producer-perf-test", [
+        "--topic", topic, "--num-records", str(records), "--record-size", "100",
+        "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all",
+        "enable.idempotence=true", "linger.ms=5",
+    ])  # fmt: skip
+    m = re.findall(r"(\d+) records sent, ([\d.]+) records/sec", out)
+    if not m:
+        raise RuntimeError(f"no summary in ProducerPerformance's output: {out[-500:]}")
+    return float(m[-1][1])
+
+
+def consumer_performance(bootstrap: str, topic: str, records: int) -> float:
+    out = java_perf("kafka-consumer-perf-test", [
+        "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
+        "--timeout", "60000",
+    ])  # fmt: skip
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    header = next(i for i, ln in enumerate(lines) if "nMsg.sec" in ln)
+    names = [h.strip() for h in lines[header].split(",")]
+    values = [v.strip() for v in lines[header + 1].split(",")]
+    return float(values[names.index("nMsg.sec")])
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> tuple[float, float, float]:
+    """p50/p99/p99.9 ms from send to receipt at ``rate`` messages/s (acks=all, no linger)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": 0})  # fmt: skip
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 500, "fetch.queue.backoff.ms": 0})  # fmt: skip
+    c.assign([TopicPartition(topic, 0, 0)])
+    p.produce(topic, b"%.9f" % time.perf_counter(), partition=0)
+    p.flush(30)
+    deadline = time.perf_counter() + 30
+    while time.perf_counter() < deadline:  # the consumer is caught up and fetching
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            break
+    samples: list[float] = []
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    sent = 0
+    while sent < total or len(samples) < sent:
+        now = time.perf_counter()
+        while sent < total and now >= start + sent / rate:
+            p.produce(topic, b"%.9f" % time.perf_counter(), partition=0)
+            sent += 1
+        p.poll(0)
+        m = c.poll(0.0005)
+        if m is not None and m.error() is None:
+            samples.append((time.perf_counter() - float(m.value())) * 1000)
+        if now - start > seconds + 30:
+            break
+    p.flush(10)
+    c.close()
+    samples.sort()
+
+    def q(f: float) -> float:
+        return samples[min(len(samples) - 1, int(f * len(samples)))] if samples else float("nan")
+
+    return q(0.50), q(0.99), q(0.999)
+
+
+def _saturate(bootstrap: str, topic: str, seconds: float) -> None:
+    produce(bootstrap, topic, 50_000_000, 100, max_seconds=seconds)
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+def _rotated(i: int) -> tuple[str, ...]:
+    k = i % len(BROKERS)
+    return BROKERS[k:] + BROKERS[:k]
+
+
+def run(scale: Scale, work: Path) -> list[Row]:
+    rows = startup_rows(work)
+    with contextlib.ExitStack() as stack:
+        brokers: dict[str, BrokerProcess] = {
+            "samsa": stack.enter_context(SamsaBroker(work / "samsa")),
+            "kafka": stack.enter_context(KafkaBroker(work / "kafka")),
+            "tansu": stack.enter_context(TansuBroker()),
+        }
+        time.sleep(2)
+        idle = Row("RSS idle", "MB", higher_is_better=False)
+        for name, b in brokers.items():
+            idle.values[name] = rss_mb(b.pid)
+        rows.append(idle)
+
+        def row(label: str, unit: str, fn: Callable[[str, BrokerProcess], float],
+                higher: bool = True) -> Row:  # fmt: skip
+            r = Row(label, unit, higher)
+            for name in _rotated(len(rows)):
+                try:
+                    r.values[name] = fn(name, brokers[name])
+                except Exception as e:  # a peer that cannot run a row is said, not hidden
+                    r.notes[name] = f"{type(e).__name__}: {e}"[:200]
+            rows.append(r)
+            print(_format_row(r), flush=True)
+            return r
+
+        cpu: dict[str, tuple[float, int]] = {}
+
+        def p100(name: str, b: BrokerProcess) -> float:
+            create_topic(b.bootstrap, "p100")
+            c0 = b.cpu_seconds()
+            n, s = produce(b.bootstrap, "p100", scale.produce, 100)
+            cpu[name] = (b.cpu_seconds() - c0, n)
+            return n / s
+
+        row("produce, 1 producer, 100 B (confluent, idempotent)", "rec/s", p100)
+        def on(topic: str, fn: Callable[[str], float], partitions: int = PARTITIONS
+               ) -> Callable[[str, BrokerProcess], float]:  # fmt: skip
+            """A row body: create ``topic`` on the broker, then time ``fn(bootstrap)``."""
+
+            def body(_name: str, b: BrokerProcess) -> float:
+                create_topic(b.bootstrap, topic, partitions)
+                return fn(b.bootstrap)
+
+            return body
+
+        row("produce, 1 producer, 1 KB", "rec/s",
+            on("p1k", lambda bs: _rate(produce(bs, "p1k", scale.produce_1k, 1000))))
+        row("produce, 4 producer processes, 100 B", "rec/s",
+            on("p4", lambda bs: _rate(produce_parallel(bs, "p4", scale.produce_each))))
+        row("produce, Kafka's ProducerPerformance, 100 B", "rec/s",
+            on("pp", lambda bs: producer_performance(bs, "pp", scale.produce)))
+        row("transactions of 10 records, 1 partition", "txn/s",
+            on("tx1", lambda bs: _rate(transactions(bs, "tx1", scale.txns, 1))))
+        row("transactions of 10 records, 10 partitions", "txn/s",
+            on("tx10", lambda bs: _rate(transactions(bs, "tx10", scale.txns, 10)), 10))
+
+        def fill(b: BrokerProcess) -> None:
+            if not getattr(b, "_filled", False):
+                create_topic(b.bootstrap, "f")
+                produce(b.bootstrap, "f", scale.fetch, 100)
+                b._filled = True  # type: ignore[attr-defined]
+
+        fcpu: dict[str, tuple[float, int]] = {}
+
+        def f_default(name: str, b: BrokerProcess) -> float:
+            fill(b)
+            c0 = b.cpu_seconds()
+            n, s = fetch(b.bootstrap, "f", scale.fetch, {})
+            fcpu[name] = (b.cpu_seconds() - c0, n)
+            return n / s
+
+        row("fetch, confluent consumer (librdkafka defaults)", "rec/s", f_default)
+        def f_nobackoff(_name: str, b: BrokerProcess) -> float:
+            fill(b)
+            return _rate(fetch(b.bootstrap, "f", scale.fetch, {"fetch.queue.backoff.ms": 0}))
+
+        def f_java(_name: str, b: BrokerProcess) -> float:
+            fill(b)
+            return consumer_performance(b.bootstrap, "f", scale.fetch)
+
+        row("fetch, confluent consumer, fetch.queue.backoff.ms=0", "rec/s", f_nobackoff)
+        row("fetch, Kafka's ConsumerPerformance", "rec/s", f_java)
+
+        lat: dict[str, dict[str, tuple[float, float, float]]] = {"idle": {}, "load": {}}
+
+        def lat_idle(name: str, b: BrokerProcess) -> float:
+            create_topic(b.bootstrap, "lat", 1)
+            lat["idle"][name] = latency(b.bootstrap, "lat", scale.latency_rate,
+                                        scale.latency_seconds)  # fmt: skip
+            return lat["idle"][name][1]
+
+        def lat_load(name: str, b: BrokerProcess) -> float:
+            create_topic(b.bootstrap, "sat")
+            sat = mp.get_context("spawn").Process(
+                target=_saturate, args=(b.bootstrap, "sat", scale.latency_seconds + 5))
+            sat.start()
+            try:
+                time.sleep(2)
+                lat["load"][name] = latency(b.bootstrap, "lat", scale.latency_rate,
+                                            scale.latency_seconds)  # fmt: skip
+            finally:
+                sat.join(120)
+                if sat.is_alive():
+                    sat.kill()
+            return lat["load"][name][1]
+
+        r_idle = row(f"latency p99, idle, {scale.latency_rate}/s", "ms", lat_idle, False)
+        r_load = row(f"latency p99, under load, {scale.latency_rate}/s", "ms", lat_load, False)
+        for key, r in (("idle", r_idle), ("load", r_load)):
+            for name, (p50, p99, p999) in lat[key].items():
+                r.notes[name] = f"p50 {p50:.1f} / p99 {p99:.1f} / p99.9 {p999:.1f} ms"
+
+        loaded = Row("RSS after the load rows", "MB", higher_is_better=False)
+        for name, b in brokers.items():
+            loaded.values[name] = rss_mb(b.pid)
+        rows.append(loaded)
+        for label, d in (("broker CPU s per 1M records produced", cpu),
+                         ("broker CPU s per 1M records fetched", fcpu)):  # fmt: skip
+            r = Row(label, "s", higher_is_better=False)
+            for name, (sec, n) in d.items():
+                if n:
+                    r.values[name] = sec / n * 1e6
+            rows.append(r)
+    return rows
+
+
+def _rate(result: tuple[int, float]) -> float:
+    n, s = result
+    return n / s if s > 0 else 0.0
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.2f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def _format_row(r: Row) -> str:
+    v = r.values
+    return (f"| {r.label} ({r.unit}) | {_fmt(v.get('samsa'))} | {_fmt(v.get('kafka'))} | "
+            f"{_fmt(v.get('tansu'))} | {_ratio(v.get('samsa'), v.get('kafka'))} | "
+            f"{_ratio(v.get('samsa'), v.get('tansu'))} |")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    ap.add_argument("--work-dir", type=Path, default=None)
+    args = ap.parse_args(argv)
+    print(f"machine: {machine()}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="samsa-peers-") as d:
+        rows = run(QUICK if args.quick else FULL, Path(d))
+    print("\n| row | samsa | Kafka | Tansu | samsa/Kafka | samsa/Tansu |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(_format_row(r))
+    print("\n(ratios are samsa's figure over the peer's: above 1 is better for rec/s and txn/s,"
+          " below 1 is better for s, ms and MB)")  # fmt: skip
+    for r in rows:
+        for name, note in r.notes.items():
+            print(f"  {r.label} / {name}: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""What reading every record of a client batch on append costs (issue 27): produce throughput
+before and after, and the check of a 1 MB zstd batch against Kafka's.
+
+(1) raw idempotent produce, one connection, 5 requests in flight, acks=-1, 3 partitions, 100 B
+    values (as benchmarks/produce.py's (a)), uncompressed and compressed, against a samsa broker
+    from ``--src`` (the code before) and from this tree, alternately, ``--rounds`` times each:
+    the best records/s of each;
+(2) one 1 MB zstd batch of 10,000 records of 92 random bytes, produced (acks=1) one at a time
+    to a topic of Apache Kafka (a real node) and of samsa: the median latency, and samsa's
+    check of the batch alone, in process (``check_client_batch``).
+
+    python benchmarks/record_check.py --src /path/to/old/tree     # ~3 min
+    python benchmarks/record_check.py --no-kafka                  # without (2)'s Kafka part
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _brokers import HOST, SamsaBroker
+from produce import (
+    PARTITIONS,
+    PRODUCE_V,
+    VALUE_SIZE,
+    ensure_topic,
+    new_producer,
+    pipelined_produce,
+    with_sequence,
+)
+
+from samsa.client._connection import BlockingConnection
+from samsa.log.log import LogConfig
+from samsa.log.validator import check_client_batch
+from samsa.protocol.messages import ApiKey
+from samsa.protocol.records import Compression, NewRecord, RecordBatchView, build_batch
+from samsa.testing import create_topic, produce_request
+from samsa.testing.kafka import KafkaNode
+
+CODECS = {"none": Compression.NONE, "zstd": Compression.ZSTD, "gzip": Compression.GZIP}
+
+
+def _frames(port: int, topic: str, per_batch: int, codec: int, requests: int) -> tuple:
+    conn, pid, epoch = new_producer(port)
+    ts = time.time_ns() // 1_000_000
+    values = [(b"%08d" % i).ljust(VALUE_SIZE, b"v") for i in range(per_batch)]
+    template = bytearray(
+        build_batch(
+            [NewRecord(value=v, timestamp=ts) for v in values],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            compression=codec,
+        )
+    )
+    frames = []
+    for i in range(requests):
+        batch = with_sequence(template, i * per_batch)
+        req = produce_request({(topic, p): batch for p in range(PARTITIONS)}, acks=-1)
+        frames.append(conn.encode(ApiKey.PRODUCE, PRODUCE_V, req, i + 1))
+    return conn, frames
+
+
+def throughput(
+    broker: SamsaBroker, topic: str, per_batch: int, codec: int, records: int
+) -> tuple[float, float]:
+    """(records/s, broker CPU microseconds per record)."""
+    ensure_topic(broker.port, topic)
+    n_requests = records // (per_batch * PARTITIONS)
+    conn, frames = _frames(broker.port, topic, per_batch, codec, n_requests)
+    cpu = broker.cpu_seconds()
+    try:
+        result = pipelined_produce(conn, frames, per_batch, 30.0)
+    finally:
+        conn.close()
+    cpu = broker.cpu_seconds() - cpu
+    if result.errors:
+        raise RuntimeError(f"produce errors: {dict(result.errors)}")
+    return result.records / result.seconds, cpu / result.records * 1e6
+
+
+def compare_throughput(src: Path | None, rounds: int, records: int) -> None:
+    rows = [(100, "none"), (1000, "none"), (1000, "zstd"), (1000, "gzip")]
+    best: dict[tuple[str, int, str], float] = {}
+    cpu: dict[tuple[str, int, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="samsa-check-bench-") as tmp:
+        trees = [("after", None)] + ([("before", src)] if src is not None else [])
+        for r in range(rounds):
+            for name, tree in trees if r % 2 == 0 else trees[::-1]:
+                with SamsaBroker(Path(tmp) / f"{name}-{r}", src=tree) as broker:
+                    for per_batch, codec in rows:
+                        topic = f"t{per_batch}-{codec}"
+                        rate, us = throughput(broker, topic, per_batch, CODECS[codec], records)
+                        key = (name, per_batch, codec)
+                        best[key] = max(best.get(key, 0.0), rate)
+                        cpu.setdefault(key, []).append(us)
+    print(f"(1) raw produce, 1 conn, 5 in flight: best records/s of {rounds} rounds, and the "
+          "broker's median CPU time per record (less sensitive to a busy machine)")  # fmt: skip
+    print(f"{'batch':>16} {'before/s':>11} {'after/s':>11} {'ratio':>6} "
+          f"{'before us':>10} {'after us':>9} {'ratio':>6}")  # fmt: skip
+    for per_batch, codec in rows:
+        after = best[("after", per_batch, codec)]
+        before = best.get(("before", per_batch, codec), 0.0)
+        cpu_after = statistics.median(cpu[("after", per_batch, codec)])
+        cpu_before = statistics.median(cpu.get(("before", per_batch, codec), [0.0]))
+        print(f"{f'{per_batch} rec, {codec}':>16} {before:11,.0f} {after:11,.0f} "
+              f"{after / before if before else 0:6.2f} {cpu_before:10.3f} {cpu_after:9.3f} "
+              f"{cpu_after / cpu_before if cpu_before else 0:6.2f}")  # fmt: skip
+
+
+def _zstd_batch() -> bytes:
+    rng = random.Random(27)
+    return build_batch(
+        [NewRecord(value=rng.randbytes(92), key=b"k%d" % i) for i in range(10_000)],
+        compression=Compression.ZSTD,
+        now_ms=int(time.time() * 1000),
+    )
+
+
+def produce_latency(bootstrap: str, batch: bytes, n: int) -> float:
+    host, port = bootstrap.split(":")
+    with BlockingConnection(host, int(port)) as conn:
+        assert create_topic(conn, "zstd-10k") == 0
+        time.sleep(1)
+        req = produce_request({("zstd-10k", 0): batch}, acks=1)
+        times = []
+        for _ in range(n + 3):
+            t0 = time.perf_counter()
+            resp = conn.request(ApiKey.PRODUCE, 9, req)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert resp.responses[0].partition_responses[0].error_code == 0
+    return statistics.median(times[3:])
+
+
+def compare_with_kafka(with_kafka: bool, n: int) -> None:
+    batch = _zstd_batch()
+    view = RecordBatchView(batch)
+    config = LogConfig()
+    checks = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        assert check_client_batch(view, config, int(time.time() * 1000)).error == 0
+        checks.append((time.perf_counter() - t0) * 1000)
+    print(f"\n(2) a {len(batch) / 1e6:.2f} MB zstd batch of 10,000 records, median of {n}")
+    print(f"  samsa check_client_batch in process: {statistics.median(checks):7.2f} ms")
+    with tempfile.TemporaryDirectory(prefix="samsa-check-bench-") as tmp:
+        with SamsaBroker(Path(tmp) / "samsa") as broker:
+            samsa = produce_latency(f"{HOST}:{broker.port}", batch, n)
+        print(f"  samsa Produce (acks=1) latency:      {samsa:7.2f} ms")
+        if with_kafka:
+            node = KafkaNode(Path(tmp) / "kafka").start()
+            try:
+                kafka = produce_latency(node.bootstrap, batch, n)
+            finally:
+                node.stop()
+            print(f"  Kafka Produce (acks=1) latency:      {kafka:7.2f} ms "
+                  f"(samsa/Kafka {samsa / kafka:.2f}x)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", type=Path, help="the source tree of the code before")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=300_000, help="records per run")
+    parser.add_argument("--no-kafka", action="store_true")
+    parser.add_argument("--only", choices=("throughput", "kafka"))
+    args = parser.parse_args()
+    if args.only != "kafka":
+        compare_throughput(args.src, args.rounds, args.records)
+    if args.only != "throughput":
+        compare_with_kafka(not args.no_kafka, 30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,807 @@
+"""A client batch's records checked as Kafka's LogValidator reads them: streamed, bounded.
+
+Theory of operation
+-------------------
+Kafka reads every record of a client batch before appending it (``DefaultRecord.readFrom``
+for uncompressed records, ``readPartiallyFrom`` through a decompressing stream otherwise) and
+refuses the batch if one is malformed, if there are fewer or more than ``recordCount``, or
+(per record, reported by batch index) if a key is missing on a compacted topic or a timestamp
+is outside the topic's window. Here the same reading is done without a Python object per
+record and without the inflated records in memory:
+
+- :func:`inflate` yields the records section in chunks of at most :data:`INFLATE_CHUNK`
+  bytes (zlib, zstandard and lz4 frame decompress up to a cap per call; a snappy block is
+  bounded by the length it declares, checked before it is inflated). Past ``limit`` inflated
+  bytes it raises MESSAGE_TOO_LARGE, so a 32,000:1 bomb costs ``limit`` bytes of CPU, never
+  memory. zstd frames may not ask for a window above :data:`ZSTD_MAX_WINDOW`.
+- :class:`RecordChecker` takes those chunks and keeps only the unfinished tail of the last
+  record. The complete records of a chunk are found vectorised (every record assumed as long
+  as the last one known, the guess checked at every guessed start, a short Python walk where
+  sizes keep changing), then every field of all of them is read and checked with numpy at
+  once: lengths, varint sizes, offset deltas 0..n-1, key and value lengths within the record,
+  header structure, the record ending where its fields do. Key and value bytes are only
+  skipped. A record longer than a chunk is gathered first (it is bounded by ``limit``).
+
+All of it is C code (zlib, zstd, lz4, numpy) over buffers of a bounded size, run by the
+broker in worker threads, so a heavy batch does not hold the event loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import struct
+import zlib
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import cramjam
+import lz4.frame
+import numpy as np
+import zstandard
+
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.records import (
+    HEADER_SIZE,
+    Compression,
+    InvalidBatchError,
+    RecordBatchView,
+)
+
+INFLATE_CHUNK = 256 * 1024  # the most one decompression step produces
+ZSTD_MAX_WINDOW = 1 << 24  # bytes of history a zstd frame may ask the decoder to keep
+MAX_RECORD_ERRORS = 1000  # record errors kept for the response: a bound, not a limit on checks
+_MIN_BODY = 6  # attributes, two deltas, key and value lengths, header count: a byte each
+_MAX_WALK = 4096  # records walked in Python in one go when guessing fails
+_BIG_RECORD = 2 * INFLATE_CHUNK  # longer records are read as they stream, never gathered
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _corrupt(message: str) -> InvalidBatchError:
+    # Kafka's answer to records its codec cannot read (the stream's KafkaException is not
+    # mapped to an error code); clients treat it as a failure, not a retry.
+    return InvalidBatchError(ErrorCode.UNKNOWN_SERVER_ERROR, message)
+
+
+def _invalid(message: str) -> InvalidBatchError:
+    return InvalidBatchError(ErrorCode.INVALID_RECORD, message)
+
+
+# --- bounded inflation ---------------------------------------------------------------------
+
+
+class _Budget:
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise InvalidBatchError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"records inflate to more than {self.limit} bytes (message.max.inflated.bytes)",
+            )
+
+
+def inflate(codec: int, data: bytes | memoryview, limit: int) -> Iterator[bytes]:
+    """The records section of ``codec`` ``data``, in chunks of at most :data:`INFLATE_CHUNK`
+    bytes (a snappy block: at most what it declares). InvalidBatchError: UNKNOWN_SERVER_ERROR for
+    bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes."""
+    budget = _Budget(limit)
+    try:
+        if codec == Compression.NONE:
+            budget.take(len(data))
+            yield bytes(data)
+            return
+        if codec == Compression.GZIP:
+            chunks = _gzip(data)
+        elif codec == Compression.ZSTD:
+            chunks = _zstd(data)
+        elif codec == Compression.LZ4:
+            chunks = _lz4(data)
+        elif codec == Compression.SNAPPY:
+            chunks = _snappy(data, budget)
+        else:
+            raise _invalid(f"unknown compression codec {codec}")
+        for chunk in chunks:
+            budget.take(len(chunk))
+            yield chunk
+    except InvalidBatchError:
+        raise
+    except Exception as exc:  # each library's own error for bytes it cannot read
+        raise _corrupt(f"records cannot be decompressed: {exc}") from None
+
+
+def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
+    rest = bytes(data)
+    while True:  # one gzip member after another, as Java's GZIPInputStream reads them
+        d = zlib.decompressobj(31)
+        pending = rest
+        while not d.eof:
+            chunk = d.decompress(pending, INFLATE_CHUNK)
+            pending = d.unconsumed_tail
+            if chunk:
+                yield chunk
+            elif not pending:
+                raise _corrupt("records cannot be decompressed: truncated gzip stream")
+        rest = d.unused_data
+        if not rest:
+            return
+
+
+def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
+    window = zstandard.get_frame_parameters(data).window_size
+    if window > ZSTD_MAX_WINDOW:  # the decoder would hold that much history
+        raise InvalidBatchError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"zstd frame asks for a {window}-byte window; {ZSTD_MAX_WINDOW} at most",
+        )
+    dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
+        while True:
+            chunk = reader.read(INFLATE_CHUNK)
+            if not chunk:
+                return
+            yield chunk
+
+
+def _lz4(data: bytes | memoryview) -> Iterator[bytes]:
+    d = lz4.frame.LZ4FrameDecompressor()
+    pending = bytes(data)
+    while not d.eof:
+        chunk = d.decompress(pending, INFLATE_CHUNK)
+        pending = b""
+        if chunk:
+            yield chunk
+        elif not d.needs_input:
+            continue
+        else:
+            raise _corrupt("records cannot be decompressed: truncated lz4 frame")
+    if d.unused_data:
+        raise _corrupt("records cannot be decompressed: bytes after the lz4 frame")
+
+
+def _snappy_block(block: bytes | memoryview, budget: _Budget) -> bytes:
+    declared, shift, i = 0, 0, 0
+    while True:  # the block's preamble: its inflated length, a varint
+        if i >= len(block) or i > 4:
+            raise _corrupt("records cannot be decompressed: bad snappy preamble")
+        b = block[i]
+        declared |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            break
+        shift += 7
+    if declared > budget.left:
+        budget.take(declared)  # raises: refused before anything is inflated
+    return bytes(cramjam.snappy.decompress_raw(bytes(block)))
+
+
+def _snappy(data: bytes | memoryview, budget: _Budget) -> Iterator[bytes]:
+    raw = memoryview(data)
+    if bytes(raw[:8]) != _XERIAL_MAGIC:
+        yield _snappy_block(raw, budget)
+        return
+    pos = 16  # magic, version, compatible version
+    while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise _corrupt("records cannot be decompressed: torn xerial snappy block")
+        (n,) = struct.unpack_from(">i", raw, pos)
+        if n < 0 or pos + 4 + n > len(raw):
+            raise _corrupt("records cannot be decompressed: bad xerial snappy block length")
+        yield _snappy_block(raw[pos + 4 : pos + 4 + n], budget)
+        pos += 4 + n
+
+
+# --- records -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRules:
+    """What a topic asks of each record beyond its structure (Kafka's validateRecord)."""
+
+    need_key: bool = False  # compacted topic
+    partition: str = ""  # "topic-index", for the messages, as Kafka's
+    min_timestamp: int | None = None  # CreateTime window; None: unchecked
+    max_timestamp: int | None = None
+
+
+@dataclass(slots=True)
+class RecordsSummary:
+    count: int = 0
+    inflated_bytes: int = 0
+    # (batch index, message) per refused record, as Kafka's RecordError; the first
+    # MAX_RECORD_ERRORS of them, with ``error`` the batch's code (INVALID_TIMESTAMP if any
+    # timestamp is out of the window, else INVALID_RECORD), as Kafka's processRecordErrors.
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
+    error_count: int = 0  # all of them, kept or not
+    error: ErrorCode = ErrorCode.NONE
+
+
+def _varints(
+    buf: np.ndarray, pos: np.ndarray, max_size: int, *, strict: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Zigzag varints at every ``pos`` (all within ``buf``, padded by 10 bytes): (values,
+    sizes). A varint longer than ``max_size`` bytes (5 for int32, 10 for int64) is invalid;
+    ``strict=False`` (guessed positions) reads it as -1 instead."""
+    b = buf[pos]
+    cont = b >= 0x80
+    if not cont.any():  # the usual case: every one a single byte
+        raw = b.astype(np.int64)
+        return (raw >> 1) ^ -(raw & 1), np.ones(len(pos), np.int64)
+    raw = (b & 0x7F).astype(np.int64)
+    sizes = 1 + cont.astype(np.int64)
+    active = cont
+    for k in range(1, max_size):  # dense passes: cheaper than gathering the few still going
+        nxt = buf[pos + k]
+        raw |= np.where(active, (nxt & 0x7F).astype(np.int64) << (7 * k), 0)
+        active = active & (nxt >= 0x80)
+        if not active.any():
+            break
+        sizes += active
+    values = ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1)
+    if max_size == 5:
+        values = values.astype(np.int32).astype(np.int64)  # Java's int wraps
+    if active.any():
+        if strict:
+            raise _invalid("Found invalid record structure: varint too long")
+        values[active] = -1
+    return values, sizes
+
+
+_HIGH_BYTES = bytes(range(0x80, 0x100))
+_HIGH_BIT = re.compile(rb"[^\x80-\xff]")  # the first byte without it ends a run
+_NO_HIGH_BIT = re.compile(rb"[\x80-\xff]")
+
+
+def _same_run(column: bytes, byte: bytes) -> int:
+    """How many bytes of ``column`` repeat ``byte`` before another (a memcmp when all do)."""
+    if column == byte * len(column):
+        return len(column)
+    return len(column) - len(column.lstrip(byte))
+
+
+def _low_run(column: bytes) -> int:
+    """How many bytes of ``column`` come before the first with the high bit set."""
+    if column.isascii():
+        return len(column)
+    found = _NO_HIGH_BIT.search(column)
+    return len(column) if found is None else found.start()
+
+
+def _high_run(column: bytes) -> int:
+    """How many bytes of ``column`` come before the first without the high bit."""
+    if not column.translate(None, _HIGH_BYTES):
+        return len(column)
+    found = _HIGH_BIT.search(column)
+    return len(column) if found is None else found.start()
+
+
+@functools.lru_cache(maxsize=64)
+def _offset_delta_column(first: int, n: int, size: int, k: int) -> bytes:
+    """Byte ``k`` of the ``size``-byte varints of offset deltas first..first+n-1."""
+    more = 0x80 if k < size - 1 else 0
+    return bytes(((2 * i >> (7 * k)) & 0x7F) | more for i in range(first, first + n))
+
+
+def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int] | None:
+    """(zigzag value, size) of the varint at ``pos``, None if cut by ``end`` or too long."""
+    if pos < end and buf[pos] < 0x80:  # one byte: most of a record's varints
+        b = buf[pos]
+        return (b >> 1) ^ -(b & 1), 1
+    n, shift = 0, 0
+    for i in range(max_size):
+        if pos + i >= end:
+            return None
+        b = buf[pos + i]
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (n >> 1) ^ -(n & 1), i + 1
+        shift += 7
+    return None
+
+
+def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
+    """The layout of the record at ``pos`` if it is whole, well formed and has no headers:
+    (size, timestamp delta at, its varint size, offset delta at, its size, key is null,
+    (column, byte) of each byte its like must repeat: the length, key length, value length
+    and header count)."""
+    got = _py_varint(buf, pos, end, 5)
+    if got is None:
+        return None
+    length, lsz = got
+    rec_end = pos + lsz + length
+    if length < _MIN_BODY or rec_end > end:
+        return None
+    at = pos + lsz + 1  # attributes: not looked at, as in Kafka
+    fields = []
+    for max_size in (10, 5, 5):  # timestamp delta, offset delta, key length
+        got = _py_varint(buf, at, rec_end, max_size)
+        if got is None:
+            return None
+        fields.append((at - pos, got[1], got[0]))
+        at += got[1]
+    klen = fields[2][2]
+    at += max(klen, 0)
+    got = _py_varint(buf, at, rec_end, 5)
+    if got is None:
+        return None
+    vlen_at, vlen_size, vlen = at - pos, got[1], got[0]
+    at += vlen_size + max(vlen, 0)
+    if at >= rec_end or buf[at] != 0 or at + 1 != rec_end:  # header count 0, then the end
+        return None
+    size = rec_end - pos
+    key_at, key_size = fields[2][0], fields[2][1]
+    cols = [*range(lsz), *range(key_at, key_at + key_size)]
+    cols += [*range(vlen_at, vlen_at + vlen_size), size - 1]
+    fixed = tuple((c, buf[pos + c : pos + c + 1]) for c in cols)
+    (ts_at, ts_len, _), (od_at, od_len, _) = fields[0], fields[1]
+    return size, ts_at, ts_len, od_at, od_len, klen < 0, fixed
+
+
+class _Cursor:
+    """Bytes of a record too long to gather, consumed as chunks arrive."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def more(self, n: int) -> Generator[None, bytes | None, None]:
+        while len(self.buf) - self.pos < n:
+            chunk = yield
+            if chunk is None:
+                raise _invalid("Found invalid record structure: the records end inside a record")
+            self.buf = self.buf[self.pos :] + chunk
+            self.pos = 0
+
+    def varint(self, max_size: int) -> Generator[None, bytes | None, int]:
+        n, shift = 0, 0
+        for _ in range(max_size):
+            yield from self.more(1)
+            b = self.buf[self.pos]
+            self.pos += 1
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                value = (n >> 1) ^ -(n & 1)
+                if max_size == 5 and not -(2**31) <= value < 2**31:
+                    value = (value + 2**31) % 2**32 - 2**31  # Java's int wraps
+                return value
+            shift += 7
+        raise _invalid("Found invalid record structure: varint too long")
+
+    def skip(self, n: int) -> Generator[None, bytes | None, None]:
+        while n > 0:
+            avail = len(self.buf) - self.pos
+            if not avail:
+                chunk = yield
+                if chunk is None:
+                    raise _invalid("Reached end of input stream before skipping all bytes")
+                self.buf, self.pos = chunk, 0
+                continue
+            step = min(avail, n)
+            self.pos += step
+            n -= step
+
+
+_BigResult = tuple[bool, int, int, bytes]  # key is null, timestamp delta, offset delta, rest
+
+
+def _big_record(cur: _Cursor) -> Generator[None, bytes | None, _BigResult]:
+    """One record read field by field as Kafka's readPartiallyFrom does, key, value and
+    header bytes skipped, never gathered."""
+    yield from cur.varint(5)  # its length: the caller checks what was read against it
+    yield from cur.more(1)
+    cur.pos += 1  # attributes
+    ts_delta = yield from cur.varint(10)
+    off_delta = yield from cur.varint(5)
+    fields: list[int] = []
+    for _ in ("key", "value"):
+        n = yield from cur.varint(5)
+        fields.append(n)  # negative: null, whatever the value, as in Kafka
+        yield from cur.skip(n)
+    hcount = yield from cur.varint(5)
+    if hcount < 0:
+        raise _invalid(f"Found invalid number of record headers {hcount}")
+    for _ in range(hcount):
+        hk = yield from cur.varint(5)
+        if hk < 0:
+            raise _invalid(f"Invalid negative header key size {hk}")
+        yield from cur.skip(hk)
+        hv = yield from cur.varint(5)
+        yield from cur.skip(hv)
+    return fields[0] < 0, ts_delta, off_delta, cur.buf[cur.pos :]
+
+
+class RecordChecker:
+    """Feed the records section in chunks (:meth:`feed`), then :meth:`finish`."""
+
+    every_timestamp = False  # hand every record's timestamp to _rules, needed or not
+
+    def __init__(self, view: RecordBatchView, rules: RecordRules) -> None:
+        self.declared = view.record_count
+        self.base_timestamp = view.base_timestamp
+        self.rules = rules
+        self.summary = RecordsSummary()
+        self._tail = b""
+        self._big: Generator[None, bytes | None, _BigResult] | None = None
+        self._big_fed = 0  # bytes handed to the record being read field by field
+        self._big_size = 0
+        self._timestamp_error = False
+
+    def feed(self, chunk: bytes) -> None:
+        self.summary.inflated_bytes += len(chunk)
+        if self._big is not None:
+            if not self._feed_big(chunk):
+                return
+            chunk, self._tail = self._tail, b""
+        buf = self._tail + chunk if self._tail else chunk
+        while True:
+            used = self._check_complete(buf)
+            rest = buf[used:]
+            size = self._pending_size(rest)
+            if size is None or size <= _BIG_RECORD:
+                self._tail = rest
+                return
+            # a record longer than this: read it as it streams in, without gathering it
+            self._big_size = size
+            self._big_fed = 0
+            self._big = _big_record(_Cursor(b""))
+            next(self._big)
+            if not self._feed_big(rest):
+                self._tail = b""
+                return
+            buf, self._tail = self._tail, b""
+
+    def _feed_big(self, chunk: bytes | None) -> bool:
+        """Hand bytes to the long record; True once it is done (the rest is in _tail)."""
+        assert self._big is not None
+        try:
+            self._big.send(chunk)
+        except StopIteration as done:
+            key_null, ts_delta, off_delta, rest = done.value
+            self._big = None
+            fed = self._big_fed + len(chunk or b"") - len(rest)
+            if fed != self._big_size:
+                raise _invalid(
+                    f"Invalid record size: expected {self._big_size} bytes in record payload, "
+                    f"but instead read {fed}"
+                ) from None
+            first = self.summary.count
+            if first >= self.declared:
+                raise _invalid(
+                    "Incorrect declared batch size, records still remaining in file"
+                ) from None
+            self._check_offsets(first, np.array([off_delta], np.int64))
+            self._rules(first, np.array([key_null]), np.array([ts_delta], np.int64))
+            self.summary.count += 1
+            self._tail = rest
+            return True
+        self._big_fed += len(chunk or b"")
+        return False
+
+    @staticmethod
+    def _pending_size(rest: bytes) -> int | None:
+        """Bytes of the record ``rest`` starts (length varint included), if its length is in."""
+        n, shift = 0, 0
+        for i, b in enumerate(rest[:5]):
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                return i + 1 + ((n >> 1) ^ -(n & 1))
+            shift += 7
+        return None
+
+    def finish(self) -> RecordsSummary:
+        if self._big is not None:
+            self._feed_big(None)  # raises: the stream ended inside the long record
+        if self._tail:
+            if self.summary.count >= self.declared:
+                raise _invalid("Incorrect declared batch size, records still remaining in file")
+            raise _invalid("Found invalid record structure: the records end inside a record")
+        if self.summary.count != self.declared:
+            raise _invalid(
+                f"Incorrect declared batch size: {self.declared} records declared, "
+                f"{self.summary.count} found"
+            )
+        s = self.summary
+        if s.error_count:
+            timestamps = self._timestamp_error
+            s.error = ErrorCode.INVALID_TIMESTAMP if timestamps else ErrorCode.INVALID_RECORD
+        return s
+
+    # -- finding records ------------------------------------------------------------------
+
+    def _check_complete(self, buf: bytes) -> int:
+        """Check every complete record at the start of ``buf``; bytes used."""
+        end = len(buf)
+        pos = 0
+        while pos < end:  # runs of records laid out alike first: a few C passes each
+            used = self._uniform_run(buf, pos, end)
+            if not used:
+                break
+            pos += used
+        if pos >= end:
+            return pos
+        nbuf = np.frombuffer(buf + bytes(10), np.uint8)  # padded: varint reads stay inside
+        starts = self._starts(buf, nbuf, end, pos)
+        if not starts.size:
+            return pos
+        if self.summary.count + len(starts) > self.declared:
+            raise _invalid("Incorrect declared batch size, records still remaining in file")
+        self._check_fields(nbuf, starts)
+        self.summary.count += len(starts)
+        length, lsz = _varints(nbuf, starts[-1:], 5)
+        return int(starts[-1] + lsz[0] + length[0])
+
+    def _uniform_run(self, buf: bytes, pos: int, end: int) -> int:
+        """Records from ``pos`` laid out exactly as the first (same length, key and value
+        lengths, no headers, timestamp and offset deltas of the same varint sizes). The first
+        is read in Python; in the others every byte that fixes the layout is compared with
+        its, a column at a time (a strided slice of the bytes, searched by ``re``: C code),
+        and the offset deltas with 0, 1, ... Bytes used: the longest such run, 0 if none
+        (the general path then reads the records)."""
+        first = self.summary.count
+        room = self.declared - first
+        layout = _layout(buf, pos, end) if room > 0 else None
+        if layout is None:
+            return 0
+        size, ts_at, ts_len, od_at, od_len, key_null, fixed = layout
+        boundary = 64  # the offset delta's varint grows at 64, 8192, ...: one size a run
+        while boundary <= first:
+            boundary <<= 7
+        n = min(room, (end - pos) // size, boundary - first)
+        for col, byte in fixed:
+            n = _same_run(buf[pos + col : pos + n * size : size], byte)
+        for k in range(ts_len):  # the timestamp delta's varint keeps its size
+            column = buf[pos + ts_at + k : pos + n * size : size]
+            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
+        stop = pos + n * size
+        for k in range(od_len):
+            if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
+                return 0  # the general path says which record is wrong
+        bound = 1 << (7 * ts_len - 1)  # |timestamp delta| below this, whatever its bytes
+        rules = self.rules
+        base = self.base_timestamp
+        if (
+            self.every_timestamp
+            or (rules.need_key and key_null)
+            or not (
+                (rules.min_timestamp is None or base - bound >= rules.min_timestamp)
+                and (rules.max_timestamp is None or base + bound <= rules.max_timestamp)
+            )
+        ):
+            cols = [
+                np.frombuffer(buf[pos + ts_at + k : stop : size], np.uint8).astype(np.int64)
+                for k in range(ts_len)
+            ]
+            zz = np.bitwise_or.reduce([(c & 0x7F) << (7 * k) for k, c in enumerate(cols)])
+            ts_delta = ((zz >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(zz & 1)
+            self._rules(first, np.full(n, key_null), ts_delta)
+        self.summary.count += n
+        return n * size
+
+    def _starts(self, buf: bytes, nbuf: np.ndarray, end: int, pos: int = 0) -> np.ndarray:
+        """Starts of the complete records from ``pos`` in ``buf`` (at most one more than
+        declared, which shows a surplus)."""
+        found: list[np.ndarray] = []
+        room = self.declared - self.summary.count + 1
+        while pos < end and room > 0:
+            length, lsz = _varints(nbuf, np.array([pos]), 5, strict=False)
+            if pos + int(lsz[0]) > end:
+                break  # the length varint itself is cut by the chunk's end
+            if length[0] < _MIN_BODY:
+                raise _invalid(f"Invalid record size: {int(length[0])}")
+            size = int(lsz[0] + length[0])
+            if pos + size > end:
+                break
+            # guess: the records that follow are of this size; check every guessed start
+            n = min(room, (end - pos) // size)
+            guess = pos + size * np.arange(n, dtype=np.int64)
+            glen, gsz = _varints(nbuf, guess, 5, strict=False)
+            ok = (glen + gsz) == size
+            bad = n if ok.all() else int(np.argmin(ok))
+            if bad >= 16 or bad == n:
+                found.append(guess[:bad])
+                pos += size * bad
+                room -= bad
+                continue
+            walked = self._walk(buf, pos, min(room, _MAX_WALK), end)
+            if not walked:
+                break
+            found.append(np.array(walked, np.int64))
+            room -= len(walked)
+            ln, ls = _varints(nbuf, np.array([walked[-1]]), 5)
+            pos = int(walked[-1] + ls[0] + ln[0])
+        if not found:
+            return np.zeros(0, np.int64)
+        return np.concatenate(found)
+
+    @staticmethod
+    def _walk(buf: bytes, pos: int, count: int, end: int) -> list[int]:
+        """Starts of up to ``count`` complete records from ``pos``, reading only lengths."""
+        out = []
+        while count and pos < end:
+            n, shift, q = 0, 0, pos
+            while True:
+                if q >= end:
+                    return out
+                b = buf[q]
+                q += 1
+                n |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 28:
+                    raise _invalid("Found invalid record structure: varint too long")
+            n = (n >> 1) ^ -(n & 1)
+            if n < _MIN_BODY:
+                raise _invalid(f"Invalid record size: {n}")
+            if q + n > end:
+                return out
+            out.append(pos)
+            pos = q + n
+            count -= 1
+        return out
+
+    # -- checking them --------------------------------------------------------------------
+
+    def _check_fields(self, nbuf: np.ndarray, starts: np.ndarray) -> None:
+        first = self.summary.count
+        length, lsz = _varints(nbuf, starts, 5)
+        rec_end = starts + lsz + length
+        p = starts + lsz + 1  # after the attributes, which Kafka does not look at
+        ts_delta, sz = _varints(nbuf, p, 10)
+        p += sz
+        off_delta, sz = _varints(nbuf, p, 5)
+        p += sz
+        self._check_offsets(first, off_delta)
+        klen, sz = _varints(nbuf, p, 5)
+        p += sz
+        self._no_overrun(klen, p, rec_end, "key")
+        key_null = klen < 0
+        p += np.maximum(klen, 0)
+        vlen, sz = _varints(nbuf, p, 5)
+        p += sz
+        self._no_overrun(vlen, p, rec_end, "value")
+        p += np.maximum(vlen, 0)
+        hcount, sz = _varints(nbuf, p, 5)
+        p += sz
+        if (hcount < 0).any():
+            raise _invalid(f"Found invalid number of record headers {int(hcount.min())}")
+        if (p + 2 * hcount > rec_end).any():  # a header takes two bytes at least
+            raise _invalid("Found invalid number of record headers: more than the record holds")
+        idx = np.flatnonzero(hcount)
+        k = 0
+        while idx.size:
+            q = p[idx]
+            hk, sz = _varints(nbuf, q, 5)
+            if (hk < 0).any():
+                raise _invalid(f"Invalid negative header key size {int(hk.min())}")
+            q = q + sz
+            self._no_overrun(hk, q, rec_end[idx], "header key")
+            q += hk
+            hv, sz = _varints(nbuf, q, 5)
+            q += sz
+            self._no_overrun(hv, q, rec_end[idx], "header value")
+            p[idx] = q + np.maximum(hv, 0)
+            k += 1
+            idx = idx[hcount[idx] > k]
+        if (p != rec_end).any():
+            i = int(np.argmax(p != rec_end))
+            raise _invalid(
+                f"Invalid record size: expected to read {int(length[i])} bytes in record "
+                f"payload, but instead read {int(p[i] - starts[i] - lsz[i])}"
+            )
+        self._rules(first, key_null, ts_delta)
+
+    @staticmethod
+    def _check_offsets(first: int, off_delta: np.ndarray) -> None:
+        expected = np.arange(first, first + len(off_delta), dtype=np.int64)
+        if (off_delta != expected).any():
+            i = int(np.argmax(off_delta != expected))
+            raise _invalid(
+                f"record {first + i} has offset delta {int(off_delta[i])}: "
+                "a batch's offset deltas must be 0, 1, ..."
+            )
+
+    @staticmethod
+    def _no_overrun(n: np.ndarray, at: np.ndarray, end: np.ndarray, what: str) -> None:
+        # any negative length is a null, as Kafka's Utils.readBytes and skipBytes read it
+        if (at + np.maximum(n, 0) > end).any():
+            raise _invalid(f"Found invalid record structure: {what} length beyond its record")
+
+    def _rules(self, first: int, key_null: np.ndarray, ts_delta: np.ndarray) -> None:
+        """Kafka's validateRecord: the key (compacted topics), else the timestamp."""
+        rules = self.rules
+        where = f" in topic partition {rules.partition}"
+        bad_key = key_null if rules.need_key else np.zeros(len(key_null), np.bool_)
+        if bad_key.any():
+            message = "Compacted topic cannot accept message without key" + where
+            self._report(first, bad_key, lambda _i: message)
+        if rules.min_timestamp is None and rules.max_timestamp is None:
+            return
+        ts = self.base_timestamp + ts_delta
+        low = rules.min_timestamp if rules.min_timestamp is not None else -(2**63)
+        high = rules.max_timestamp if rules.max_timestamp is not None else 2**63 - 1
+        bad = (ts != -1) & ((ts < low) | (ts > high)) & ~bad_key
+        if bad.any():
+            self._timestamp_error = True
+            self._report(
+                first,
+                bad,
+                lambda i: (
+                    f"Timestamp {int(ts[i])} of message with offset {first + i} is out of "
+                    f"range. The timestamp should be within [{low}, {high}]"
+                ),
+            )
+
+    def _report(self, first: int, bad: np.ndarray, message: Callable[[int], str]) -> None:
+        s = self.summary
+        where = np.flatnonzero(bad)
+        s.error_count += len(where)
+        for i in where[: max(0, MAX_RECORD_ERRORS - len(s.record_errors))].tolist():
+            s.record_errors.append((first + i, message(i)))
+
+
+def check_records(
+    view: RecordBatchView,
+    rules: RecordRules,
+    limit: int,
+    sink: Callable[[bytes], None] | None = None,
+) -> RecordsSummary:
+    """Read every record of ``view`` (streamed, at most ``limit`` bytes inflated), handing
+    each inflated chunk to ``sink`` too if given. InvalidBatchError for a batch Kafka refuses
+    whole; per-record refusals are in the summary's ``record_errors`` and ``error``."""
+    checker = RecordChecker(view, rules)
+    body = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
+    for chunk in inflate(view.compression, body, limit):
+        checker.feed(chunk)
+        if sink is not None:
+            sink(chunk)
+    return checker.finish()
+
+
+class _Found(Exception):  # control flow: the search stops at its first hit
+    pass
+
+
+class _TimestampSearch(RecordChecker):
+    """Reads records as the checker does, stopping at the first at or after a timestamp."""
+
+    every_timestamp = True
+
+    def __init__(self, view: RecordBatchView, timestamp: int, min_delta: int) -> None:
+        super().__init__(view, RecordRules())
+        self.timestamp = timestamp
+        self.min_delta = min_delta
+        self.found: tuple[int, int] | None = None
+
+    def _rules(self, first: int, key_null: np.ndarray, ts_delta: np.ndarray) -> None:
+        ts = self.base_timestamp + ts_delta
+        hit = (ts >= self.timestamp) & (np.arange(first, first + len(ts)) >= self.min_delta)
+        if hit.any():
+            i = int(np.argmax(hit))
+            self.found = (first + i, int(ts[i]))
+            raise _Found
+
+
+def find_timestamp(
+    view: RecordBatchView, timestamp: int, min_delta: int, limit: int
+) -> tuple[int, int] | None:
+    """(offset delta, timestamp) of the batch's first record at offset delta ``min_delta`` or
+    later whose timestamp is ``timestamp`` or later (ListOffsets), streamed as
+    :func:`check_records` reads; None if there is none. InvalidBatchError if the records
+    cannot be read within ``limit`` inflated bytes."""
+    search = _TimestampSearch(view, timestamp, min_delta)
+    body = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
+    try:
+        for chunk in inflate(view.compression, body, limit):
+            search.feed(chunk)
+    except _Found:
+        return search.found
+    return None

@@ -1,0 +1,199 @@
+"""protocol/record_check.py: records read as a stream, in bounded pieces, whatever the split."""
+
+from __future__ import annotations
+
+import random
+import struct
+import tracemalloc
+import zlib
+
+import crc32c
+import pytest
+import zstandard
+
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.record_check import (
+    _BIG_RECORD,
+    INFLATE_CHUNK,
+    RecordChecker,
+    RecordRules,
+    check_records,
+    inflate,
+)
+from samsa.protocol.records import (
+    Compression,
+    InvalidBatchError,
+    NewRecord,
+    RecordBatchView,
+    build_batch,
+    decode_records,
+    encode_record,
+)
+
+
+def _raw_batch(body: bytes, count: int, codec: int = Compression.NONE) -> RecordBatchView:
+    after = struct.pack(">hiqqqhii", codec, count - 1, 0, 0, -1, -1, -1, count) + body
+    head = struct.pack(">qiibI", 0, len(after) + 9, 0, 2, crc32c.crc32c(after))
+    return RecordBatchView(head + after)
+
+
+def _mixed_records(n: int, seed: int) -> list[NewRecord]:
+    rng = random.Random(seed)
+    return [
+        NewRecord(
+            key=None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 20)),
+            value=None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 300)),
+            timestamp=1000 + rng.randrange(0, 200),
+            headers=[
+                (f"h{j}", rng.randbytes(rng.randrange(0, 5))) for j in range(rng.randrange(3))
+            ],
+        )
+        for _ in range(n)
+    ]
+
+
+def _feed_split(view: RecordBatchView, cuts: list[int], rules: RecordRules) -> int:
+    body = bytes(view.buf[61:])
+    checker = RecordChecker(view, rules)
+    last = 0
+    for cut in [*sorted(cuts), len(body)]:
+        checker.feed(body[last:cut])
+        last = cut
+    return checker.finish().count
+
+
+def test_every_split_of_the_records_reads_the_same() -> None:
+    """A record, a varint or a header cut by a chunk's end is read whole from the next."""
+    view = RecordBatchView(build_batch(_mixed_records(40, 1), now_ms=1000))
+    size = view.size - 61
+    for cut in range(size + 1):
+        assert _feed_split(view, [cut], RecordRules()) == 40
+    rng = random.Random(2)
+    for _ in range(50):
+        assert _feed_split(view, rng.sample(range(size), 12), RecordRules()) == 40
+
+
+def test_every_split_of_a_bad_batch_is_refused() -> None:
+    # the last record's length says one byte more than its fields: refused wherever cut
+    good = encode_record(0, 0, b"k", b"v") + encode_record(1, 0, b"k", b"v")
+    bad = good[:-9] + bytes([good[-9] + 2]) + good[-8:] + b"\x00"  # length 9, fields 8
+    view = _raw_batch(bad, 2)
+    for cut in range(len(bad) + 1):
+        with pytest.raises(InvalidBatchError) as exc:
+            _feed_split(view, [cut], RecordRules())
+        assert exc.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_a_long_record_is_skipped_through_not_gathered() -> None:
+    """A record longer than two chunks is read field by field: the checker never holds more
+    than a chunk of it, and a keyless one still counts as keyless."""
+    records = [
+        NewRecord(key=b"a", value=b"x" * 10, timestamp=5),
+        NewRecord(key=None, value=b"y" * (5 * INFLATE_CHUNK), headers=[("h", b"z" * 9)]),
+        NewRecord(key=b"c", value=b"w", timestamp=5),
+    ]
+    view = RecordBatchView(build_batch(records, now_ms=5))
+    body = bytes(view.buf[61:])
+    checker = RecordChecker(view, RecordRules(need_key=True))
+    for i in range(0, len(body), 4096):
+        checker.feed(body[i : i + 4096])
+        assert len(checker._tail) <= _BIG_RECORD
+    summary = checker.finish()
+    assert summary.count == 3
+    assert [i for i, _ in summary.record_errors] == [1]
+
+
+def test_inflation_stops_at_the_limit_in_bounded_pieces() -> None:
+    """A 64 MB gzip bomb against an 8 MB limit: refused once past it, Python never holding
+    more than a chunk at a time."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    record = encode_record(0, 0, b"k", bytes(64 << 20))  # one record, its value 64 MB
+    body = z.compress(record) + z.flush()
+    del record
+    view = _raw_batch(body, 1, Compression.GZIP)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidBatchError) as exc:
+            check_records(view, RecordRules(), 8 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert peak < 4 * INFLATE_CHUNK + len(body) + (1 << 20), peak
+
+
+def test_every_chunk_is_bounded_for_every_codec() -> None:
+    data = bytes(range(256)) * 8192  # 2 MiB
+    for codec in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD):
+        view = RecordBatchView(build_batch([NewRecord(value=data)], compression=codec))
+        body = memoryview(view.buf)[61:]
+        chunks = list(inflate(codec, body, 1 << 30))
+        assert b"".join(chunks)[-len(data) - 1 : -1] == data, codec  # then the header count
+        assert max(len(c) for c in chunks) <= max(INFLATE_CHUNK, 32 * 1024), codec
+
+
+def test_a_snappy_block_declaring_too_much_is_refused_before_inflating() -> None:
+    declared = bytearray()
+    n = 1 << 30
+    while n >= 0x80:
+        declared.append((n & 0x7F) | 0x80)
+        n >>= 7
+    declared.append(n)
+    view = _raw_batch(bytes(declared) + b"\x00" * 50, 1, Compression.SNAPPY)
+    with pytest.raises(InvalidBatchError) as exc:
+        check_records(view, RecordRules(), 8 << 20)
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_a_zstd_frame_asking_for_a_huge_window_is_refused() -> None:
+    """The decoder would keep 128 MiB of history for it: refused before decoding."""
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=27)
+    cobj = zstandard.ZstdCompressor(compression_params=params).compressobj()
+    body = cobj.compress(encode_record(0, 0, b"k", b"v")) + cobj.flush()
+    with pytest.raises(InvalidBatchError) as exc:
+        check_records(_raw_batch(body, 1, Compression.ZSTD), RecordRules(), 64 << 20)
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert "window" in str(exc.value)
+
+
+def test_record_errors_are_capped_but_counted() -> None:
+    view = RecordBatchView(build_batch([NewRecord(value=b"v")] * 3000, now_ms=1))
+    summary = check_records(view, RecordRules(need_key=True, partition="t-0"), 1 << 20)
+    assert summary.error == ErrorCode.INVALID_RECORD
+    assert summary.error_count == 3000 and len(summary.record_errors) == 1000
+    assert summary.record_errors[0] == (
+        0,
+        "Compacted topic cannot accept message without key in topic partition t-0",
+    )
+
+
+def test_corrupted_batches_are_refused_or_read_as_the_decoder_reads_them() -> None:
+    """One byte of a valid batch's records changed (its CRC made right again), 1,500 times:
+    the check refuses it with InvalidBatchError, or the per-record decoder reads the records
+    it accepted, at offsets 0..n-1. No other exception, whatever the bytes."""
+    rng = random.Random(6)
+    accepted = 0
+    for _ in range(1500):
+        n = rng.randrange(1, 80)
+        records = [
+            NewRecord(
+                key=rng.randbytes(rng.randrange(0, 5)),
+                value=rng.randbytes(rng.choice([3, 3, rng.randrange(0, 200)])),
+                timestamp=1000,
+            )
+            for _ in range(n)
+        ]
+        body = bytearray(build_batch(records, now_ms=1000)[61:])
+        body[rng.randrange(len(body))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            del body[rng.randrange(len(body)) :]
+        codec = rng.choice([Compression.NONE, Compression.NONE, Compression.GZIP])
+        sent = zlib.compress(bytes(body), wbits=31) if codec else bytes(body)
+        view = _raw_batch(sent, n, codec)
+        try:
+            check_records(view, RecordRules(need_key=True), 1 << 20)
+        except InvalidBatchError:
+            continue
+        accepted += 1
+        assert [r.offset for r in decode_records(view)] == list(range(n))
+    assert 500 < accepted < 1500  # both outcomes were exercised
