@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from _broker import BrokerProcess
+from samsa.testing.oracle import summary_lines
 from samsa.testing.tansu import tansu_broker_args
 
 __all__ = ["BrokerProcess"]
@@ -83,3 +84,13 @@ def tansu() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The differential scenarios' counts (tests/oracle/test_differential_*). Here, not in
+    tests/oracle's conftest, because pytest-xdist's controller loads only this one."""
+    lines = summary_lines(r for reports in terminalreporter.stats.values() for r in reports)
+    if lines:
+        terminalreporter.section("differential conformance (samsa vs Apache Kafka)")
+        for line in lines:
+            terminalreporter.write_line(line)

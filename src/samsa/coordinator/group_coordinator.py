@@ -1071,9 +1071,17 @@ class GroupCoordinator:
         error = verified
         if error == E.NONE and (generation >= 0 or member_id):
             # KIP-447: a consumer-group-aware producer is fenced by the group generation.
-            error = self.validate_commit(group_id, generation, member_id, group_instance_id, now_ms)
+            if self._unknown_group(group_id) and generation >= 0:
+                error = E.UNKNOWN_MEMBER_ID  # Kafka's answer when the group does not exist
+            else:
+                error = self.validate_commit(
+                    group_id, generation, member_id, group_instance_id, now_ms
+                )
         errors, records = self.offsets.commit(group_id, offsets, error, now_ms)
         return Outcome(records, errors)
+
+    def _unknown_group(self, group_id: str) -> bool:
+        return group_id not in self.groups and group_id not in self.consumer.groups
 
     def validate_commit(
         self, group_id: str, generation: int, member_id: str, iid: str | None, now_ms: int

@@ -65,11 +65,16 @@ class ControlType:
 
 
 class InvalidBatchError(Exception):
-    """A batch that must be refused; ``code`` is the Kafka error for the response."""
+    """A batch that must be refused; ``code`` is the Kafka error for the response.
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    ``by_validator``: an intact batch refused by the rules Kafka's LogValidator checks (its
+    answer then carries the partition's log start offset), not bytes refused before that.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, *, by_validator: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.by_validator = by_validator
 
 
 _U16 = struct.Struct(">h")
@@ -192,23 +197,28 @@ def validate_produce_batch(data: bytes | memoryview) -> RecordBatchView:
         )
     if not view.crc_is_valid():
         raise InvalidBatchError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC-32C mismatch")
+    problem = _validator_problem(view)
+    if problem is not None:
+        raise InvalidBatchError(ErrorCode.INVALID_RECORD, problem, by_validator=True)
+    return view
+
+
+def _validator_problem(view: RecordBatchView) -> str | None:
+    """What an intact client batch breaks of Kafka's LogValidator rules (rule 1), if any."""
     if view.is_control:
-        raise InvalidBatchError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        return "clients may not write control batches"
     if view.last_offset_delta < 0 or view.record_count != view.last_offset_delta + 1:
-        raise InvalidBatchError(
-            ErrorCode.INVALID_RECORD,
+        return (
             f"record count {view.record_count} does not match last offset delta "
-            f"{view.last_offset_delta}",
+            f"{view.last_offset_delta}"
         )
     if view.compression > Compression.ZSTD:
-        raise InvalidBatchError(ErrorCode.INVALID_RECORD, f"unknown codec {view.compression}")
+        return f"unknown codec {view.compression}"
     if view.has_producer_id and view.base_sequence < 0:
-        raise InvalidBatchError(
-            ErrorCode.INVALID_RECORD, "a batch with a producer id needs a base sequence"
-        )
+        return "a batch with a producer id needs a base sequence"
     if view.is_transactional and not view.has_producer_id:
-        raise InvalidBatchError(ErrorCode.INVALID_RECORD, "transactional batch without producer id")
-    return view
+        return "transactional batch without producer id"
+    return None
 
 
 def set_base_offset(batch: bytearray | memoryview, pos: int, base_offset: int) -> None:

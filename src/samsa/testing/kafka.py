@@ -288,8 +288,9 @@ class KafkaNode:
         if (self.log_dir / "meta.properties").exists():
             self._formatted = True
             return
+        # "--cluster-id=": a random id may begin with "-", which argparse takes for an option.
         result = run_tool(
-            "kafka-storage", "format", "-t", self.cluster_id, "-c", str(config),
+            "kafka-storage", "format", f"--cluster-id={self.cluster_id}", "-c", str(config),
             "--ignore-formatted", timeout=120,
         )  # fmt: skip
         if result.returncode != 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,10 @@ def test_pending_responses_stop_decoding_until_they_complete(tmp_path: Path) -> 
             frame_request(ApiKey.FETCH, 12, i, "t", fetch, True) for i in range(200)
         )
         conn.data_received(frames)
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 10  # turns take long on a loaded machine
+        while conn.handled < MAX_PENDING_RESPONSES and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # and then no more are taken
         assert conn.handled == MAX_PENDING_RESPONSES
         assert len(conn.backlog) == 200 - MAX_PENDING_RESPONSES
         assert not transport.reading

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from samsa.client._connection import BlockingConnection
@@ -9,6 +11,7 @@ from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey
 from samsa.protocol.records import NewRecord, build_batch, build_control_batch, iter_batches
 from samsa.testing import (
+    PRODUCE_VERSION,
     create_topic,
     fetch_request,
     idempotent_batch,
@@ -127,7 +130,14 @@ def test_malformed_produce_is_invalid_record(conn: BlockingConnection, topic: st
     two = idempotent_batch(1, 0, 0) + idempotent_batch(1, 0, 1)
     assert produce_one(conn, topic, 0, two)[0] == ErrorCode.INVALID_RECORD
     control = build_control_batch(1, producer_id=1, producer_epoch=0, coordinator_epoch=0)
-    assert produce_one(conn, topic, 0, control)[0] == ErrorCode.INVALID_RECORD
+    # A control batch is transactional: without a transactional id the whole request is
+    # refused before any batch is looked at, as by Kafka; with one, the batch is invalid.
+    assert (
+        produce_one(conn, topic, 0, control)[0] == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
+    req = dataclasses.replace(produce_request({(topic, 0): control}), transactional_id="x")
+    resp = conn.request(ApiKey.PRODUCE, PRODUCE_VERSION, req)
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_RECORD
     no_seq = build_batch([NewRecord(value=b"v")], producer_id=5, producer_epoch=0, base_sequence=-1)
     assert produce_one(conn, topic, 0, no_seq)[0] == ErrorCode.INVALID_RECORD
     assert fetch_offsets(conn, topic) == []

@@ -220,8 +220,9 @@ def test_produce_v12_adds_the_partition_and_end_txn_v5_bumps_the_epoch(
 def test_tv1_clients_keep_their_epoch(conn: BlockingConnection, topic: str) -> None:
     r = init(conn, "tv1-a", v=4)
     pid, epoch = int(r.producer_id), int(r.producer_epoch)
-    # Produce v11 does not add the partition: rule 19 still refuses it.
-    assert produce(conn, "tv1-a", pid, epoch, topic, 0, 0, v=11) == E.INVALID_TXN_STATE
+    # Produce v11 does not add the partition: rule 19 still refuses it (as Kafka, with the
+    # error v11 clients know; v10 and older get INVALID_TXN_STATE).
+    assert produce(conn, "tv1-a", pid, epoch, topic, 0, 0, v=11) == E.TRANSACTION_ABORTABLE
     assert add_partitions_to_txn(conn, "tv1-a", pid, epoch, topic, (0,)) == {0: E.NONE}
     assert produce(conn, "tv1-a", pid, epoch, topic, 0, 0, v=11) == E.NONE
     assert end_txn(conn, "tv1-a", pid, epoch, True, v=4).error_code == E.NONE
@@ -344,9 +345,9 @@ def test_add_partitions_to_txn_v4_batched_form(conn: BlockingConnection, topic: 
             for p in t.results_by_partition
         }
 
-    assert call(True, (0,)) == {0: E.INVALID_TXN_STATE}  # not in the transaction yet
+    assert call(True, (0,)) == {0: E.TRANSACTION_ABORTABLE}  # not in the transaction yet
     assert call(False, (0,)) == {0: E.NONE}
-    assert call(True, (0, 1)) == {0: E.NONE, 1: E.INVALID_TXN_STATE}
+    assert call(True, (0, 1)) == {0: E.NONE, 1: E.TRANSACTION_ABORTABLE}
     end_txn(conn, "batched-a", pid, epoch, False, v=4)
 
 

@@ -137,3 +137,12 @@ def partition_errors(
         )
         for t in topics
     )
+
+
+def outside_transaction(code: ErrorCode, abortable: bool) -> ErrorCode:
+    """A transactional write refused because its partition is not in the open transaction
+    (rule 19): as Kafka, TRANSACTION_ABORTABLE to the clients that know it (Produce v11+,
+    TxnOffsetCommit v4+), INVALID_TXN_STATE to older ones."""
+    if abortable and code == ErrorCode.INVALID_TXN_STATE:
+        return ErrorCode.TRANSACTION_ABORTABLE
+    return code

@@ -13,7 +13,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
-from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
+from samsa.broker.handlers._base import (
+    Body,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_names,
+    outside_transaction,
+)
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -97,8 +105,10 @@ def _one_txn(broker: Broker, v: int, txn: Any) -> Any:
     errors: dict[tuple[str, int], ErrorCode]
     if txn.verify_only:
         errors = {
-            tp: broker.transactions.verify(
-                txn.transactional_id, txn.producer_id, txn.producer_epoch, tp
+            tp: _verified(
+                broker.transactions.verify(
+                    txn.transactional_id, txn.producer_id, txn.producer_epoch, tp
+                )
             )
             for tp in wanted
         }
@@ -148,3 +158,11 @@ def _topic_results(
         )
         for topic, parts in by_topic.items()
     )
+
+
+def _verified(code: ErrorCode) -> ErrorCode:
+    # Kafka's coordinator answers a verification as it answers the transactional APIs (a
+    # stale epoch is PRODUCER_FENCED); the leader translates for the producer.
+    if code == ErrorCode.INVALID_PRODUCER_EPOCH:
+        return ErrorCode.PRODUCER_FENCED
+    return outside_transaction(code, abortable=True)

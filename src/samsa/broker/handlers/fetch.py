@@ -174,14 +174,18 @@ def _read_all(
                 errors = True
                 continue
             partition = None if name is None else broker.topics.get_partition(name, req.partition)
+            # Partitions refused before any read carry an empty aborted-transaction list,
+            # those whose read failed none (null), as Kafka's.
             if name in denied:
                 out.append(
-                    FetchPartitionResult(req.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    FetchPartitionResult(
+                        req.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, aborted=()
+                    )
                 )
                 errors = True
                 continue
             if partition is None:
-                out.append(FetchPartitionResult(req.partition, missing))
+                out.append(FetchPartitionResult(req.partition, missing, aborted=()))
                 errors = True
                 continue
             found.append(partition)
@@ -196,15 +200,8 @@ def _read_all(
                     zero_copy_min=zero_copy_min,
                 )
             except OffsetOutOfRangeError:
-                out.append(
-                    FetchPartitionResult(
-                        req.partition,
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        plog.high_watermark,
-                        plog.last_stable_offset,
-                        plog.log_start_offset,
-                    )
-                )
+                # As Kafka: no offsets with the error (the consumer asks ListOffsets to reset).
+                out.append(FetchPartitionResult(req.partition, ErrorCode.OFFSET_OUT_OF_RANGE))
                 errors = True
                 continue
             except OSError as exc:

@@ -21,6 +21,9 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5  # v9+
 EARLIEST_PENDING_UPLOAD = -6  # v11+
 READ_COMMITTED = 1
+# The first version that may ask for each special timestamp; older ones get UNSUPPORTED_VERSION
+# for the partition, as from Kafka.
+SINCE_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
@@ -35,11 +38,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         parts = []
         for req in topic.partitions:
             try:
-                code, ts, offset = (
-                    _lookup(broker, topic.name, req.partition_index, req.timestamp, read_committed)
-                    if topic.name in allowed
-                    else (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1)
-                )
+                if topic.name not in allowed:
+                    code, ts, offset = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1
+                elif v < SINCE_VERSION.get(req.timestamp, 0):
+                    code, ts, offset = ErrorCode.UNSUPPORTED_VERSION, -1, -1
+                else:
+                    code, ts, offset = _lookup(
+                        broker, topic.name, req.partition_index, req.timestamp, read_committed
+                    )
             except OSError as exc:  # an index that cannot be read
                 log.error("ListOffsets of %s-%d: %s", topic.name, req.partition_index, exc)
                 code, ts, offset = ErrorCode.KAFKA_STORAGE_ERROR, -1, -1
@@ -52,7 +58,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                     error_code=code,
                     timestamp=ts,
                     offset=offset,
-                    leader_epoch=0,
+                    # One leader epoch, 0 (D-FETCH-1); -1 where no offset is answered, as Kafka.
+                    leader_epoch=0 if offset >= 0 else -1,
                 )
             )
         topics.append(

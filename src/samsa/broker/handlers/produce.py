@@ -20,11 +20,17 @@ from samsa.broker.handlers._base import (
     Res,
     authorized,
     authorized_names,
+    outside_transaction,
 )
 from samsa.log.log import AppendResult
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_response
-from samsa.protocol.records import InvalidBatchError, validate_produce_batch
+from samsa.protocol.records import (
+    HEADER_SIZE,
+    InvalidBatchError,
+    RecordBatchView,
+    validate_produce_batch,
+)
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 
 # One broker, replication factor 1: the leader is the whole in-sync replica set.
 _IN_SYNC_REPLICAS = 1
+VALID_ACKS = (-1, 0, 1)
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
@@ -46,14 +53,20 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     to_flush: set[Log] = set()
     results: list[tuple[str, list[Any]]] = []
     waiting = False
+    # A transactional batch without a (permitted) transactional id refuses the whole request,
+    # before any batch is validated, as Kafka.
+    txn_refused = not txn_ok and _has_transactional_batch(request)
     for topic in request.topic_data:
         partitions: list[Any] = []
         may_create = topic.name in broker.topics.topics or _may_create(broker, ctx, topic.name)
         for pdata in topic.partition_data:
-            if topic.name not in writable:
-                result: Any = ProducePartitionResult(
-                    pdata.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result: Any
+            if txn_refused:
+                result = ProducePartitionResult(
+                    pdata.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 )
+            elif topic.name not in writable:
+                result = ProducePartitionResult(pdata.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             else:
                 result = _append_one(
                     broker,
@@ -64,6 +77,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     owner,
                     may_create,
                     implicit_add=ctx.version >= 12,
+                    abortable=ctx.version >= 11,
                     acks=request.acks,
                 )
                 waiting = waiting or not isinstance(result, ProducePartitionResult)
@@ -148,18 +162,28 @@ def _append_one(
     auto_create: bool = True,
     implicit_add: bool = False,
     acks: int = 1,
+    abortable: bool = False,
 ) -> ProducePartitionResult | Awaitable[ProducePartitionResult]:
     index = pdata.index
     partition = broker.partition_or_error(topic, index, auto_create=auto_create)
     if isinstance(partition, ErrorCode):
         return ProducePartitionResult(index, partition)
+    if acks not in VALID_ACKS:
+        # Nothing is appended: Kafka refuses the partitions it would write to.
+        return ProducePartitionResult(
+            index, ErrorCode.INVALID_REQUIRED_ACKS, error_message=f"acks {acks} is not -1, 0 or 1"
+        )
     records = pdata.records
     if records is None:
         return ProducePartitionResult(index, ErrorCode.INVALID_RECORD, error_message="no records")
     try:
         batch = validate_produce_batch(records)
     except InvalidBatchError as exc:
-        return ProducePartitionResult(index, exc.code, error_message=str(exc))
+        # Kafka's LogValidator refusals carry the partition's log start offset.
+        start = partition.log.log_start_offset if exc.by_validator else -1
+        return ProducePartitionResult(
+            index, exc.code, log_start_offset=start, error_message=str(exc)
+        )
     auth = broker.authorizer
     if owner is not None and auth is not None and batch.producer_id >= 0:
         # Rule 33: a producer id is bound to the principal that got it.
@@ -188,6 +212,7 @@ def _append_one(
             if transactional_id is not None
             else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )
+        code = outside_transaction(code, abortable)
         if code != ErrorCode.NONE:
             return ProducePartitionResult(
                 index, code, error_message=f"transactional batch refused: {code.name}"
@@ -254,6 +279,16 @@ def _implicit_add(
     if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
         return ErrorCode.NOT_ENOUGH_REPLICAS
     return code
+
+
+def _has_transactional_batch(request: Any) -> bool:
+    for topic in request.topic_data:
+        for pdata in topic.partition_data:
+            records = pdata.records
+            if records is not None and len(records) >= HEADER_SIZE:
+                if RecordBatchView(records, 0).is_transactional:
+                    return True
+    return False
 
 
 def _may_create(broker: Broker, ctx: RequestContext, topic: str) -> bool:

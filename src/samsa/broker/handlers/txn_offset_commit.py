@@ -16,6 +16,7 @@ from samsa.broker.handlers._base import (
     Res,
     authorized,
     authorized_names,
+    outside_transaction,
     partition_errors,
 )
 from samsa.coordinator.offsets import OFFSETS_TOPIC, OffsetToCommit
@@ -69,6 +70,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         getattr(request, "group_instance_id", None),
         offsets,
     )
+    errors = {tp: outside_transaction(e, v >= 4) for tp, e in errors.items()}
     errors = {**errors, **dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
     topics = partition_errors(K, v, "TxnOffsetCommit", request.topics, errors)
     return encode_response(
