@@ -23,11 +23,13 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # Java 17 (Spark, Kafka), Maven (resolves Kafka) and kcat (interop tests), from Debian's packages.
+# The JDK, not the JRE: tests/oracle/java/*.java run through the single-file source launcher,
+# which needs the compiler.
 java:
-	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 \
+	@command -v javac >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 \
 	  && command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing Java 17, Maven and kcat"; \
-	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless maven kcat) >/dev/null; }
+	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven kcat) >/dev/null; }
 
 $(KAFKA_CP): kafka/pom.xml
 	@$(MAKE) --no-print-directory java

@@ -46,8 +46,8 @@ from samsa.protocol.records import (
     TIMESTAMP_TYPE_FLAG,
     InvalidBatchError,
     RecordBatchView,
-    base_offset_prefix,
     scan_batches,
+    stored_prefix,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,9 @@ TIME_INDEX_SUFFIX = ".timeindex"
 
 WALK_BLOCK = 16 * 1024  # bytes read at a time when walking batch headers
 RECOVER_CHUNK = 8 * 1024 * 1024  # bytes read at a time when recovery checks CRCs
+# A samsa broker is the only leader its partitions ever have, so its leader epoch never moves
+# from the first one; every batch it appends carries it, as a Kafka leader stamps its own.
+LEADER_EPOCH = 0
 # ListOffsets by time reads at most this much of one batch's inflated records; past it (a
 # batch stored before message.max.inflated.bytes existed) the batch's own offset answers.
 TIMESTAMP_SEARCH_LIMIT = 64 * 1024 * 1024
@@ -334,14 +337,15 @@ class LogSegment:
     # -- appending ------------------------------------------------------------------------------
 
     def append(self, batch: RecordBatchView, base_offset: int, last_offset: int) -> None:
-        """Write ``batch`` at the end with its base offset replaced; indexes it if due."""
+        """Write ``batch`` at the end with its base offset and leader epoch stamped; indexes it
+        if due."""
         pos = self.size
         start = batch.pos
         size = batch.batch_length + LOG_OVERHEAD
         try:
+            prefix = stored_prefix(base_offset, batch.batch_length, LEADER_EPOCH)
             written = os.writev(
-                self._file(),
-                (base_offset_prefix(base_offset), memoryview(batch.buf)[start + 8 : start + size]),
+                self._file(), (prefix, memoryview(batch.buf)[start + len(prefix) : start + size])
             )
             if written != size:
                 self._write_rest(batch, base_offset, written)
@@ -352,8 +356,9 @@ class LogSegment:
 
     def _write_rest(self, batch: RecordBatchView, base_offset: int, written: int) -> None:
         # Short writes on regular files are rare (a full disk); finish or fail the batch whole.
-        data = base_offset_prefix(base_offset) + bytes(
-            memoryview(batch.buf)[batch.pos + 8 : batch.pos + batch.size]
+        prefix = stored_prefix(base_offset, batch.batch_length, LEADER_EPOCH)
+        data = prefix + bytes(
+            memoryview(batch.buf)[batch.pos + len(prefix) : batch.pos + batch.size]
         )
         while written < len(data):
             n = os.write(self._file(), data[written:])

@@ -226,6 +226,16 @@ def set_base_offset(batch: bytearray | memoryview, pos: int, base_offset: int) -
     _I64.pack_into(batch, pos, base_offset)
 
 
+_STORED_PREFIX = struct.Struct(">qii")
+
+
+def stored_prefix(base_offset: int, batch_length: int, leader_epoch: int) -> bytes:
+    """The 16 bytes a leader rewrites as it appends a batch, all outside the CRC: the assigned
+    base offset, the (unchanged) batch length and its own leader epoch, which Kafka stamps on
+    every batch it appends and consumers commit with their positions."""
+    return _STORED_PREFIX.pack(base_offset, batch_length, leader_epoch)
+
+
 def base_offset_prefix(base_offset: int) -> bytes:
     """The 8 bytes that replace a batch's first 8, for gathering writes (``os.writev``)."""
     return _I64.pack(base_offset)

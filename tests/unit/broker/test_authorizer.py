@@ -473,6 +473,14 @@ def _list_offsets(h: Harness, p: str) -> int:
     return int(r.topics[0].partitions[0].error_code)
 
 
+def _offset_for_leader_epoch(h: Harness, p: str) -> int:
+    k = ApiKey.OFFSET_FOR_LEADER_EPOCH
+    part = make_request(k, 4, "OffsetForLeaderPartition", partition=0, leader_epoch=0)
+    topic = make_request(k, 4, "OffsetForLeaderTopic", topic="team-a.orders", partitions=(part,))
+    r = h.call(p, k, 4, "OffsetForLeaderEpochRequest", replica_id=-1, topics=(topic,))
+    return int(r.topics[0].partitions[0].error_code)
+
+
 def _metadata(h: Harness, p: str) -> int:
     t = make_request(
         ApiKey.METADATA, 12, "MetadataRequestTopic", topic_id=None, name="team-a.orders"
@@ -920,6 +928,7 @@ CASES: dict[str, Case] = {
     ),
     "Fetch": Case(T, "team-a.orders", Op.READ, TA, lambda h, p: h.fetch(p, "team-a.orders")[0]),
     "ListOffsets": Case(T, "team-a.orders", Op.DESCRIBE, TA, _list_offsets),
+    "OffsetForLeaderEpoch": Case(T, "team-a.orders", Op.DESCRIBE, TA, _offset_for_leader_epoch),
     "Metadata": Case(T, "team-a.orders", Op.DESCRIBE, TA, _metadata),
     "CreateTopics": Case(T, "team-a.created", Op.CREATE, TA, _create_topic),
     "DeleteTopics": Case(T, "team-a.doomed", Op.DELETE, TA, _delete_topic),

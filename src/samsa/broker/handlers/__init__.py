@@ -49,6 +49,7 @@ from samsa.broker.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sasl_authenticate,
     sasl_handshake,
@@ -65,6 +66,8 @@ APIS: dict[int, Api] = {
         Api(ApiKey.PRODUCE, 3, 12, produce.handle),  # v12: transactions v2 (rule 36)
         Api(ApiKey.FETCH, 4, 16, fetch.handle),
         Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),
+        # v2+, as Kafka 4 serves: consumers validate positions with v3+ (KIP-320).
+        Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, offset_for_leader_epoch.handle),
         Api(ApiKey.METADATA, 0, 13, metadata.handle),
         Api(ApiKey.API_VERSIONS, 0, 4, api_versions.handle),
         Api(ApiKey.SASL_HANDSHAKE, 0, 1, sasl_handshake.handle),
