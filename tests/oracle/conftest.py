@@ -30,6 +30,6 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
             "broker.heartbeat.interval.ms": "250",
             "replica.lag.time.max.ms": "3000",
         },
-    ).start()
+    ).start(timeout=300)  # JVMs start slowly on a loaded machine
     yield cluster
     cluster.stop()

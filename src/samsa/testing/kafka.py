@@ -8,7 +8,12 @@ resolves it from Maven Central into a cache outside the repository and writes th
 :class:`KafkaNode` is one KRaft node (combined broker + controller) on free ports of 127.0.0.1,
 its storage formatted before the first start. :class:`KafkaCluster` is three (or N) such nodes
 sharing one controller quorum. Both start, SIGKILL, SIGSTOP/SIGCONT, restart and stop their
-processes, and log each node's start-up time and resident memory.
+processes, and log each node's start-up time and resident memory. A cluster also says where
+things are (a partition's leader and leader epoch from Metadata, a group's or transactional
+id's coordinator from FindCoordinator) and makes the faults tests need: a leader or a
+coordinator SIGKILLed until another node takes over, then restarted; a leader SIGSTOPped past
+its session (a zombie once resumed); and :meth:`KafkaCluster.fault_command`, a shell command
+running such a fault in this process (for ``samsa verify --restart-broker``).
 
 Broker settings are passed as in samsa's fixtures: a dict of ``key: value`` overrides, given to
 ``kafka.Kafka`` as ``--override k=v``.
@@ -622,7 +627,7 @@ class KafkaCluster:
             self.wait_all()
         return (*old, *new)
 
-    def wait_all(self, timeout: float = 120.0) -> None:
+    def wait_all(self, timeout: float = 300.0) -> None:
         """Wait until every node serves (those launched and not yet serving included)."""
         for n in self.nodes:
             if not n.alive():
