@@ -113,8 +113,11 @@ def run(cluster: KafkaCluster, fault: str, transactions: bool, time_limit: float
         moves.append(f"partition 1 now led by {after[0]} (epoch {after[1]})")
     print(render(result))
     print("  faults: " + "; ".join(moves))
-    failed = [f.detail for f in result.history.faults if f.detail not in ("exit 0",)]
-    failed = [d for d in failed if not d.startswith("pid")]
+    failed = [
+        f.detail
+        for f in result.history.faults
+        if (f.kind == "kill" and f.detail != "exit 0") or f.detail.startswith("failed")
+    ]
     if failed:
         print(f"  FAULT COMMANDS FAILED: {failed}")
     return result
