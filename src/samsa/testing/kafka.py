@@ -511,9 +511,13 @@ class KafkaCluster:
     def _metadata(self, topics: Sequence[str] | None) -> Any:
         from samsa.protocol.messages import ApiKey, make_request
 
-        wanted = None if topics is None else tuple(
-            make_request(ApiKey.METADATA, 12, "MetadataRequestTopic", name=t, topic_id=None)
-            for t in topics
+        wanted = (
+            None
+            if topics is None
+            else tuple(
+                make_request(ApiKey.METADATA, 12, "MetadataRequestTopic", name=t, topic_id=None)
+                for t in topics
+            )
         )
         req = make_request(
             ApiKey.METADATA, 12, "MetadataRequest", topics=wanted,
@@ -604,9 +608,7 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout
         while True:
             (t,) = self._metadata([topic]).topics
-            if t.partitions and all(
-                len(p.isr_nodes) == len(p.replica_nodes) for p in t.partitions
-            ):
+            if t.partitions and all(len(p.isr_nodes) == len(p.replica_nodes) for p in t.partitions):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{topic} not back in sync after {timeout} s")
