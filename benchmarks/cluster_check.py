@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from samsa.testing.kafka import KafkaCluster
+from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster
 from samsa.verify.report import render
 from samsa.verify.workload import VerifyConfig, VerifyResult, run_verify
 
@@ -136,11 +136,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cluster = KafkaCluster(
             Path(tmp),
-            overrides={
-                "broker.session.timeout.ms": "1500",
-                "broker.heartbeat.interval.ms": "250",
-                "replica.lag.time.max.ms": "3000",
-            },
+            overrides=FAST_FAILOVER,
         )
         with cluster:
             for fault in wanted:

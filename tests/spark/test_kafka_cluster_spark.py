@@ -23,7 +23,7 @@ from samsa.protocol.messages import ApiKey, make_request
 from samsa.spark._options import SinkOptions, SparkOptionError
 from samsa.spark._write import commit_job, committed_batches, write_task
 from samsa.testing import read_topic
-from samsa.testing.kafka import KafkaCluster, KafkaNode
+from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster, KafkaNode
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -32,11 +32,7 @@ pytestmark = pytest.mark.timeout(600)
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     cluster = KafkaCluster(
         tmp_path_factory.mktemp("spark-kafka-cluster"),
-        overrides={
-            "broker.session.timeout.ms": "1500",
-            "broker.heartbeat.interval.ms": "250",
-            "replica.lag.time.max.ms": "3000",
-        },
+        overrides=FAST_FAILOVER,
     ).start(timeout=300)  # JVMs start slowly on a loaded machine
     yield cluster
     cluster.stop()
