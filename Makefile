@@ -13,7 +13,7 @@ SAMSA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/samsa
 KAFKA_CP := $(SAMSA_CACHE)/kafka-$(KAFKA_VERSION)/classpath.txt
 export SAMSA_CACHE
 
-.PHONY: demo test bench lint clean kafka java
+.PHONY: demo test bench cluster-check lint clean kafka java
 
 $(STAMP): pyproject.toml
 	@test -n "$(PY)" || { echo "Python 3.11 is needed (python3.11 or python3 on the PATH)"; exit 1; }
@@ -51,6 +51,10 @@ test: $(STAMP) $(KAFKA_CP)
 
 bench: $(STAMP) $(KAFKA_CP)
 	$(BIN)/python benchmarks/produce.py
+
+# samsa verify on a 3-node Kafka cluster, once per fault and with all faults (~5 min)
+cluster-check: $(STAMP) $(KAFKA_CP)
+	$(BIN)/python benchmarks/cluster_check.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pytest
 
-from samsa.testing.kafka import KafkaCluster, KafkaNode
+from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster, KafkaNode
 from samsa.testing.oracle import (
     USER_PROPERTY,
     Deviation,
@@ -34,12 +34,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     """Three KRaft nodes with fast failure detection, shared by the module's tests."""
     cluster = KafkaCluster(
         tmp_path_factory.mktemp("kafka-cluster"),
-        overrides={
-            "broker.session.timeout.ms": "1500",
-            "broker.heartbeat.interval.ms": "250",
-            "replica.lag.time.max.ms": "3000",
-        },
-    ).start()
+        overrides=FAST_FAILOVER,
+    ).start(timeout=300)  # JVMs start slowly on a loaded machine
     yield cluster
     cluster.stop()
 

@@ -276,7 +276,7 @@ class AsyncAdmin:
 
     async def create_topic(self, name: str, num_partitions: int = 1, **config: str) -> None:
         """Create one topic, raising its error (TOPIC_ALREADY_EXISTS included)."""
-        err = (await self.create_topics([NewTopic(name, num_partitions, 1, config)]))[name]
+        err = (await self.create_topics([NewTopic(name, num_partitions, config=config)]))[name]
         if err is not None:
             raise err
         await self._wait_for_topics([name], present=True)

@@ -137,6 +137,7 @@ from samsa.client._types import (
     ConsumerGroupMetadata,
     PreparedTransaction,
     ProducerState,
+    ProducerStats,
     RecordMetadata,
     TopicPartition,
 )
@@ -231,6 +232,7 @@ class AsyncProducer:
         self._fatal: KafkaError | None = None
         self._buffered = 0
         self.released_bytes = 0  # ever given back (monotonic; see _sync.Producer)
+        self.stats = ProducerStats()
         self.on_release: Callable[[], None] | None = None
         self._space = asyncio.Event()
         self._space.set()

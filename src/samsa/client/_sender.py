@@ -100,6 +100,7 @@ class Sender:
 
     async def _bump(self) -> None:
         """Move to a new epoch (or producer id) and renumber the partitions that need it."""
+        self.p.stats.epoch_bumps += 1
         ident = self.idem.local_bump()
         if ident is None:
             self.idem.producer_id, self.idem.epoch = -1, -1
@@ -312,6 +313,8 @@ class Sender:
                 )
             )
             self.partitions[b.tp].sent(b)
+            if b.attempts > 1:
+                self.p.stats.resends += 1
         req = make_request(
             ApiKey.PRODUCE,
             v,
@@ -396,6 +399,8 @@ class Sender:
         if action is Action.IGNORE:
             return  # already resolved (fatal error or expiry) while in flight
         if action is Action.SUCCEED or action is Action.DUPLICATE:
+            if action is Action.DUPLICATE:
+                self.p.stats.duplicate_sequence += 1
             self._succeed(b, -1, -1)
             return
         if action is Action.FATAL:
@@ -415,6 +420,8 @@ class Sender:
             self.fail_batch(b, err, bump=d.bump)
 
     def _succeed(self, b: Batch, base_offset: int, append_time: int) -> None:
+        if b.attempts > 1:
+            self.p.stats.retried_acknowledged += 1
         self.partitions[b.tp].acknowledged(b)
         b.succeed(base_offset, append_time, base_offset < 0 and self.acks != 0)
         self.p._release(b)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import logging
 import queue
@@ -68,6 +69,7 @@ from samsa.client._types import (
     PreparedTransaction,
     ProducerInfo,
     ProducerState,
+    ProducerStats,
     RecordMetadata,
     TopicMetadata,
     TopicPartition,
@@ -785,6 +787,10 @@ class Producer(_Facade[AsyncProducer]):
     @property
     def producer_id(self) -> int:
         return self._core.producer_id
+
+    def stats(self) -> ProducerStats:
+        """A copy of the retry counters (:class:`ProducerStats`)."""
+        return self._lt.run_sync(lambda: dataclasses.replace(self._core.stats))
 
     # --- transactions (see AsyncProducer; every call first hands over queued records) --
 

@@ -74,6 +74,19 @@ class ProducerState:
         )
 
 
+@dataclass(slots=True)
+class ProducerStats:
+    """What a producer's retries came to, counted as batches: how a caller sees that the
+    broker deduplicated a resend (Kafka answers a retry of a batch it has already written
+    with that batch's offsets and no error; samsa's broker and old Kafka answer
+    DUPLICATE_SEQUENCE_NUMBER). Written by the producer's loop thread only."""
+
+    resends: int = 0  # Produce attempts of a batch after its first
+    retried_acknowledged: int = 0  # batches acknowledged after more than one attempt
+    duplicate_sequence: int = 0  # of those, answered DUPLICATE_SEQUENCE_NUMBER
+    epoch_bumps: int = 0  # idempotent epoch bumps (a sequence gap or divergence)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionMetadata:
     partition: int
@@ -106,9 +119,13 @@ class ProducerInfo:
 
 @dataclass(frozen=True, slots=True)
 class NewTopic:
+    """A topic to create; ``replication_factor`` -1 takes the broker's
+    default.replication.factor (as Kafka's admin clients do), so that the same code makes
+    replicated topics on a cluster."""
+
     name: str
     num_partitions: int = 1
-    replication_factor: int = 1
+    replication_factor: int = -1
     config: dict[str, str] = field(default_factory=dict)
 
 

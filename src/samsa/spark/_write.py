@@ -47,15 +47,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from samsa.client import (
+    AsyncAdmin,
     AsyncConsumer,
     AsyncProducer,
     BatchMetadata,
     KafkaError,
+    NewTopic,
     PreparedTransaction,
     Producer,
 )
 from samsa.protocol.errors import ErrorCode
-from samsa.spark._options import SinkOptions, SparkOptionError, marker_partition
+from samsa.spark._options import MARKER_TOPIC, SinkOptions, SparkOptionError, marker_partition
 
 log = logging.getLogger("samsa.spark")
 
@@ -276,6 +278,41 @@ async def _committed_markers(
         await consumer.close()
 
 
+# Bootstrap servers -> partitions the marker topic is known to have (this process).
+_marker_partitions: dict[str, int] = {}
+
+
+async def _ensure_marker_partitions(opts: SinkOptions, count: int) -> None:
+    """Give the marker topic at least ``count`` partitions (one per Spark partition).
+
+    Kafka refuses a committed offset of a partition that does not exist (TxnOffsetCommit
+    answers UNKNOWN_TOPIC_OR_PARTITION), so the topic must be real: made on first use,
+    grown when a batch has more Spark partitions. It never holds a record; only the
+    marker group's offsets name its partitions."""
+    key = str(opts.client.get("bootstrap.servers"))
+    if _marker_partitions.get(key, 0) >= count:
+        return
+    async with AsyncAdmin(_common(opts)) as admin:
+        try:
+            (meta,) = await admin.describe_topics([MARKER_TOPIC])
+            have = len(meta.partitions)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+            err = (await admin.create_topics([NewTopic(MARKER_TOPIC, count)]))[MARKER_TOPIC]
+            if err is not None and err.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise err from None
+            have = count if err is None else 0
+        if have < count:
+            err = (await admin.create_partitions({MARKER_TOPIC: count}))[MARKER_TOPIC]
+            # INVALID_PARTITIONS: another driver grew it meanwhile (re-checked next time)
+            if err is not None and err.code != ErrorCode.INVALID_PARTITIONS:
+                raise err
+            if err is not None:
+                return
+    _marker_partitions[key] = count
+
+
 def _common(opts: SinkOptions) -> dict[str, Any]:
     """The settings every client of the sink takes: where, who, and how it connects."""
     keep = ("bootstrap.servers", "client.id", "request.timeout.ms", "retry.backoff.ms")
@@ -300,7 +337,22 @@ async def _finish(
 ) -> None:
     assert msg.transactional_id is not None
     prepared = PreparedTransaction(msg.transactional_id, msg.producer_id, msg.epoch, msg.started)
-    txn = await AsyncProducer.resume_transaction(_txn_common(opts), prepared)
+    try:
+        txn = await AsyncProducer.resume_transaction(_txn_common(opts), prepared)
+    except KafkaError as exc:
+        if exc.code != ErrorCode.UNSUPPORTED_VERSION:
+            raise
+        # KIP-939's take-over (keep_prepared_txn) refused: Apache Kafka 4.4 serves
+        # InitProducerId v6 but not this. A 2PC transaction has no timeout, so abort it now
+        # (fencing aborts it) rather than leave it holding back the last stable offset.
+        await _fence(opts, msg.transactional_id)
+        if not commit:
+            return
+        raise SparkOptionError(
+            "the brokers refuse to take a prepared transaction over (InitProducerId "
+            "keep_prepared_txn: UNSUPPORTED_VERSION); the tasks' output was aborted. Drop "
+            "kafka.transaction.two.phase.commit.enable to use the default hand-off"
+        ) from exc
     try:
         if not commit:
             try:
@@ -334,6 +386,8 @@ async def _commit_async(
     done: dict[int, int | None] = {}
     if batch_id is not None:
         done = await _committed_markers(opts, [m.spark_partition for m in msgs], deadline)
+    if batch_id is not None and msgs:
+        await _ensure_marker_partitions(opts, max(m.spark_partition for m in msgs) + 1)
     jobs = []
     for m in msgs:
         seen = done.get(m.spark_partition)

@@ -8,7 +8,12 @@ resolves it from Maven Central into a cache outside the repository and writes th
 :class:`KafkaNode` is one KRaft node (combined broker + controller) on free ports of 127.0.0.1,
 its storage formatted before the first start. :class:`KafkaCluster` is three (or N) such nodes
 sharing one controller quorum. Both start, SIGKILL, SIGSTOP/SIGCONT, restart and stop their
-processes, and log each node's start-up time and resident memory.
+processes, and log each node's start-up time and resident memory. A cluster also says where
+things are (a partition's leader and leader epoch from Metadata, a group's or transactional
+id's coordinator from FindCoordinator) and makes the faults tests need: a leader or a
+coordinator SIGKILLed until another node takes over, then restarted; a leader SIGSTOPped past
+its session (a zombie once resumed); and :meth:`KafkaCluster.fault_command`, a shell command
+running such a fault in this process (for ``samsa verify --restart-broker``).
 
 Broker settings are passed as in samsa's fixtures: a dict of ``key: value`` overrides, given to
 ``kafka.Kafka`` as ``--override k=v``.
@@ -22,18 +27,22 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 __all__ = [
+    "FAST_FAILOVER",
     "KAFKA_VERSION",
     "KafkaCluster",
     "KafkaNode",
@@ -48,6 +57,15 @@ log = logging.getLogger(__name__)
 
 # Must match <kafka.version> in kafka/pom.xml (tests/unit/test_kafka_launcher.py checks).
 KAFKA_VERSION = "4.4.0"
+
+# Failure detection tuned short for fault tests (Kafka's defaults are 9 s, 2 s and 30 s): a
+# SIGKILLed or SIGSTOPped node loses its leaderships within ~1.5 s, a stalled follower the ISR
+# within 3 s.
+FAST_FAILOVER: dict[str, str] = {
+    "broker.session.timeout.ms": "1500",
+    "broker.heartbeat.interval.ms": "250",
+    "replica.lag.time.max.ms": "3000",
+}
 
 # The tools a Kafka user runs, by the names of their shell scripts in Kafka's distribution.
 TOOLS: dict[str, str] = {
@@ -220,6 +238,7 @@ class KafkaNode:
         self.started_s = 0.0  # seconds from exec to "Kafka Server started", last start
         self.rss_mb = 0.0  # resident memory when it started serving
         self._formatted = False
+        self._serving: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -353,6 +372,7 @@ class KafkaNode:
             time.sleep(0.05)
         self.started_s = time.monotonic() - self._t0
         self.rss_mb = _rss_mb(proc.pid)
+        self._serving = proc
         log.info(
             "kafka node %d (pid %d) serving on %s after %.2f s, RSS %.0f MB",
             self.node_id, proc.pid, self.bootstrap, self.started_s, self.rss_mb,
@@ -382,6 +402,11 @@ class KafkaNode:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def serving(self) -> bool:
+        """The running process has said it serves (see :meth:`wait_serving`)."""
+        return self.alive() and self._serving is self.proc
 
     def kill(self) -> None:
         """SIGKILL: no controlled shutdown, leadership moves only when the session times out."""
@@ -478,31 +503,204 @@ class KafkaCluster:
             raise
         return self
 
-    def wait_brokers(self, count: int, timeout: float = 60.0) -> None:
-        """Wait until a Metadata request names ``count`` live brokers."""
+    def live(self) -> list[KafkaNode]:
+        return [n for n in self.nodes if n.alive()]
+
+    def _ask(self, api: int, version: int, request: object) -> Any:
+        """Send one request to the first live node that answers (a paused one does not)."""
         from samsa.client._connection import BlockingConnection
+
+        last: Exception | None = None
+        for n in self.live():
+            try:
+                with BlockingConnection("127.0.0.1", n.port, timeout=3) as conn:
+                    return conn.request(api, version, request)
+            except OSError as exc:
+                last = exc
+        raise RuntimeError(f"no node of the cluster answered: {last}")
+
+    def _metadata(self, topics: Sequence[str] | None) -> Any:
         from samsa.protocol.messages import ApiKey, make_request
 
+        wanted = (
+            None
+            if topics is None
+            else tuple(
+                make_request(ApiKey.METADATA, 12, "MetadataRequestTopic", name=t, topic_id=None)
+                for t in topics
+            )
+        )
+        req = make_request(
+            ApiKey.METADATA, 12, "MetadataRequest", topics=wanted,
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+        )  # fmt: skip
+        return self._ask(ApiKey.METADATA, 12, req)
+
+    def wait_brokers(self, count: int, timeout: float = 60.0) -> None:
+        """Wait until a Metadata request names ``count`` live brokers."""
         deadline = time.monotonic() + timeout
         while True:
-            for n in self.nodes:
-                if not n.alive():
-                    continue
-                try:
-                    with BlockingConnection("127.0.0.1", n.port, timeout=5) as conn:
-                        req = make_request(
-                            ApiKey.METADATA, 12, "MetadataRequest", topics=(),
-                            allow_auto_topic_creation=False,
-                            include_topic_authorized_operations=False,
-                        )  # fmt: skip
-                        resp = conn.request(ApiKey.METADATA, 12, req)
-                    if len(resp.brokers) >= count:
-                        return
-                except OSError:
-                    pass
+            try:
+                if len(self._metadata(()).brokers) >= count:
+                    return
+            except RuntimeError:
+                pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the cluster did not show {count} brokers in {timeout} s")
             time.sleep(0.1)
+
+    def leaders(self, topic: str) -> dict[int, tuple[int, int]]:
+        """partition -> (leader node id, leader epoch), as the controller last told the
+        brokers (-1 for a partition without a leader)."""
+        resp = self._metadata([topic])
+        (t,) = resp.topics
+        if t.error_code:
+            raise RuntimeError(f"metadata of {topic}: error {t.error_code}")
+        return {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch))
+                for p in t.partitions}  # fmt: skip
+
+    def leader(self, topic: str, partition: int = 0) -> tuple[int, int]:
+        """(leader node id, leader epoch) of one partition."""
+        return self.leaders(topic)[partition]
+
+    def coordinator(self, key: str, *, transaction: bool = False, timeout: float = 30.0) -> int:
+        """The node coordinating a group id (or, with ``transaction``, a transactional id);
+        waits while the coordinator is not available (its internal topic being made, or
+        its leader moving)."""
+        from samsa.protocol.messages import ApiKey, make_request
+
+        req = make_request(
+            ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest", key="",
+            key_type=1 if transaction else 0, coordinator_keys=(key,),
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            (c,) = self._ask(ApiKey.FIND_COORDINATOR, 4, req).coordinators
+            if not c.error_code and self.node(int(c.node_id)).alive():
+                return int(c.node_id)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"FindCoordinator {key!r}: error {c.error_code}")
+            time.sleep(0.1)
+
+    def kill_coordinator(
+        self, key: str, *, transaction: bool = False, wait: bool = True
+    ) -> tuple[int, int]:
+        """SIGKILL the node coordinating ``key``, wait until another node does, and start
+        the killed node again (as :meth:`kill_leader`). Returns (old, new coordinator)."""
+        old = self.coordinator(key, transaction=transaction)
+        node = self.node(old)
+        node.kill()
+        deadline = time.monotonic() + 30
+        while (new := self.coordinator(key, transaction=transaction)) == old:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the coordinator of {key!r} did not move from {old}")
+            time.sleep(0.05)
+        node.launch()
+        if wait:
+            self.wait_all()
+        return old, new
+
+    def wait_leader(
+        self, topic: str, partition: int, moved_from: tuple[int, int], timeout: float = 30.0
+    ) -> tuple[int, int]:
+        """Wait until the partition has a live leader with an epoch past ``moved_from``'s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self.leader(topic, partition)
+            if now[0] > 0 and now[1] > moved_from[1] and self.node(now[0]).alive():
+                return now
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}-{partition} still led by {now} after {timeout} s")
+            time.sleep(0.05)
+
+    def wait_in_sync(self, topic: str, timeout: float = 60.0) -> None:
+        """Wait until every replica of every partition of ``topic`` is in the ISR again
+        (a restarted node has caught up), so that the next fault loses no quorum."""
+        deadline = time.monotonic() + timeout
+        while True:
+            (t,) = self._metadata([topic]).topics
+            if t.partitions and all(len(p.isr_nodes) == len(p.replica_nodes) for p in t.partitions):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic} not back in sync after {timeout} s")
+            time.sleep(0.1)
+
+    def kill_leader(
+        self, topic: str, partition: int = 0, *, wait: bool = True
+    ) -> tuple[int, int, int, int]:
+        """SIGKILL the partition's leader, wait until another node leads with a new epoch,
+        and start the killed node again (``wait=False``: without waiting for it to serve;
+        :meth:`wait_all` does). Returns (old leader, old epoch, new leader, new epoch)."""
+        old = self.leader(topic, partition)
+        node = self.node(old[0])
+        node.kill()
+        new = self.wait_leader(topic, partition, old)
+        node.launch()
+        if wait:
+            self.wait_all()
+        return (*old, *new)
+
+    def wait_all(self, timeout: float = 300.0) -> None:
+        """Wait until every node serves (those launched and not yet serving included)."""
+        for n in self.nodes:
+            if not n.alive():
+                n.launch()
+            if not n.serving:
+                n.wait_serving(timeout)
+        self.wait_brokers(len(self.nodes), timeout)
+
+    def pause_leader(
+        self, topic: str, partition: int = 0, *, timeout: float = 30.0
+    ) -> tuple[int, int, int, int]:
+        """SIGSTOP the partition's leader until the controller fences it and elects
+        another (its session timed out), then SIGCONT it: a zombie leader that wakes up
+        believing it still leads. Returns (old leader, old epoch, new, new epoch)."""
+        old = self.leader(topic, partition)
+        node = self.node(old[0])
+        node.pause()
+        try:
+            new = self.wait_leader(topic, partition, old, timeout)
+        finally:
+            node.resume()
+        return (*old, *new)
+
+    @contextmanager
+    def fault_command(self, action: Callable[[], object]) -> Iterator[str]:
+        """A shell command that runs ``action`` in this process, prints what it returned
+        (unless None) and exits 0 when it is done (1 if it raised): how ``samsa verify
+        --restart-broker`` kills a leader of a cluster whose processes this object holds,
+        and how ``--pause-broker`` learns the pid of the leader of the moment."""
+        server = socket.create_server(("127.0.0.1", 0))
+        stop = threading.Event()
+
+        def serve() -> None:
+            server.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    continue
+                with conn:
+                    try:
+                        out = action()
+                        conn.sendall(b"ok" + (b"" if out is None else str(out).encode()))
+                    except Exception as exc:
+                        log.warning("fault command failed: %s", exc)
+                        conn.sendall(b"failed")
+
+        thread = threading.Thread(target=serve, name="kafka-fault-command", daemon=True)
+        thread.start()
+        port = server.getsockname()[1]
+        code = (
+            f"import socket,sys;s=socket.create_connection(('127.0.0.1',{port}));"
+            "a=s.recv(4096);print(a[2:].decode());sys.exit(0 if a[:2]==b'ok' else 1)"
+        )
+        try:
+            yield f'{shlex.quote(sys.executable)} -c "{code}"'
+        finally:
+            stop.set()
+            thread.join(5)
+            server.close()
 
     def stop(self) -> None:
         threads = [threading.Thread(target=n.stop) for n in self.nodes]

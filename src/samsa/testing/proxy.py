@@ -162,6 +162,7 @@ class _Pending:
 class _Conn:
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter
+    address: tuple[str, int]  # the broker's
     pending: collections.deque[_Pending] = field(default_factory=collections.deque)
     requests: int = 0
 
@@ -268,6 +269,21 @@ class FaultProxy:
         faults.validate()
         self.faults = faults
 
+    def reset_connections(self, upstream: tuple[str, int] | str | None = None) -> int:
+        """Reset (RST) every open connection to broker ``upstream`` (to every broker when
+        None), as a crashed broker or a middlebox would; returns how many. Clients must
+        reconnect; the broker sees its peers vanish mid-conversation."""
+        addr = parse_address(upstream) if isinstance(upstream, str) else upstream
+
+        async def reset() -> int:
+            hit = [c for c in self._conns if addr is None or c.address == addr]
+            for c in hit:
+                self._abort(c)
+            self.stats.resets += len(hit)
+            return len(hit)
+
+        return asyncio.run_coroutine_threadsafe(reset(), self._loop).result(10)
+
     def stop(self) -> None:
         """Close every listener and connection, stop the thread; idempotent."""
         if self._stopped:
@@ -370,7 +386,7 @@ class FaultProxy:
             self.stats.upstream_failures += 1
             cwriter.transport.abort()
             return
-        conn = _Conn(cwriter, uwriter)
+        conn = _Conn(cwriter, uwriter, lst.upstream)
         self._conns.add(conn)
         tasks = [
             asyncio.ensure_future(self._upward(conn, creader)),

@@ -589,7 +589,10 @@ def run_verify(cfg: VerifyConfig, say: Say | None = None) -> VerifyResult:
     if cfg.proxy:
         # ApiVersions passes: every connection gets somewhere. Faults start with a window.
         faults = Faults(grace_requests=1)
-        proxy = FaultProxy(cfg.bootstrap, faults=faults, seed=rng.randrange(1 << 30)).start()
+        # One bootstrap broker is enough: the proxy puts a listener in front of every broker
+        # that Metadata names (a cluster's bootstrap list has several).
+        upstream = cfg.bootstrap.split(",")[0].strip()
+        proxy = FaultProxy(upstream, faults=faults, seed=rng.randrange(1 << 30)).start()
         bootstrap = proxy.address
         out(f"proxy {proxy.address} -> {cfg.bootstrap}")
 
