@@ -99,7 +99,9 @@ DEFAULT_RULES: dict[str, Rule] = {
     "crc": Rule.DROP,
 }
 
-_SORT_KEYS = ("name", "topic", "partition_index", "partition", "index", "transactional_id")
+# Lists of these are compared as sets: Kafka keeps group members (and topics, ...) in hash maps.
+_SORT_KEYS = ("name", "topic", "partition_index", "partition", "index", "transactional_id",
+              "member_id")  # fmt: skip
 
 
 # --- trees ------------------------------------------------------------------------------
