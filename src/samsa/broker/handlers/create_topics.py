@@ -55,6 +55,29 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     )
 
 
+def _assignment_problem(broker: Broker, t: Any) -> tuple[ErrorCode, str] | None:
+    """A manual assignment (``kafka-topics --replica-assignment``) is taken when it is what
+    samsa would do anyway: every partition on this broker alone, indexes 0..n-1."""
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        return (
+            ErrorCode.INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
+        )
+    indexes = sorted(a.partition_index for a in t.assignments)
+    if indexes != list(range(len(indexes))):
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0 to n-1"
+    me = broker.config.broker_id
+    for a in t.assignments:
+        if list(a.broker_ids) != [me]:
+            return (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partition {a.partition_index} is assigned to {list(a.broker_ids)}; "
+                f"this cluster has one broker, {me}, and one replica per partition",
+            )
+    return None
+
+
 def _partitions(broker: Broker, t: Any) -> int:
     return int(t.num_partitions if t.num_partitions != -1 else broker.config.num_partitions)
 
@@ -83,14 +106,26 @@ def _create(
 ) -> tuple[ErrorCode, str | None]:
     if repeated:
         return ErrorCode.INVALID_REQUEST, "topic named twice in one request"
-    if t.replication_factor not in (-1, 1):
+    rf = t.replication_factor
+    if rf == 0 or rf < -1:
         return (
             ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"replication factor {t.replication_factor} is larger than the 1 available broker",
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if rf > 1:  # Kafka's words, for its one registered broker
+        return (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {rf} time(s): The target replication factor "
+            f"of {rf} cannot be reached because only 1 broker(s) are registered or some "
+            "brokers have all their log directories cordoned.",
         )
     if t.assignments:
-        return ErrorCode.INVALID_REQUEST, "manual replica assignment is not supported"
-    n = _partitions(broker, t)
+        refused = _assignment_problem(broker, t)
+        if refused is not None:
+            return refused
+        n = len(t.assignments)
+    else:
+        n = _partitions(broker, t)
     try:
         validate_topic_name(t.name)
         if n < 1:
@@ -98,7 +133,7 @@ def _create(
                 ErrorCode.INVALID_PARTITIONS, f"number of partitions must be >= 1, got {n}"
             )
         if t.name in broker.topics.topics:
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
         configs = {c.name: c.value for c in t.configs or () if c.value is not None}
         topic_log_config(broker.log_config, t.name, configs)  # INVALID_CONFIG, also if validating
         if not validate_only:
