@@ -338,7 +338,7 @@ def alter_credentials(
     upsertions: list[tuple[str, int, int, bytes, bytes]],
 ) -> list[UserResult]:
     """Apply deletions (user, mechanism type) and upsertions (user, mechanism type,
-    iterations, salt, SaltedPassword); all of a user's changes or none, one result each."""
+    iterations, salt, SaltedPassword); one change per user, one result each."""
     per_user: dict[str, list[tuple[int, tuple[int, bytes, bytes] | None]]] = {}
     for user, mech in deletions:
         per_user.setdefault(user, []).append((mech, None))  # None: delete
@@ -366,13 +366,15 @@ def _alter_problem(
 ) -> tuple[ErrorCode, str] | None:
     if not user:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    mechs = [mech for mech, _upsert in ops]
-    if len(set(mechs)) != len(mechs):
-        return (
-            ErrorCode.DUPLICATE_RESOURCE,
-            "A user credential cannot be altered twice in the same request",
-        )
-    for mech, upsert in ops:
+    # As Kafka's controller: one change per user and request, whatever the mechanisms (so
+    # kafka-configs cannot set SCRAM-SHA-256 and -512 at once); a change that fails first
+    # answers its own error.
+    for index, (mech, upsert) in enumerate(ops):
+        if index:
+            return (
+                ErrorCode.DUPLICATE_RESOURCE,
+                "A user credential cannot be altered twice in the same request",
+            )
         name = SCRAM_MECHANISM_TYPES.get(mech)
         if name is None:
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism type {mech}"
@@ -385,9 +387,9 @@ def _alter_problem(
             continue
         iterations, salt, salted = upsert
         if iterations < SCRAM_MIN_ITERATIONS:
-            return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations: {iterations}"
+            return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
         if iterations > SCRAM_MAX_ITERATIONS:
-            return ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations: {iterations}"
+            return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
         if not salt or not salted:
             return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty"
     return None

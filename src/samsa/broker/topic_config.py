@@ -55,15 +55,18 @@ class ConfigType(enum.IntEnum):
     PASSWORD = 9
 
 
+_NOT_A_NUMBER = "not an integer"
+
+
 def _integer(low: int, high: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
         try:
             value = int(raw.strip())
         except ValueError:
-            raise ValueError("not an integer") from None
+            raise ValueError(_NOT_A_NUMBER) from None
         if not low <= value <= high:
             raise ValueError(
-                f"must be at least {low}" if value < low else f"must be at most {high}"
+                f"Value must be at least {low}" if value < low else f"must be at most {high}"
             )
         return value
 
@@ -363,7 +366,8 @@ _KEYS = (
         "flush_ms",
         _integer(0, LONG_MAX),
         str(LONG_MAX),
-        ("log.flush.interval.ms",),
+        # Kafka: log.flush.interval.ms has no default and falls back to the scheduler's
+        ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
         str(LONG_MAX),
         "An append while records older than this are unflushed is fsynced before it is "
         "acknowledged (0: every append; rule 42).",
@@ -519,14 +523,20 @@ def parse_topic_configs(configs: Mapping[str, str]) -> dict[str, object]:
         key = TOPIC_CONFIG_KEYS.get(name)
         if key is None:
             why = _REMOVED.get(name)
-            raise InvalidConfigError(f"unknown topic config {name!r}" + (f": {why}" if why else ""))
+            raise InvalidConfigError(
+                f"Unknown topic config name: {name}" + (f": {why}" if why else "")
+            )
         if raw is None:
             raise InvalidConfigError(f"config {name} has no value")
         try:
             values[key.field] = key.parse(raw)
         except ValueError as exc:
+            # Kafka's ConfigDef words, which kafka-configs shows as they come
+            why = str(exc)
+            if why == _NOT_A_NUMBER:
+                why = f"Not a number of type {key.config_type.name}"
             raise InvalidConfigError(
-                f"invalid value {raw!r} for configuration {name}: {exc}"
+                f"Invalid value {raw} for configuration {name}: {why}"
             ) from None
     return values
 
@@ -581,6 +591,14 @@ def describe_topic_configs(
             synonyms.append(
                 Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
             )
+            # As Kafka's ConfigHelper, the broker synonyms start at the first one set under the
+            # key's primary name: retention.ms lists log.retention.hours=168 only after some
+            # log.retention.ms, and no synonym at all when none is set.
+            own = 1 if key.name in configs else 0
+            inherited = synonyms[own:]
+            while inherited and inherited[0].name != key.synonyms[0]:
+                inherited.pop(0)
+            synonyms[own:] = inherited
         # A key without a broker synonym has no synonyms at all when the topic has no value.
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         value = synonyms[0].value if source != ConfigSource.DEFAULT_CONFIG else key.default
@@ -623,7 +641,7 @@ def apply_incremental(
             out.pop(name, None)
         elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
             if topic and name not in TOPIC_CONFIG_KEYS:
-                raise InvalidConfigError(f"unknown topic config {name!r}")
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
             if name not in list_defaults:
                 verb = "append" if op == AlterOp.APPEND else "subtract"
                 raise InvalidConfigError(f"config value {verb} is not allowed for config {name}")

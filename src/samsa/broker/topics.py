@@ -196,7 +196,7 @@ class TopicManager:
         configs = dict(configs or {})
         config = self._log_config(name, configs)
         if name in self.topics:
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if num_partitions < 1:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -348,8 +348,8 @@ class TopicManager:
         if count <= current:
             raise TopicError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"topic {name!r} has {current} partitions; the count can only be increased, "
-                f"not set to {count}",
+                f"The topic {name} currently has {current} partition(s); {count} would not be "
+                "an increase.",
             )
         if topic.internal:
             raise TopicError(

@@ -24,6 +24,7 @@ from samsa.cli import (
     users,
     verify,
 )
+from samsa.cli._clientutil import missing_names
 
 # Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
 COMMANDS = [
@@ -45,6 +46,32 @@ COMMANDS = [
 ]
 
 
+# Kafka's kafka-topics, kafka-consumer-groups and kafka-acls name their action by a flag
+# (``--create``); samsa by a word after the command (``topics create``). Either works.
+KAFKA_ACTIONS = {
+    "topics": ("create", "list", "describe", "alter", "delete"),
+    "groups": ("list", "describe", "delete", "reset-offsets", "delete-offsets"),
+    "acls": ("add", "list", "remove"),
+}
+
+
+def kafka_style(argv: list[str]) -> list[str]:
+    """``samsa topics --create --topic t`` as ``samsa topics create --topic t``: the one
+    action flag moves to where samsa's action word goes; anything else is left as it is."""
+    command = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+    if command is None or argv[command] not in KAFKA_ACTIONS:
+        return argv
+    actions = KAFKA_ACTIONS[argv[command]]
+    rest = argv[command + 1 :]
+    if rest and rest[0] in actions:
+        return argv
+    flags = [i for i, word in enumerate(rest) if word.startswith("--") and word[2:] in actions]
+    if len(flags) != 1:
+        return argv  # none or several: argparse says what is wrong
+    action = rest.pop(flags[0])[2:]
+    return [*argv[: command + 1], action, *rest]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="samsa",
@@ -58,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(kafka_style(list(sys.argv[1:] if argv is None else argv)))
+    missing = missing_names(args)
+    if missing:
+        parser.error(f"{args.command}: the following arguments are required: {', '.join(missing)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from samsa.cli._clientutil import add_bootstrap, client_config, command_security, one_line_errors
+from samsa.cli._clientutil import (
+    add_bootstrap,
+    add_name,
+    client_config,
+    command_security,
+    one_line_errors,
+)
 from samsa.client import Admin, Consumer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey
@@ -18,7 +24,7 @@ LATEST = -1
 
 
 @one_line_errors
-def _producers(args: argparse.Namespace) -> int:
+def describe(args: argparse.Namespace) -> int:
     with Admin(client_config(args)) as admin:
         if args.partition is not None:
             partitions = [args.partition]
@@ -92,7 +98,7 @@ def _batches(conn: BlockingConnection, tp: TopicPartition, lower: int, upper: in
 
 def register(sub: Any) -> None:
     p = sub.add_parser("producers", help="producer state (id, epoch, sequence) per partition")
-    p.add_argument("topic")
+    add_name(p, "topic", "--topic")
     p.add_argument("--partition", type=int)
     add_bootstrap(p)
-    p.set_defaults(func=_producers)
+    p.set_defaults(func=describe)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.cli._clientutil import add_bootstrap, add_name, client_config, one_line_errors
 from samsa.client import Admin, KafkaError, NewTopic
 
 
@@ -13,7 +13,9 @@ from samsa.client import Admin, KafkaError, NewTopic
 def _create(args: argparse.Namespace) -> int:
     config = dict(_kv(item) for item in args.config or [])
     with Admin(client_config(args)) as admin:
-        err = admin.create_topics([NewTopic(args.topic, args.partitions, 1, config)])[args.topic]
+        err = admin.create_topics(
+            [NewTopic(args.topic, args.partitions, args.replication_factor, config)]
+        )[args.topic]
         if err is not None:
             if args.if_not_exists and err.name == "TOPIC_ALREADY_EXISTS":
                 return 0
@@ -80,27 +82,35 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("topics", help="create, list, describe and delete topics")
+    p = sub.add_parser(
+        "topics",
+        help="create, list, describe and delete topics",
+        description="Also takes kafka-topics' flags: --create/--list/--describe/--alter/"
+        "--delete and --topic NAME.",
+    )
     actions = p.add_subparsers(dest="action", required=True)
     c = actions.add_parser("create", help="create a topic")
-    c.add_argument("topic")
+    add_name(c, "topic", "--topic")
     c.add_argument("--partitions", type=int, default=1)
-    c.add_argument("--replication-factor", type=int, default=1, help="only 1 is supported")
+    c.add_argument(
+        "--replication-factor", type=int, default=1, help="the broker refuses more than it has"
+    )
     c.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config")
     c.add_argument("--if-not-exists", action="store_true")
     c.set_defaults(func=_create)
     ls = actions.add_parser("list", help="list topic names")
     ls.add_argument("--internal", action="store_true", help="include internal topics")
+    ls.add_argument("--exclude-internal", action="store_false", dest="internal", help="the default")
     ls.set_defaults(func=_list)
     d = actions.add_parser("describe", help="partitions and leaders")
-    d.add_argument("topic", nargs="*")
+    add_name(d, "topic", "--topic", many=True, required=False, help="default: every topic")
     d.set_defaults(func=_describe)
     al = actions.add_parser("alter", help="add partitions (the count only grows)")
-    al.add_argument("--topic", required=True)
+    add_name(al, "topic", "--topic")
     al.add_argument("--partitions", type=int, required=True, help="the new partition count")
     al.set_defaults(func=_alter)
     rm = actions.add_parser("delete", help="delete topics")
-    rm.add_argument("topic", nargs="+")
+    add_name(rm, "topic", "--topic", many=True)
     rm.add_argument("--if-exists", action="store_true")
     rm.set_defaults(func=_delete)
     for a in (c, ls, d, al, rm):

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from samsa.broker.config import parse_host_port
-from samsa.cli._clientutil import add_bootstrap, command_security
+from samsa.cli import producers
+from samsa.cli._clientutil import add_bootstrap, add_name, command_security
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import split_response
@@ -173,6 +174,12 @@ def register(sub: Any) -> None:
     add_bootstrap(lp)
     lp.set_defaults(func=_guarded(_list))
     dp = tsub.add_parser("describe", help="one transactional id in detail")
-    dp.add_argument("transactional_id")
+    add_name(dp, "transactional_id", "--transactional-id")
     add_bootstrap(dp)
     dp.set_defaults(func=_guarded(_describe))
+    # kafka-transactions' name for what `samsa producers` shows
+    pp = tsub.add_parser("describe-producers", help="active producers per partition")
+    add_name(pp, "topic", "--topic")
+    pp.add_argument("--partition", type=int)
+    add_bootstrap(pp)
+    pp.set_defaults(func=producers.describe)

@@ -214,7 +214,7 @@ class ConsumerGroups:
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise _Refused(E.GROUP_ID_NOT_FOUND, f"group {req.group_id} not found")
+                raise _Refused(E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
             group = ConsumerGroup(req.group_id)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, req)
@@ -511,7 +511,7 @@ class ConsumerGroups:
         group = self.groups.get(group_id)
         if group is None:
             return ConsumerGroupDescription(
-                group_id, E.GROUP_ID_NOT_FOUND, f"group {group_id} not found"
+                group_id, E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
             )
         members = tuple(
             ConsumerMemberDescription(

@@ -114,7 +114,8 @@ def test_describe_answers_sources_synonyms_and_documentation(
     configs = {c.name: c for c in result.configs}
     ret = configs["retention.ms"]
     assert (ret.value, ret.config_source, ret.read_only, ret.config_type) == ("1000", 1, False, 5)
-    # As Kafka 4.4: no default synonym in other units (log.retention.hours).
+    # No log.retention.ms is set, so Kafka lists no broker synonym (log.retention.hours=168
+    # only follows a log.retention.ms): tests/oracle/test_kafka_tools.py compares.
     assert [(s.name, s.source) for s in ret.synonyms] == [("retention.ms", 1)]
     assert ret.documentation
     only = describe(conn, TOPIC, topic, keys=("retention.ms", "segment.ms"))

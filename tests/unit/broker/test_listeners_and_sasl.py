@@ -591,6 +591,14 @@ def test_alter_and_describe_scram_credentials(tmp_path: Path) -> None:
         ErrorCode.UNACCEPTABLE_CREDENTIAL,
         ErrorCode.RESOURCE_NOT_FOUND,
     ]
+    # One change per user and request, whatever the mechanisms, as Kafka's controller:
+    # both mechanisms at once (kafka-configs' two SCRAM-SHA-* in one --add-config) fail.
+    both = [("ned", 1, 4096, salt, salted), ("ned", 2, 4096, salt, salted)]
+    assert alter_credentials(store, [], both) == [
+        ("ned", ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in "
+         "the same request"),
+    ]  # fmt: skip
+    assert store.lookup("ned", "SCRAM-SHA-256") is None
     # A user's changes are all or nothing: the bad deletion kept the good upsertion out.
     mixed = alter_credentials(store, [("lou", 1)], [("lou", 2, 4096, salt, salted)])
     assert mixed[0][1] == ErrorCode.RESOURCE_NOT_FOUND

@@ -29,13 +29,16 @@ NOW = 1_800_000_000_000
     ("configs", "words"),
     [
         ({"retention.ms": "-2"}, "at least -1"),
-        ({"retention.ms": "soon"}, "not an integer"),
+        (
+            {"retention.ms": "soon"},
+            "Invalid value soon for configuration retention.ms: Not a number of type LONG",
+        ),
         ({"segment.bytes": "100"}, "at least 1048576"),
         ({"segment.bytes": str(2**31)}, "at most 2147483647"),
         ({"segment.ms": "0"}, "at least 1"),
         ({"message.timestamp.type": "Now"}, "CreateTime, LogAppendTime"),
         ({"max.message.bytes": "-1"}, "at least 0"),
-        ({"no.such.config": "1"}, "unknown topic config"),
+        ({"no.such.config": "1"}, "Unknown topic config name: no.such.config"),
         ({"compression.type": "brotli"}, "must be one of uncompressed, zstd"),
         ({"compression.gzip.level": "0"}, "between 1 and 9 or -1"),
         ({"compression.lz4.level": "18"}, "between 1 and 17"),

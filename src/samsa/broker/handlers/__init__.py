@@ -24,6 +24,7 @@ from samsa.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -56,6 +57,7 @@ from samsa.broker.handlers import (
     sync_group,
     txn_offset_commit,
     update_features,
+    write_txn_markers,
 )
 from samsa.broker.handlers._base import Api, RequestContext
 from samsa.protocol.messages import ApiKey
@@ -74,6 +76,8 @@ APIS: dict[int, Api] = {
         Api(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle),
         Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle),
         Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle),
+        # No client quotas: every filter matches nothing; AlterClientQuotas is not served.
+        Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, describe_client_quotas.handle),
         Api(ApiKey.CREATE_TOPICS, 2, 7, create_topics.handle),
         Api(ApiKey.DELETE_TOPICS, 1, 6, delete_topics.handle),
         Api(ApiKey.INIT_PRODUCER_ID, 0, 6, init_producer_id.handle),  # v6: KIP-939 (rule 37)
@@ -108,6 +112,8 @@ APIS: dict[int, Api] = {
         Api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4, add_offsets_to_txn.handle),
         Api(ApiKey.END_TXN, 0, 5, end_txn.handle),
         Api(ApiKey.TXN_OFFSET_COMMIT, 0, 5, txn_offset_commit.handle),
+        # kafka-transactions abort; Kafka 4 serves v1-v2 (v0 went with KIP-896).
+        Api(ApiKey.WRITE_TXN_MARKERS, 1, 2, write_txn_markers.handle),
         Api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions.handle),
         Api(ApiKey.LIST_TRANSACTIONS, 0, 2, list_transactions.handle),
         # ACLs (rule 33): the versions kio defines, which Kafka 4 also serves.

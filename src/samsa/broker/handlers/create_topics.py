@@ -140,10 +140,18 @@ def _create(
 ) -> tuple[ErrorCode, str | None]:
     if repeated:
         return ErrorCode.INVALID_REQUEST, "topic named twice in one request"
-    if t.replication_factor not in (-1, 1) and not t.assignments:
+    rf = t.replication_factor
+    if not t.assignments and (rf == 0 or rf < -1):
         return (
             ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"replication factor {t.replication_factor} is larger than the 1 available broker",
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if not t.assignments and rf > 1:  # Kafka's words, for its one registered broker
+        return (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {rf} time(s): The target replication factor "
+            f"of {rf} cannot be reached because only 1 broker(s) are registered or some "
+            "brokers have all their log directories cordoned.",
         )
     n = _partitions(broker, t)
     try:
@@ -153,7 +161,7 @@ def _create(
                 ErrorCode.INVALID_PARTITIONS, f"number of partitions must be >= 1, got {n}"
             )
         if t.name in broker.topics.topics:
-            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
         configs = {c.name: c.value for c in t.configs or () if c.value is not None}
         topic_log_config(broker.log_config, t.name, configs)  # INVALID_CONFIG, also if validating
         if t.assignments:

@@ -34,7 +34,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         error, message = d.error, None
         if v >= 6 and d.state == "Dead":
             # v6 (KIP-1043) says so instead of describing a Dead group.
-            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid} not found"
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."
         members = tuple(
             make(
                 K,

@@ -52,7 +52,9 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                     "PartitionResult",
                     partition_id=p,
                     error_code=code,
-                    error_message=_MESSAGES.get(code),
+                    error_message=f"No such partition as {t.topic}-{p}"  # Kafka's words
+                    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    else _MESSAGES.get(code),
                 )
             )
         results.append(
@@ -75,7 +77,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
 
 _MESSAGES = {
     ErrorCode.ELECTION_NOT_NEEDED: "the partition's one replica is its leader already",
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "no such topic or partition",
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "ElectLeaders needs Alter on the cluster",
     ErrorCode.INVALID_REQUEST: "unknown election type",
 }
