@@ -191,15 +191,17 @@ def describe(s: Side, label: str, group: str) -> Any:
 
 
 def test_consumer_protocol_epochs_and_errors(differential: Run) -> None:
-    """A member with no subscription (with one, Kafka's first epoch is 2 and samsa's 1: an
-    open difference, see the issue's report)."""
+    """A member joins subscribed to an existing topic (Kafka's first member epoch is then 2:
+    the member's subscription and the topic metadata are two bumps), works at its epoch, is
+    refused ahead of it or unknown, and leaves; the group's epochs are compared throughout."""
 
     def scenario(s: Side) -> None:
         group, topic = s.unique("g"), s.unique("t")
         s.create_topic(topic, 2)
         s.find_coordinator("coordinator", group, key_type=0)
-        first = _consumer_heartbeat(s, "join", group, "", 0, ())
+        first = _consumer_heartbeat(s, "join", group, "", 0, (topic,))
         me, epoch = first.member_id, first.member_epoch
+        describe(s, "describe-joined", group)
         _consumer_heartbeat(s, "steady", group, me, epoch, None)
         _consumer_heartbeat(s, "epoch-ahead", group, me, epoch + 5, None)
         _consumer_heartbeat(s, "unknown-member", group, "nobody-here-0000000000", 1, None)
