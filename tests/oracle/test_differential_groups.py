@@ -25,7 +25,8 @@ RULES = {"member_id": Rule.NODE, "leader": Rule.NODE}
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNode]:
+def differential_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNode]:
+    """Overrides the shared node of tests/oracle/conftest.py: these scenarios need GROUPS."""
     node = KafkaNode(tmp_path_factory.mktemp("kafka-groups"), overrides=GROUPS).start()
     yield node
     node.stop()
