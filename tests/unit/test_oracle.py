@@ -11,6 +11,7 @@ from samsa.testing.oracle import (
     USER_PROPERTY,
     Deviation,
     Outcome,
+    Rule,
     Step,
     compare,
     normalise,
@@ -58,6 +59,17 @@ def test_normalise_drops_throttle_and_messages_and_sorts_partitions() -> None:
         "p": [{"partition_index": 0, "v": 0}, {"partition_index": 1, "v": 1}],
     }
     assert compare(normalise(a), normalise(b)) == []
+
+
+def test_normalise_sorts_group_members_by_their_identity() -> None:
+    """Kafka lists a classic group's members in HashMap order: the same members in another
+    order compare equal, by the identities their first appearance gave them."""
+    rules = {"member_id": Rule.NODE, "leader": Rule.NODE}
+    a = {"leader": "zz", "members": [{"member_id": "aa", "v": 2}, {"member_id": "zz", "v": 1}]}
+    b = {"leader": "m1", "members": [{"member_id": "m1", "v": 1}, {"member_id": "m2", "v": 2}]}
+    assert compare(normalise(a, rules), normalise(b, rules)) == []
+    c = {"leader": "m1", "members": [{"member_id": "m1", "v": 2}, {"member_id": "m2", "v": 1}]}
+    assert compare(normalise(a, rules), normalise(c, rules)) != []
 
 
 def test_compare_names_the_path_and_both_values() -> None:

@@ -94,13 +94,16 @@ class ConsumerMember:
 @dataclass(slots=True)
 class ConsumerGroup:
     group_id: str
-    group_epoch: int = 0
+    # As Kafka (4.4's ModernGroup): a new group is at epoch 1 before any record says so,
+    # its target at 0; so the first member's heartbeat computes a target at epoch 1, or at
+    # 2 if its subscription bumps the group.
+    group_epoch: int = 1
     assignment_epoch: int = 0
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     targets: dict[str, Assignment] = field(default_factory=dict)
     # -- in memory only --
     # The subscribed topics' (name, id, partition count) the target was computed for; None
-    # after loading, so the first heartbeat recomputes it.
+    # after loading, so the first heartbeat recomputes it; () for a group a heartbeat makes.
     topics_signature: tuple[tuple[str, uuid.UUID, int], ...] | None = None
     session_deadlines: dict[str, int] = field(default_factory=dict)
     revocation_deadlines: dict[str, int] = field(default_factory=dict)

@@ -215,7 +215,7 @@ class ConsumerGroups:
         if group is None:
             if req.member_epoch != 0:
                 raise _Refused(E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
-            group = ConsumerGroup(req.group_id)
+            group = ConsumerGroup(req.group_id, topics_signature=())
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, req)
         member, is_new, replaced = self._member_for(group, req)
@@ -225,7 +225,9 @@ class ConsumerGroups:
             targets[member.member_id] = group.targets[replaced]
         # -- 2. metadata ---------------------------------------------------------------------
         meta = _updated_metadata(None if is_new else member.metadata, req)
-        bump = is_new and not replaced
+        # As Kafka, joining alone does not bump the group epoch: a changed subscription or
+        # preferred assignor does, and so do changed subscribed topics (below).
+        bump = False
         if meta != member.metadata or is_new:
             self._emit(_key(MEMBER_METADATA_TYPE, group.group_id, member.member_id), meta)
             if member.metadata.subscribed_topic_names != meta.subscribed_topic_names or (
@@ -239,6 +241,9 @@ class ConsumerGroups:
         )
         subs = {m.member_id: m.metadata for m in group.members.values() if m.member_id not in gone}
         subs[member.member_id] = meta
+        before = {m.member_id: m.metadata for m in group.members.values()}
+        if self._assignor(subs) != self._assignor(before):
+            bump = True
         group.regex_scopes[member.member_id] = req.describable
         for mid in gone:
             group.regex_scopes.pop(mid, None)

@@ -683,7 +683,7 @@ class GroupCoordinator:
                 continue
             self._downgrading.pop(rec.group_id, None)
             cgroup = self.consumer.groups.get(rec.group_id)
-            if cgroup is not None and not cgroup.members and cgroup.group_epoch == 0:
+            if cgroup is not None and not cgroup.members and cgroup.assignment_epoch == 0:
                 del self.consumer.groups[rec.group_id]  # its first heartbeat was not stored
             group = self.groups.get(rec.group_id)
             if (

@@ -99,9 +99,17 @@ DEFAULT_RULES: dict[str, Rule] = {
     "crc": Rule.DROP,
 }
 
-# Lists of these are compared as sets: Kafka keeps group members (and topics, ...) in hash maps.
-_SORT_KEYS = ("name", "topic", "partition_index", "partition", "index", "transactional_id",
-              "member_id")  # fmt: skip
+# Members last: Kafka lists a group's members in HashMap order, arbitrary for random ids, so
+# they are sorted by their identity (member ids are Rule.NODE where groups are compared).
+_SORT_KEYS = (
+    "name",
+    "topic",
+    "partition_index",
+    "partition",
+    "index",
+    "transactional_id",
+    "member_id",
+)
 
 
 # --- trees ------------------------------------------------------------------------------

@@ -103,36 +103,53 @@ def owned_by(*results: frozenset[int]) -> list[frozenset[int]]:
 # -- joining, reconciliation (rule 35) -------------------------------------------------------------
 
 
-def test_first_member_gets_every_partition_at_epoch_one() -> None:
+def test_first_member_gets_every_partition_at_epoch_two() -> None:
     h = Harness()
     r = h.hb("a", 0)
-    assert (r.error, r.member_id, r.member_epoch) == (E.NONE, "a", 1)
+    # As Kafka 4.4: a new group is at epoch 1 and the member's subscription bumps it.
+    assert (r.error, r.member_id, r.member_epoch) == (E.NONE, "a", 2)
     assert parts(r) == frozenset(range(6))
     assert r.heartbeat_interval_ms == 5000
     assert h.c.consumer.groups[G].state == "Stable"
 
 
+def test_only_subscriptions_topics_and_assignors_bump_the_group_epoch() -> None:
+    """As Kafka 4.4: joining with no subscription bumps nothing, so the first member is at
+    epoch 1 and a second such member joins at the same epoch; a subscription, or a change of
+    the group's preferred assignor, bumps it; the last member leaving bumps it once more."""
+    h = Harness()
+    assert h.hb("a", 0, topics=()).member_epoch == 1
+    assert h.hb("b", 0, topics=()).member_epoch == 1
+    assert h.hb("b", 1, topics=(), assignor="range").member_epoch == 2
+    assert h.hb("a", 1, topics=(), owned={}).member_epoch == 2
+    assert h.hb("a", 2, topics=("t",), owned={}).member_epoch == 3
+    h.hb("a", -1)
+    h.hb("b", -1)
+    d = h.c.describe_consumer_group(G)
+    assert (d.state, d.group_epoch, d.assignment_epoch) == ("Empty", 5, 5)
+
+
 def test_partition_moves_only_after_its_owner_revoked_it() -> None:
     h = Harness()
     a = parts(h.hb("a", 0))
-    b = h.hb("b", 0)  # group epoch 2: half of a's partitions are b's target
-    assert b.member_epoch == 2 and parts(b) == frozenset()
+    b = h.hb("b", 0)  # group epoch 3: half of a's partitions are b's target
+    assert b.member_epoch == 3 and parts(b) == frozenset()
     assert h.member("b").state == MemberState.UNRELEASED_PARTITIONS
-    # a still owns everything: told to keep three, its epoch stays 1.
-    r = h.hb("a", 1, owned={T1: a})
+    # a still owns everything: told to keep three, its epoch stays 2.
+    r = h.hb("a", 2, owned={T1: a})
     kept = parts(r)
-    assert r.member_epoch == 1 and len(kept) == 3
+    assert r.member_epoch == 2 and len(kept) == 3
     assert h.member("a").state == MemberState.UNREVOKED_PARTITIONS
     # b asks again: nothing released yet, so nothing given.
-    r = h.hb("b", 2, owned={})
-    assert r.member_epoch == 2 and (r.assignment is None or not parts(r))
+    r = h.hb("b", 3, owned={})
+    assert r.member_epoch == 3 and (r.assignment is None or not parts(r))
     # Still owned by a (it has not reported revoking): still nothing.
-    assert h.hb("a", 1, owned={T1: a}).member_epoch == 1
-    assert h.hb("b", 2, owned={}).assignment in (None, {})
-    # a reports the revocation: it moves to epoch 2, and b then gets the rest.
-    r = h.hb("a", 1, owned={T1: kept})
-    assert r.member_epoch == 2 and h.member("a").state == MemberState.STABLE
-    r = h.hb("b", 2, owned={})
+    assert h.hb("a", 2, owned={T1: a}).member_epoch == 2
+    assert h.hb("b", 3, owned={}).assignment in (None, {})
+    # a reports the revocation: it moves to epoch 3, and b then gets the rest.
+    r = h.hb("a", 2, owned={T1: kept})
+    assert r.member_epoch == 3 and h.member("a").state == MemberState.STABLE
+    r = h.hb("b", 3, owned={})
     assert parts(r) == frozenset(range(6)) - kept
     assert h.c.consumer.groups[G].state == "Stable"
 
@@ -141,9 +158,9 @@ def test_heartbeat_without_owned_partitions_does_not_release_them() -> None:
     h = Harness()
     a = parts(h.hb("a", 0))
     h.hb("b", 0)
-    h.hb("a", 1, owned={T1: a})
-    r = h.hb("a", 1, owned=None)  # the member did not say: still owns what it had
-    assert r.member_epoch == 1
+    h.hb("a", 2, owned={T1: a})
+    r = h.hb("a", 2, owned=None)  # the member did not say: still owns what it had
+    assert r.member_epoch == 2
     assert h.member("a").state == MemberState.UNREVOKED_PARTITIONS
 
 
@@ -153,23 +170,23 @@ def test_heartbeat_without_owned_partitions_does_not_release_them() -> None:
 def test_epoch_fencing() -> None:
     h = Harness()
     a = parts(h.hb("a", 0))
-    assert h.hb("a", 5, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
-    assert h.hb("nobody", 1, owned={}).error == E.UNKNOWN_MEMBER_ID
-    assert h.hb("b", 0).member_epoch == 2
-    kept = parts(h.hb("a", 1, owned={T1: a}))
-    assert h.hb("a", 1, owned={T1: kept}).member_epoch == 2
-    # One missed bump: the previous epoch is accepted if it claims no more than it has.
-    assert h.hb("a", 1, owned={T1: kept}).error == E.NONE
-    assert h.hb("a", 1, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
-    assert h.hb("a", 0 + 1, owned=None).error == E.FENCED_MEMBER_EPOCH
-    h.hb("b", -1)  # epoch 3: a gets everything at once, its previous epoch is 2
+    assert h.hb("a", 6, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
+    assert h.hb("nobody", 2, owned={}).error == E.UNKNOWN_MEMBER_ID
+    assert h.hb("b", 0).member_epoch == 3
+    kept = parts(h.hb("a", 2, owned={T1: a}))
     assert h.hb("a", 2, owned={T1: kept}).member_epoch == 3
-    assert h.hb("a", 1, owned={T1: kept}).error == E.FENCED_MEMBER_EPOCH  # two behind
+    # One missed bump: the previous epoch is accepted if it claims no more than it has.
+    assert h.hb("a", 2, owned={T1: kept}).error == E.NONE
+    assert h.hb("a", 2, owned={T1: a}).error == E.FENCED_MEMBER_EPOCH
+    assert h.hb("a", 2, owned=None).error == E.FENCED_MEMBER_EPOCH
+    h.hb("b", -1)  # epoch 4: a gets everything at once, its previous epoch is 3
+    assert h.hb("a", 3, owned={T1: kept}).member_epoch == 4
+    assert h.hb("a", 2, owned={T1: kept}).error == E.FENCED_MEMBER_EPOCH  # two behind
 
 
 def test_unknown_group_and_bad_requests() -> None:
     h = Harness()
-    assert h.hb("a", 3, owned={}).error == E.GROUP_ID_NOT_FOUND
+    assert h.hb("a", 4, owned={}).error == E.GROUP_ID_NOT_FOUND
     assert h.hb("a", 0, topics=("t",), regex="t.*").error == E.INVALID_REQUEST
     assert h.hb("a", 0, regex="(").error == E.INVALID_REGULAR_EXPRESSION
     # RE2 syntax, as Kafka's RE2/J: no backreferences or lookarounds (they can backtrack).
@@ -192,49 +209,49 @@ def test_session_timeout_fences_and_frees_partitions() -> None:
     h = Harness()
     a = parts(h.hb("a", 0))
     h.hb("b", 0)
-    kept = parts(h.hb("a", 1, owned={T1: a}))
-    h.hb("a", 1, owned={T1: kept})
-    got = parts(h.hb("b", 2, owned={}))
+    kept = parts(h.hb("a", 2, owned={T1: a}))
+    h.hb("a", 2, owned={T1: kept})
+    got = parts(h.hb("b", 3, owned={}))
     h.tick(600)
-    h.hb("b", 2, owned={T1: got})  # b stays alive; a is silent
+    h.hb("b", 3, owned={T1: got})  # b stays alive; a is silent
     h.tick(600)
     assert "a" not in h.c.consumer.groups[G].members
-    r = h.hb("b", 2, owned={T1: got})
-    assert r.member_epoch == 3 and parts(r) == frozenset(range(6))
-    assert h.hb("a", 2, owned={T1: kept}).error == E.UNKNOWN_MEMBER_ID
+    r = h.hb("b", 3, owned={T1: got})
+    assert r.member_epoch == 4 and parts(r) == frozenset(range(6))
+    assert h.hb("a", 3, owned={T1: kept}).error == E.UNKNOWN_MEMBER_ID
 
 
 def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
     h = Harness(session_timeout_ms=60_000)
     a = parts(h.hb("a", 0, rebalance=500))
     h.hb("b", 0)
-    h.hb("a", 1, owned={T1: a})
+    h.hb("a", 2, owned={T1: a})
     h.tick(300)
-    h.hb("a", 1, owned={T1: a})  # heartbeats, but never gives the partitions up
+    h.hb("a", 2, owned={T1: a})  # heartbeats, but never gives the partitions up
     h.tick(300)
     assert "a" not in h.c.consumer.groups[G].members
-    assert parts(h.hb("b", 2, owned={})) == frozenset(range(6))
+    assert parts(h.hb("b", 3, owned={})) == frozenset(range(6))
 
 
 def test_leave_gives_partitions_to_the_others() -> None:
     h = Harness()
     a = parts(h.hb("a", 0))
     h.hb("b", 0)
-    kept = parts(h.hb("a", 1, owned={T1: a}))
-    h.hb("a", 1, owned={T1: kept})
-    got = parts(h.hb("b", 2, owned={}))
+    kept = parts(h.hb("a", 2, owned={T1: a}))
+    h.hb("a", 2, owned={T1: kept})
+    got = parts(h.hb("b", 3, owned={}))
     r = h.hb("a", -1, owned=None)
     assert (r.error, r.member_epoch) == (E.NONE, -1)
-    r = h.hb("b", 2, owned={T1: got})
-    assert r.member_epoch == 3 and parts(r) == frozenset(range(6))
+    r = h.hb("b", 3, owned={T1: got})
+    assert r.member_epoch == 4 and parts(r) == frozenset(range(6))
 
 
 def test_static_member_comes_back_to_its_assignment() -> None:
     h = Harness()
     a = parts(h.hb("a1", 0, instance="i"))
     h.hb("b", 0)
-    kept = parts(h.hb("a1", 1, owned={T1: a}, instance="i"))
-    h.hb("a1", 1, owned={T1: kept}, instance="i")
+    kept = parts(h.hb("a1", 2, owned={T1: a}, instance="i"))
+    h.hb("a1", 2, owned={T1: kept}, instance="i")
     epoch = h.c.consumer.groups[G].group_epoch
     assert h.hb("a2", 0, instance="i").error == E.UNRELEASED_INSTANCE_ID
     assert h.hb("a1", -2, instance="i").member_epoch == -2
@@ -251,8 +268,8 @@ def test_regex_subscription_follows_new_topics() -> None:
     t3 = uuid.UUID(int=3)
     h.topics["u"] = TopicInfo("u", T2, 3)  # more partitions: a new epoch
     h.topics["v"] = TopicInfo("v", t3, 1)  # not matched
-    r = h.hb("a", 1, owned={T1: frozenset(range(6)), T2: frozenset({0, 1})})
-    assert r.member_epoch == 2 and parts(r, T2) == frozenset({0, 1, 2}) and parts(r, t3) == set()
+    r = h.hb("a", 2, owned={T1: frozenset(range(6)), T2: frozenset({0, 1})})
+    assert r.member_epoch == 3 and parts(r, T2) == frozenset({0, 1, 2}) and parts(r, t3) == set()
 
 
 # -- offsets --------------------------------------------------------------------------------------
@@ -266,7 +283,7 @@ def test_offset_commit_carries_the_member_epoch() -> None:
     assert h.run(commit(G, 0, "a", None, offsets, h.now)) == {("t", 0): E.STALE_MEMBER_EPOCH}
     assert h.run(commit(G, 1, "x", None, offsets, h.now)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
     assert h.run(commit(G, -1, "", None, offsets, h.now)) == {("t", 0): E.UNKNOWN_MEMBER_ID}
-    assert h.run(commit(G, 1, "a", None, offsets, h.now)) == {("t", 0): E.NONE}
+    assert h.run(commit(G, 2, "a", None, offsets, h.now)) == {("t", 0): E.NONE}
     assert h.c.fetch_offsets(G, [("t", [0])])[0].offset == 42
     h.hb("a", -1)
     # An empty group takes commits from outside it (admin tools).
@@ -286,7 +303,7 @@ def classic_join(h: Harness, group: str) -> Any:
 def test_classic_join_to_a_consumer_group_needs_a_readable_subscription() -> None:
     h = Harness()
     h.hb("a", 0)
-    h.run(h.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 2, 9)], h.now))
+    h.run(h.c.commit_offsets(G, 2, "a", None, [OffsetToCommit("t", 2, 9)], h.now))
     # A classic member may join a consumer group with members (rule 38), not with an
     # embedded protocol that is not the consumer protocol's.
     assert classic_join(h, G).error == E.INCONSISTENT_GROUP_PROTOCOL
@@ -340,9 +357,9 @@ def test_replaying_the_records_rebuilds_the_same_groups() -> None:
     h = Harness()
     a = parts(h.hb("a", 0))
     h.hb("b", 0, instance="sb")
-    h.hb("a", 1, owned={T1: a})  # a mid-revocation: UNREVOKED_PARTITIONS
+    h.hb("a", 2, owned={T1: a})  # a mid-revocation: UNREVOKED_PARTITIONS
     h.hb("c", 0, regex="u")
-    h.run(h.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 0, 3)], h.now))
+    h.run(h.c.commit_offsets(G, 2, "a", None, [OffsetToCommit("t", 0, 3)], h.now))
     fresh = GroupCoordinator(GroupConfig())
     fresh.begin_load()
     for k, v in h.log:
@@ -351,7 +368,7 @@ def test_replaying_the_records_rebuilds_the_same_groups() -> None:
     assert fresh.durable_state() == h.c.durable_state()
     # ...and the rebuilt coordinator carries on where the first one was.
     r = fresh.consumer_heartbeat(
-        ConsumerHeartbeat(G, "a", 1, owned={T1: h.member("a").assigned[T1]}), TOPICS, h.now
+        ConsumerHeartbeat(G, "a", 2, owned={T1: h.member("a").assigned[T1]}), TOPICS, h.now
     )
     assert r.response.error == E.NONE
 
@@ -413,7 +430,7 @@ def test_assignor_follows_the_members_choice() -> None:
     assert h.c.describe_consumer_group(G).assignor == "range"
     assert parts(r, T2) == {0, 1}
     d = h.c.describe_consumer_group(G)
-    assert (d.state, d.group_epoch, d.assignment_epoch) == ("Stable", 1, 1)
+    assert (d.state, d.group_epoch, d.assignment_epoch) == ("Stable", 2, 2)
     assert d.members[0].assignment == {T1: frozenset(range(6)), T2: frozenset({0, 1})}
     assert h.c.describe_consumer_group("nope").error == E.GROUP_ID_NOT_FOUND
     # DescribeGroups is for classic groups: a consumer group is Dead there, as in Kafka.
@@ -432,7 +449,7 @@ def test_records_are_coordinator_records() -> None:
 def test_offset_fetch_checks_the_member_epoch() -> None:
     h = Harness()
     h.hb("a", 0)
-    assert h.c.validate_fetch(G, "a", 1) == E.NONE
+    assert h.c.validate_fetch(G, "a", 2) == E.NONE
     assert h.c.validate_fetch(G, "a", 0) == E.STALE_MEMBER_EPOCH
     assert h.c.validate_fetch(G, "zz", 1) == E.UNKNOWN_MEMBER_ID
     assert h.c.validate_fetch(G, None, -1) == E.NONE  # not a member: admin tools
@@ -469,7 +486,7 @@ def test_empty_consumer_group_offsets_expire_then_the_group_goes() -> None:
         consumer=h2.c.config.consumer,
     )
     h2.hb("a", 0)
-    h2.run(h2.c.commit_offsets(G, 1, "a", None, [OffsetToCommit("t", 0, 5)], h2.now))
+    h2.run(h2.c.commit_offsets(G, 2, "a", None, [OffsetToCommit("t", 0, 5)], h2.now))
     h2.tick(1)
     h2.tick(20_000)
     assert h2.c.fetch_offsets(G, [("t", [0])])[0].offset == 5  # kept while it has members
@@ -486,7 +503,7 @@ def test_a_heartbeat_whose_records_are_not_stored_leaves_nothing() -> None:
     )
     h.c.write_failed(outcome.records, E.COORDINATOR_NOT_AVAILABLE)
     assert G not in h.c.consumer.groups
-    assert h.hb("a", 0).member_epoch == 1
+    assert h.hb("a", 0).member_epoch == 2
 
 
 def test_offset_delete_refuses_subscribed_topics_by_name_or_regex() -> None:

@@ -456,13 +456,13 @@ def static_hb(
 
 def consumer_and_static_classic(h: Harness) -> tuple[str, str]:
     """A consumer group: static consumer member k ("ik") owns 0-2, static classic member a
-    ("ia") owns 3-5, both stable at epoch 2."""
+    ("ia") owns 3-5, both stable at epoch 3 (k's subscription made it 2, a's join 3)."""
     assert static_hb(h, "k", 0, "ik").error == E.NONE
     ja = static_join(h, "", "ia")  # a static member needs no member id round trip
-    assert ja.error == E.NONE and ja.generation == 2
+    assert ja.error == E.NONE and ja.generation == 3
     a = ja.member_id
-    assert static_hb(h, "k", 1, "ik", ALL).assignment == {T: frozenset({0, 1, 2})}
-    assert static_hb(h, "k", 1, "ik", frozenset({0, 1, 2})).member_epoch == 2
+    assert static_hb(h, "k", 2, "ik", ALL).assignment == {T: frozenset({0, 1, 2})}
+    assert static_hb(h, "k", 2, "ik", frozenset({0, 1, 2})).member_epoch == 3
     assert synced(h.sync(a, static_join(h, a, "ia").generation, {})) == {3, 4, 5}
     return "k", a
 
@@ -471,17 +471,17 @@ def test_a_static_classic_member_replaces_the_member_holding_its_instance_id() -
     h = Harness()
     k, a = consumer_and_static_classic(h)
     n = static_join(h, "", "ia")  # a restarted: same instance id, no member id
-    assert n.error == E.NONE and n.member_id not in (a, k) and n.generation == 2
+    assert n.error == E.NONE and n.member_id not in (a, k) and n.generation == 3
     group = h.c.consumer.groups[G]
     assert set(group.members) == {k, n.member_id}
     new = group.members[n.member_id]
     # It takes over the old member's epoch and assignment: no rebalance, no partition moves.
-    assert (new.member_epoch, new.assigned, new.instance_id) == (2, {T: {3, 4, 5}}, "ia")
-    assert group.group_epoch == 2 and group.targets[n.member_id] == {T: {3, 4, 5}}
-    assert synced(h.sync(n.member_id, 2, {})) == {3, 4, 5}
+    assert (new.member_epoch, new.assigned, new.instance_id) == (3, {T: {3, 4, 5}}, "ia")
+    assert group.group_epoch == 3 and group.targets[n.member_id] == {T: {3, 4, 5}}
+    assert synced(h.sync(n.member_id, 3, {})) == {3, 4, 5}
     # The old instance is fenced on every classic call.
-    assert h.run(h.c.heartbeat(G, 2, a, "ia", h.now)) == E.FENCED_INSTANCE_ID
-    old_sync = h.c.sync_group(G, 2, a, "ia", "consumer", None, {}, h.now)
+    assert h.run(h.c.heartbeat(G, 3, a, "ia", h.now)) == E.FENCED_INSTANCE_ID
+    old_sync = h.c.sync_group(G, 3, a, "ia", "consumer", None, {}, h.now)
     assert h.run(old_sync) == SyncResult(E.FENCED_INSTANCE_ID)
     assert static_join(h, a, "ia").error == E.FENCED_INSTANCE_ID
     assert static_join(h, "nobody", "iz").error == E.UNKNOWN_MEMBER_ID
@@ -495,23 +495,23 @@ def test_replacing_the_last_consumer_member_downgrades_to_a_classic_group() -> N
     h = Harness()
     k, a = consumer_and_static_classic(h)
     n = static_join(h, "", "ik")  # k restarted as a classic consumer
-    assert (n.error, n.generation, n.protocol_name) == (E.NONE, 2, "range")
+    assert (n.error, n.generation, n.protocol_name) == (E.NONE, 3, "range")
     assert G not in h.c.consumer.groups
     group = h.c.groups[G]
-    assert set(group.members) == {a, n.member_id} and group.generation == 2
+    assert set(group.members) == {a, n.member_id} and group.generation == 3
     assert group.static_members == {"ia": a, "ik": n.member_id}
     # The newcomer holds k's partitions in the classic group (the leader's next plan starts
     # from them); the group rebalances so every member rejoins the classic way.
     got = client_assignment(group.members[n.member_id].assignment)
     assert {tp.partition for tp in got} == {0, 1, 2}
     assert group.state == GroupState.PREPARING_REBALANCE
-    assert h.sync(n.member_id, 2, {}) == SyncResult(E.REBALANCE_IN_PROGRESS)
+    assert h.sync(n.member_id, 3, {}) == SyncResult(E.REBALANCE_IN_PROGRESS)
     # The replaced consumer member is no member of the classic group.
-    assert static_hb(h, k, 2, "ik").error == E.GROUP_ID_NOT_FOUND
+    assert static_hb(h, k, 3, "ik").error == E.GROUP_ID_NOT_FOUND
     fresh = h.replayed()
     assert G not in fresh.consumer.groups
     loaded = fresh.groups[G]
-    assert set(loaded.members) == {a, n.member_id} and loaded.generation == 2
+    assert set(loaded.members) == {a, n.member_id} and loaded.generation == 3
     assert loaded.members[n.member_id].assignment == group.members[n.member_id].assignment
 
 
@@ -537,7 +537,7 @@ def test_a_replaced_consumer_member_is_fenced() -> None:
     group = h.c.consumer.groups[G]
     assert group.members[n.member_id].assigned == group.targets[n.member_id]
     assert 0 < len(group.targets[n.member_id][T]) < 3
-    r = static_hb(h, k, 2, "ik", frozenset({0, 1, 2}))
+    r = static_hb(h, k, 3, "ik", frozenset({0, 1, 2}))
     assert r.error == E.FENCED_INSTANCE_ID
 
 
