@@ -45,11 +45,13 @@ demo: $(STAMP)
 	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null; }
 	$(BIN)/samsa demo
 
-test: $(STAMP) $(KAFKA_CP)
+test: $(STAMP) java $(KAFKA_CP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
-bench: $(STAMP) $(KAFKA_CP)
+# samsa beside Apache Kafka (first peer) and Tansu, then the produce/fetch table against Tansu
+bench: $(STAMP) java $(KAFKA_CP)
+	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/produce.py
 
 # samsa verify on a 3-node Kafka cluster, once per fault and with all faults (~5 min)

@@ -103,6 +103,9 @@ _LOG_DIR = re.compile(r'"logDir":"[^"]*"')
 _SIZE = re.compile(r'"size":\d+')
 
 
+_SCRAM = re.compile(r"(SCRAM credential configs for user-principal '[^']*' are )(.*)")
+
+
 def normalise(r: subprocess.CompletedProcess[str], bootstrap: str) -> Out:
     def clean(text: str) -> list[str]:
         text = text.replace(bootstrap, "HOST:PORT")
@@ -111,6 +114,8 @@ def normalise(r: subprocess.CompletedProcess[str], bootstrap: str) -> Out:
         text = _LOG_DIR.sub('"logDir":"DIR"', text)
         text = _SIZE.sub('"size":0', text)
         text = _TIMESTAMP.sub("TS", text)
+        # Kafka lists a user's SCRAM mechanisms in hash-map order: compared sorted.
+        text = _SCRAM.sub(lambda m: m.group(1) + ", ".join(sorted(m.group(2).split(", "))), text)
         lines = []
         for line in text.splitlines():
             if line.startswith("\tat ") or line.startswith("\t... "):
