@@ -11,9 +11,12 @@ STAMP := $(VENV)/.installed
 KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' kafka/pom.xml)
 SAMSA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/samsa
 KAFKA_CP := $(SAMSA_CACHE)/kafka-$(KAFKA_VERSION)/classpath.txt
+SPARK_KAFKA_VERSION := $(shell sed -n \
+  's:.*<spark.kafka.version>\(.*\)</spark.kafka.version>.*:\1:p' kafka/spark-connector/pom.xml)
+SPARK_KAFKA_CP := $(SAMSA_CACHE)/spark-kafka-$(SPARK_KAFKA_VERSION)/classpath.txt
 export SAMSA_CACHE
 
-.PHONY: demo test bench cluster-check lint clean kafka java
+.PHONY: demo test bench bench-spark-connector cluster-check lint clean kafka spark-connector java
 
 $(STAMP): pyproject.toml
 	@test -n "$(PY)" || { echo "Python 3.11 is needed (python3.11 or python3 on the PATH)"; exit 1; }
@@ -40,6 +43,18 @@ $(KAFKA_CP): kafka/pom.xml
 
 kafka: $(KAFKA_CP)
 
+# Spark's own Kafka connector (kafka/spark-connector/pom.xml), the peer of samsa's Spark source
+# and sink in benchmarks/spark_connector.py; only the jars pyspark lacks.
+$(SPARK_KAFKA_CP): kafka/spark-connector/pom.xml
+	@$(MAKE) --no-print-directory java
+	@mkdir -p $(dir $(SPARK_KAFKA_CP))
+	@echo "resolving Spark's Kafka connector $(SPARK_KAFKA_VERSION) into $(dir $(SPARK_KAFKA_CP))"
+	mvn -B -q -f kafka/spark-connector/pom.xml dependency:build-classpath \
+	  -Dmdep.outputFile=$(SPARK_KAFKA_CP).tmp
+	@mv $(SPARK_KAFKA_CP).tmp $(SPARK_KAFKA_CP)
+
+spark-connector: $(SPARK_KAFKA_CP)
+
 demo: $(STAMP)
 	@command -v java >/dev/null 2>&1 || { echo "installing Java (for Spark)"; \
 	  (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null; }
@@ -53,6 +68,11 @@ test: $(STAMP) java $(KAFKA_CP)
 bench: $(STAMP) java $(KAFKA_CP)
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/produce.py
+
+# samsa's Spark source and exactly-once sink against Spark's Kafka connector, on samsa and
+# on Kafka (~3 min)
+bench-spark-connector: $(STAMP) $(KAFKA_CP) $(SPARK_KAFKA_CP)
+	$(BIN)/python benchmarks/spark_connector.py
 
 # samsa verify on a 3-node Kafka cluster, once per fault and with all faults (~5 min)
 cluster-check: $(STAMP) $(KAFKA_CP)
