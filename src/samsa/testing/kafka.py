@@ -25,6 +25,7 @@ request lists every node, since clients route by it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -428,7 +429,7 @@ class KafkaNode:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        with _suppress_lookup():
+        with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
         proc.terminate()
         try:
@@ -721,11 +722,3 @@ def _random_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-@contextmanager
-def _suppress_lookup() -> Iterator[None]:
-    try:
-        yield
-    except ProcessLookupError:
-        pass
