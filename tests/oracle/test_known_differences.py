@@ -18,6 +18,7 @@ from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
 from samsa.testing import init_producer_id, produce_request
 from samsa.testing.kafka import KafkaNode
+from samsa.testing.oracle import wait_served
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,11 @@ def _create_topic(
     )
     r = _request(bootstrap, k, v, "CreateTopicsRequest", topics=(topic,), timeout=10_000,
                  validate_only=False)  # fmt: skip
-    return int(r.topics[0].error_code)
+    code = int(r.topics[0].error_code)
+    if code == 0:  # Kafka acknowledges before the leader serves the partition
+        with _conn(bootstrap) as c:
+            wait_served(c, name, partitions, who=bootstrap)
+    return code
 
 
 # --- 1. Produce: each keyless record of a compacted topic is listed -------------------------

@@ -352,6 +352,34 @@ class Target:
     restart: Callable[[], None] | None = None
 
 
+def wait_served(
+    conn: BlockingConnection, topic: str, partitions: int, timeout: float = 30.0, who: str = ""
+) -> None:
+    """Wait until every partition of ``topic`` answers ListOffsets: Kafka names a leader in
+    Metadata (and acknowledges CreateTopics) before that leader has loaded the partition."""
+    v = 7
+    req = make_request(
+        ApiKey.LIST_OFFSETS, v, "ListOffsetsRequest", replica_id=-1, isolation_level=0,
+        topics=(make_request(
+            ApiKey.LIST_OFFSETS, v, "ListOffsetsTopic", name=topic,
+            partitions=tuple(
+                make_request(ApiKey.LIST_OFFSETS, v, "ListOffsetsPartition",
+                             partition_index=i, current_leader_epoch=-1, timestamp=-1)
+                for i in range(partitions)
+            ),
+        ),),
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while True:
+        resp = conn.request(ApiKey.LIST_OFFSETS, v, req)
+        codes = [int(p.error_code) for t in resp.topics for p in t.partitions]
+        if len(codes) == partitions and not any(codes):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{who}: {topic} not served after {timeout} s: {codes}")
+        time.sleep(0.05)
+
+
 class Side:
     """One broker as a scenario sees it. Every :meth:`call` and :meth:`note` adds a step to
     the transcript under its label; the raw response is returned for the next request."""
@@ -487,29 +515,7 @@ class Side:
         self.wait_leaders(name, partitions)
 
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
-        """Wait until every partition answers ListOffsets: Kafka names a leader in Metadata
-        before that leader has loaded the partition."""
-        v = 7
-        req = make_request(
-            ApiKey.LIST_OFFSETS, v, "ListOffsetsRequest", replica_id=-1, isolation_level=0,
-            topics=(make_request(
-                ApiKey.LIST_OFFSETS, v, "ListOffsetsTopic", name=topic,
-                partitions=tuple(
-                    make_request(ApiKey.LIST_OFFSETS, v, "ListOffsetsPartition",
-                                 partition_index=i, current_leader_epoch=-1, timestamp=-1)
-                    for i in range(partitions)
-                ),
-            ),),
-        )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while True:
-            resp = self.conn.request(ApiKey.LIST_OFFSETS, v, req)
-            codes = [int(p.error_code) for t in resp.topics for p in t.partitions]
-            if len(codes) == partitions and not any(codes):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: {topic} not served after {timeout} s: {codes}")
-            time.sleep(0.05)
+        wait_served(self.conn, topic, partitions, timeout, who=self.name)
 
     # The requests most scenarios send, as recorded calls.
 

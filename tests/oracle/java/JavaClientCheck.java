@@ -181,6 +181,12 @@ public class JavaClientCheck {
         }
         return t;
     }
+    /** Sleeps a little between polls; true so it can end a loop condition. */
+    static boolean pause() throws InterruptedException {
+        Thread.sleep(50);
+        return true;
+    }
+
     // -- scenarios --------------------------------------------------------------------------
 
     static Map<String, Object> adminScenario() throws Exception {
@@ -198,17 +204,28 @@ public class JavaClientCheck {
             ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, t);
             a.incrementalAlterConfigs(Map.of(res, List.of(new AlterConfigOp(
                     new ConfigEntry("segment.ms", "7200000"), AlterConfigOp.OpType.SET)))).all().get();
+            // Kafka applies an alteration through its controller and each broker learns it
+            // from the metadata log a moment later: a Kafka user polls until it shows.
             Map<String, Object> configs = new TreeMap<>();
-            for (ConfigEntry e : a.describeConfigs(List.of(res)).all().get().get(res).entries()) {
-                if (Set.of("retention.ms", "segment.ms", "cleanup.policy", "max.message.bytes")
-                        .contains(e.name())) {
-                    configs.put(e.name(), e.value() + " " + e.source());
+            long deadline = System.currentTimeMillis() + 20_000;
+            do {
+                configs.clear();
+                for (ConfigEntry e : a.describeConfigs(List.of(res)).all().get().get(res).entries()) {
+                    if (Set.of("retention.ms", "segment.ms", "cleanup.policy", "max.message.bytes")
+                            .contains(e.name())) {
+                        configs.put(e.name(), e.value() + " " + e.source());
+                    }
                 }
-            }
+            } while (!String.valueOf(configs.get("segment.ms")).startsWith("7200000 ")
+                    && System.currentTimeMillis() < deadline && pause());
             r.put("configs", configs);
             a.createPartitions(Map.of(t, NewPartitions.increaseTo(4))).all().get();
-            r.put("partitions_after", a.describeTopics(List.of(t)).allTopicNames().get().get(t)
-                    .partitions().size());
+            int after;
+            deadline = System.currentTimeMillis() + 20_000;
+            do {
+                after = a.describeTopics(List.of(t)).allTopicNames().get().get(t).partitions().size();
+            } while (after != 4 && System.currentTimeMillis() < deadline && pause());
+            r.put("partitions_after", after);
             r.put("shrink", failureOf(() ->
                     a.createPartitions(Map.of(t, NewPartitions.increaseTo(2))).all().get()));
             TopicPartition tp = new TopicPartition(t, 0);
