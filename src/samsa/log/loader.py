@@ -111,7 +111,7 @@ class LoadedLog:
 # -- small durable files ------------------------------------------------------------------------
 
 
-def _read_offset_file(path: Path) -> int | None:
+def read_offset_file(path: Path) -> int | None:
     """The offset in a ``version\\noffset\\n`` file; None if missing or unreadable."""
     try:
         lines = path.read_text().split("\n")
@@ -133,7 +133,7 @@ def write_recovery_point(directory: Path, offset: int) -> None:
 
 
 def read_recovery_point(directory: Path) -> int:
-    return _read_offset_file(directory / RECOVERY_POINT_FILE) or 0
+    return read_offset_file(directory / RECOVERY_POINT_FILE) or 0
 
 
 def write_clean_shutdown(directory: Path, log_end_offset: int) -> None:
@@ -145,7 +145,7 @@ def _take_clean_shutdown(directory: Path) -> int | None:
     path = directory / CLEAN_SHUTDOWN_FILE
     if not path.exists():
         return None
-    leo = _read_offset_file(path)
+    leo = read_offset_file(path)
     path.unlink()
     fsync_dir(directory)
     return leo

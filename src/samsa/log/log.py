@@ -51,10 +51,10 @@ from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.index import INT32_MAX
 from samsa.log.loader import (
     LoadReport,
-    _read_offset_file,
     batch_append_of,
     complete_swap,
     load_log,
+    read_offset_file,
     write_clean_shutdown,
     write_recovery_point,
 )
@@ -98,7 +98,7 @@ def with_log_append_time(batch: RecordBatchView, now_ms: int) -> RecordBatchView
 
 
 def read_log_start_offset(directory: Path) -> int | None:
-    return _read_offset_file(directory / LOG_START_OFFSET_FILE)
+    return read_offset_file(directory / LOG_START_OFFSET_FILE)
 
 
 @dataclass(frozen=True, slots=True)
