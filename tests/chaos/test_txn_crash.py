@@ -8,11 +8,13 @@ where the broker dies:
   the restart it is still Ongoing (replayed from ``__transaction_state``), the rebuilt last
   stable offset still holds the committed one back, and the coordinator's timeout aborts it:
   its data never appears, the later transaction's does;
-* after PrepareCommit, before any marker (``SAMSA_TXN_FAULT=after-prepare``): the commit was
-  decided; the restarted coordinator writes the markers and the data appears on every
-  partition;
-* between markers (``SAMSA_TXN_FAULT=after-first-marker``): one partition has its COMMIT
-  marker, two do not; after the restart all three do.
+* after PrepareCommit, before any marker (step ``after-prepare``): the commit was decided; the
+  restarted coordinator writes the markers and the data appears on every partition;
+* between markers (step ``after-first-marker``): one partition has its COMMIT marker, two do
+  not; after the restart all three do.
+
+The two steps are otherwise never apart: the broker is started through ``CRASH_AT_STEP``, which
+builds it with a transaction runtime hook (``txn_on_step``) that exits at the step of a commit.
 """
 
 from __future__ import annotations
@@ -36,6 +38,23 @@ OVERRIDES = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
 }
 T = 15.0
+
+# python -c CRASH_AT_STEP <step> broker ...: the broker, exiting (137, as a SIGKILL) at <step>
+# of the first commit.
+CRASH_AT_STEP = """
+import functools, os, sys
+import samsa.broker.server as server
+step = sys.argv.pop(1)
+
+def crash(at, job):
+    if at == step and job.commit:
+        print(f"crashing at {at} of {job.transactional_id}", file=sys.stderr, flush=True)
+        os._exit(137)
+
+server.Broker = functools.partial(server.Broker, txn_on_step=crash)
+from samsa.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 def _conn(port: int) -> BlockingConnection:
@@ -233,12 +252,12 @@ def test_killed_while_ongoing_then_timed_out(broker_factory: type[BrokerProcess]
 
 @pytest.mark.parametrize("fault", ["after-prepare", "after-first-marker"])
 def test_killed_during_commit_completes_after_restart(
-    broker_factory: type[BrokerProcess], monkeypatch: pytest.MonkeyPatch, fault: str
+    broker_factory: type[BrokerProcess], fault: str
 ) -> None:
     b = broker_factory(overrides=OVERRIDES)
-    monkeypatch.setenv("SAMSA_TXN_FAULT", fault)
+    b.launcher = ["-c", CRASH_AT_STEP, fault]
     b.start()
-    monkeypatch.delenv("SAMSA_TXN_FAULT")
+    b.launcher = ["-m", "samsa"]  # restarted without the hook
     txn = "crash-" + fault
     with _conn(b.port) as conn:
         assert create_topic(conn, TOPIC, PARTITIONS) == 0
@@ -251,6 +270,7 @@ def test_killed_during_commit_completes_after_restart(
         except (ConnectionClosed, OSError):
             assert fault == "after-prepare"
     assert b.proc is not None and b.proc.wait(T) == 137
+    assert b.log_contains(f"crashing at {fault} of {txn}")
     b.start()
     _wait_state(b.port, txn, "CompleteCommit")
     # 3 records + COMMIT each; the partition whose marker was written before the crash gets

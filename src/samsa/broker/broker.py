@@ -45,7 +45,7 @@ from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicIn
 from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
 from samsa.coordinator.transaction_coordinator import TxnConfig
-from samsa.coordinator.txn_runtime import TransactionCoordinatorRuntime
+from samsa.coordinator.txn_runtime import StepHook, TransactionCoordinatorRuntime
 from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
 from samsa.log.log import AppendResult, Log, LogConfig
 from samsa.log.validator import CheckedBatch, check_client_batch
@@ -68,7 +68,7 @@ class ShutdownError(Exception):
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, txn_on_step: StepHook | None = None) -> None:
         self.config = config.validate()
         self.data_dir = config.data_dir
         _prepare_data_dir(self.data_dir)
@@ -136,7 +136,11 @@ class Broker:
         self.txn_marker_listeners = self.coordinator_logs.marker_listeners
         # Transaction coordinator: state rebuilt from __transaction_state at start().
         self.transactions = TransactionCoordinatorRuntime(
-            self.coordinator_logs, _txn_config(config), self.producer_ids.allocate, now_ms
+            self.coordinator_logs,
+            _txn_config(config),
+            self.producer_ids.allocate,
+            now_ms,
+            txn_on_step,  # the crash tests' hook (tests/chaos/test_txn_crash.py), else None
         )
         # Group coordinator: state rebuilt from __consumer_offsets; it asks the transaction
         # coordinator whether a TxnOffsetCommit's producer may write (rule 19).

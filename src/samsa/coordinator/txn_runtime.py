@@ -24,16 +24,16 @@ the next start finds those ids unaffected, so a damage that stays in the log fen
 partition changes nothing visible) and starts the timer that aborts timed-out transactions
 and expires idle transactional ids.
 
-Test-only fault hook: ``SAMSA_TXN_FAULT=after-prepare`` makes the process exit at once after
-a PrepareCommit record is written, ``after-first-marker`` after a commit's first marker: the
-chaos tests' way to kill the broker between two steps that are otherwise never apart.
+``on_step`` (given at construction, None in the broker) is called with each marker job at two
+steps that are otherwise never apart: ``after-prepare`` once its Prepare record is written,
+``after-first-marker`` once its first marker is. The crash tests pass one that exits the
+process there (tests/chaos/test_txn_crash.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -54,10 +54,12 @@ from samsa.protocol.errors import ErrorCode
 
 log = logging.getLogger("samsa.coordinator.txn")
 
-__all__ = ["TXN_TOPIC", "TransactionCoordinatorRuntime"]
+__all__ = ["TXN_TOPIC", "StepHook", "TransactionCoordinatorRuntime"]
 
 MARKER_RETRY_SECONDS = 0.1
-FAULT_ENV = "SAMSA_TXN_FAULT"
+
+# (step, job): see ``on_step`` in the module docstring.
+StepHook = Callable[[str, MarkerJob], None]
 
 # A marker that cannot be written for these reasons never will be: the job goes on.
 _MARKER_GIVE_UP = {
@@ -74,6 +76,7 @@ class TransactionCoordinatorRuntime:
         config: TxnConfig,
         allocate_producer_id: Callable[[], int],
         clock: Callable[[], int],
+        on_step: StepHook | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -81,7 +84,7 @@ class TransactionCoordinatorRuntime:
         self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "transaction coordinator")
         self._jobs: dict[str, asyncio.Task[None]] = {}
         self._started = False
-        self._fault = os.environ.get(FAULT_ENV, "")
+        self._on_step = on_step
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -129,9 +132,8 @@ class TransactionCoordinatorRuntime:
         return error
 
     def _after_prepare(self, job: MarkerJob) -> None:
-        if job.commit and self._fault == "after-prepare":
-            log.error("fault injection: exiting after PrepareCommit of %s", job.transactional_id)
-            os._exit(137)
+        if self._on_step is not None:
+            self._on_step("after-prepare", job)
         if self._started:
             self._start_job(job)
         # Not started yet (load): start() picks it up from pending_marker_jobs.
@@ -176,9 +178,8 @@ class TransactionCoordinatorRuntime:
                         error.name,
                     )
                     await asyncio.sleep(MARKER_RETRY_SECONDS)
-                if n == 0 and job.commit and self._fault == "after-first-marker":
-                    log.error("fault injection: exiting after the first marker")
-                    os._exit(137)
+                if n == 0 and self._on_step is not None:
+                    self._on_step("after-first-marker", job)
                 if n % 16 == 15:
                     await asyncio.sleep(0)  # let other work in between large transactions
             while True:
