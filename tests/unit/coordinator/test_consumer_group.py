@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from _coordinators import CoordinatorHarness
 from samsa.coordinator.assignors import range_assign, uniform_assign
 from samsa.coordinator.consumer_group import MemberState
 from samsa.coordinator.consumer_group_coordinator import (
@@ -31,7 +32,6 @@ from samsa.coordinator.group_coordinator import (
     GroupCoordinator,
     JoinRequest,
     OffsetToCommit,
-    Outcome,
     Pending,
 )
 from samsa.coordinator.offsets import decode
@@ -44,22 +44,14 @@ T2 = uuid.UUID(int=2)
 TOPICS = {"t": TopicInfo("t", T1, 6), "u": TopicInfo("u", T2, 2)}
 
 
-class Harness:
-    """Runs outcomes as the runtime does; every record goes through Kafka's byte format."""
+class Harness(CoordinatorHarness[CoordinatorRecord]):
+    """The coordinator run by the runtime (tests/_coordinators.py)."""
 
     def __init__(self, **consumer: Any) -> None:
         cfg = ConsumerConfig(**{"session_timeout_ms": 1000, **consumer})
         self.c = GroupCoordinator(GroupConfig(consumer=cfg))
-        self.log: list[tuple[bytes, bytes | None]] = []
-        self.now = 1_000_000
+        super().__init__(self.c)
         self.topics = dict(TOPICS)
-
-    def run(self, outcome: Outcome) -> Any:
-        for r in outcome.records:
-            key, value = self.c.serialize(r)
-            self.log.append((key, value))
-            self.c.replay(decode(key, value), self.now)
-        return outcome.response
 
     def hb(
         self,
@@ -195,7 +187,7 @@ def test_unknown_group_and_bad_requests() -> None:
     assert h.hb("a", 0, assignor="sticky").error == E.UNSUPPORTED_ASSIGNOR
     assert h.hb("", 4, owned={}).error == E.INVALID_REQUEST
     # Nothing was stored for any of them.
-    assert h.log == [] and G not in h.c.consumer.groups
+    assert h.log.entries == [] and G not in h.c.consumer.groups
 
 
 def test_group_size_is_bounded() -> None:
@@ -313,9 +305,7 @@ def test_classic_join_to_a_consumer_group_needs_a_readable_subscription() -> Non
     assert isinstance(classic_join(h, G), Pending)  # joined, waiting for the rebalance
     assert G not in h.c.consumer.groups and G in h.c.groups
     assert h.c.fetch_offsets(G, [("t", [2])])[0].offset == 9
-    fresh = GroupCoordinator(GroupConfig())
-    for k, v in h.log:
-        fresh.replay(decode(k, v), h.now)
+    fresh = h.rebuilt(GroupCoordinator(GroupConfig()))
     assert G not in fresh.consumer.groups
     assert fresh.fetch_offsets(G, [("t", [2])])[0].offset == 9
 
@@ -344,9 +334,7 @@ def test_delete_group_needs_it_empty_and_leaves_tombstones() -> None:
     h.hb("a", -1)
     assert h.run(h.c.delete_groups([G], h.now)) == {G: E.NONE}
     assert G not in h.c.consumer.groups
-    fresh = GroupCoordinator(GroupConfig())
-    for k, v in h.log:
-        fresh.replay(decode(k, v), h.now)
+    fresh = h.rebuilt(GroupCoordinator(GroupConfig()))
     assert G not in fresh.consumer.groups
 
 
@@ -360,11 +348,7 @@ def test_replaying_the_records_rebuilds_the_same_groups() -> None:
     h.hb("a", 2, owned={T1: a})  # a mid-revocation: UNREVOKED_PARTITIONS
     h.hb("c", 0, regex="u")
     h.run(h.c.commit_offsets(G, 2, "a", None, [OffsetToCommit("t", 0, 3)], h.now))
-    fresh = GroupCoordinator(GroupConfig())
-    fresh.begin_load()
-    for k, v in h.log:
-        fresh.replay(decode(k, v), h.now)
-    fresh.end_load(h.now)
+    fresh = h.rebuilt(GroupCoordinator(GroupConfig()))
     assert fresh.durable_state() == h.c.durable_state()
     # ...and the rebuilt coordinator carries on where the first one was.
     r = fresh.consumer_heartbeat(
@@ -468,13 +452,10 @@ def test_classic_group_emptied_converts_and_its_metadata_is_deleted() -> None:
     assert not h.c.groups[G].members and h.c.groups[G].stored is not None
     assert h.hb("a", 0).error == E.NONE
     # The classic group's record is deleted first, then the consumer group's are written.
-    records = [decode(k, v) for k, v in h.log]
+    records = [decode(k, v) for k, v in h.log.entries]
     tombstone = records.index(CoordinatorRecord(GroupMetadataKey(G), None))
     assert all(isinstance(r.key, ConsumerGroupKey) for r in records[tombstone + 1 :])
-    fresh = GroupCoordinator(GroupConfig())
-    fresh.begin_load()
-    for k, v in h.log:
-        fresh.replay(decode(k, v), h.now)
+    fresh = h.rebuilt(GroupCoordinator(GroupConfig()))
     assert G not in fresh.groups and fresh.consumer.groups[G].members.keys() == {"a"}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from _coordinators import CoordinatorHarness
 from samsa.coordinator.group import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
 from samsa.coordinator.group_coordinator import (
     CoordinatorRecord,
@@ -22,6 +23,7 @@ from samsa.coordinator.group_coordinator import (
     Reply,
     SyncResult,
 )
+from samsa.coordinator.offsets import OFFSETS_TOPIC, decode
 from samsa.coordinator.offsets_records import GroupMetadataKey, GroupMetadataValue
 from samsa.protocol.errors import ErrorCode as E
 
@@ -29,25 +31,27 @@ G = "group"
 SUB = b"\x00\x01\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"  # consumer protocol: topic "t"
 
 
-class Harness:
-    """Runs outcomes as the runtime does: records are 'appended' (kept) then replayed."""
+class Harness(CoordinatorHarness[CoordinatorRecord]):
+    """The coordinator run by the runtime (tests/_coordinators.py); owed JoinGroup/SyncGroup
+    answers are collected."""
 
     def __init__(self, **config: Any) -> None:
         ids = itertools.count(1)
         cfg = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 10, **config}
         self.c = GroupCoordinator(GroupConfig(**cfg), new_member_id=lambda p: f"{p}-{next(ids)}")
-        self.log: list[CoordinatorRecord] = []
+        super().__init__(self.c)
         self.replies: dict[tuple[str, str], Any] = {}
-        self.now = 1_000_000
+
+    def records(self) -> list[CoordinatorRecord]:
+        """Every record written, decoded from the log's bytes."""
+        return [decode(k, v) for k, v in self.log.entries]
 
     def run(self, outcome: Outcome) -> Any:
-        for r in outcome.records:
-            self.log.append(r)
-            self.c.replay(r, self.now)
+        response = super().run(outcome)
         for ev in self.c.take_outbox():
             if isinstance(ev, Reply):
                 self.replies[(ev.kind, ev.member_id)] = ev.result
-        return outcome.response
+        return response
 
     def join(
         self,
@@ -157,12 +161,12 @@ def test_join_sync_and_a_second_member_rebalances() -> None:
     assert h.commit(a, 2) == E.REBALANCE_IN_PROGRESS
 
     assert isinstance(h.sync(b_first.member_id, 2), Pending)  # waits for the leader
-    records_before = len(h.log)
+    records_before = len(h.log.entries)
     sa = h.sync(a, 2, {a: b"PA", b_first.member_id: b"PB"})
     assert sa.assignment == b"PA"
     assert h.replies.pop(("sync", b_first.member_id)).assignment == b"PB"
     # Stable only once the assignment record was replayed.
-    assert isinstance(h.log[records_before].value, GroupMetadataValue)
+    assert isinstance(h.records()[records_before].value, GroupMetadataValue)
     assert h.group.state == GroupState.STABLE
     assert h.heartbeat(a, 2) == E.NONE
 
@@ -192,7 +196,7 @@ def test_leave_empties_the_group_and_bumps_the_generation() -> None:
     top, results = h.run(h.c.leave_group(G, [(a, None)], h.now))
     assert top == E.NONE and results == [(a, None, E.NONE)]
     assert h.group.state == GroupState.EMPTY and h.group.generation == 2
-    stored = h.log[-1]
+    stored = h.records()[-1]
     assert stored.key == GroupMetadataKey(G) and stored.value.members == ()
     assert h.commit("", -1) == E.NONE  # now the group only stores offsets
 
@@ -240,7 +244,7 @@ def test_static_member_rejoins_without_rebalance_and_fences_its_old_self() -> No
     again = h.join(instance="i-1")  # a restarted instance, same instance id
     assert again.error == E.NONE and again.generation == 1 and again.member_id != j.member_id
     assert h.group.state == GroupState.STABLE  # no rebalance
-    assert isinstance(h.log[-1].value, GroupMetadataValue)  # the new member id is stored
+    assert isinstance(h.records()[-1].value, GroupMetadataValue)  # the new member id is stored
     assert h.heartbeat(j.member_id, 1, "i-1") == E.FENCED_INSTANCE_ID
     assert h.sync(j.member_id, 1, instance="i-1") == SyncResult(E.FENCED_INSTANCE_ID)
     assert h.heartbeat(again.member_id, 1, "i-1") == E.NONE
@@ -325,11 +329,7 @@ def test_replay_rebuilds_the_same_durable_state() -> None:
     live = h.c.durable_state()
     assert live[G]["state"] == "Stable" and live[G]["generation"] == 3
 
-    fresh = GroupCoordinator(h.c.config)
-    fresh.begin_load()
-    for r in h.log:
-        fresh.replay(r, h.now)
-    fresh.end_load()
+    fresh = h.rebuilt(GroupCoordinator(h.c.config))
     assert fresh.durable_state() == live
     # The loaded group serves its members: same generation, assignments intact.
     assert fresh.heartbeat(G, 3, a, None, h.now).response == E.NONE
@@ -337,6 +337,25 @@ def test_replay_rebuilds_the_same_durable_state() -> None:
         fresh.sync_group(G, 3, b.member_id, None, None, None, {}, h.now).response.assignment
         == b"B3"
     )
+
+
+def test_a_plain_commit_written_after_a_txn_offset_commit_outlasts_its_marker() -> None:
+    """Offsets are ordered by their records' log offsets (rule 15): the transactional offset is
+    staged at its offset, the plain commit lands later in the log, so the COMMIT marker does
+    not bring the older transactional offset back; a restart agrees."""
+    h = Harness()
+    pid, partition = 7, h.c.partition_for(G)
+    h.log.add_marker_listener(lambda _t, p, pid, commit: h.c.replay_marker(p, pid, commit, h.now))
+    # TxnOffsetCommit, written as the group runtime writes it: one transactional batch, staged.
+    txn = h.c.commit_transactional_offsets(G, -1, "", None, [OffsetToCommit("t", 0, 5)], E.NONE, 0)
+    h.runtime.ensure_topic()
+    records = [h.c.serialize(r) for r in txn.records]
+    written = h.log.append(OFFSETS_TOPIC, partition, records, producer_id=pid, transactional=True)
+    h.c.offsets.stage(partition, pid, [(written.base_offset, r) for r in txn.records])
+    assert h.commit("", -1, offset=9) == E.NONE  # a plain commit, before the marker
+    h.log.write_marker(OFFSETS_TOPIC, partition, pid, 0, 0, commit=True)
+    assert h.c.fetch_offsets(G, [("t", [0])])[0].offset == 9
+    assert h.rebuilt(GroupCoordinator(h.c.config)).fetch_offsets(G, [("t", [0])])[0].offset == 9
 
 
 def test_delete_offsets_when_the_subscriptions_are_not_known() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from _coordinators import CoordinatorHarness
 from samsa.broker.config import BrokerConfig, ConfigError
 from samsa.client._consumer import TopicPartition, encode_assignment, encode_subscription
 from samsa.client._consumer import decode_assignment as client_assignment
@@ -32,6 +33,7 @@ from samsa.coordinator.consumer_group_records import (
 )
 from samsa.coordinator.group import GroupState
 from samsa.coordinator.group_coordinator import (
+    CoordinatorRecord,
     GroupConfig,
     GroupCoordinator,
     JoinRequest,
@@ -42,7 +44,6 @@ from samsa.coordinator.group_coordinator import (
     Reply,
     SyncResult,
 )
-from samsa.coordinator.offsets import decode
 from samsa.protocol.consumer_protocol import (
     ConsumerProtocolError,
     decode_assignment,
@@ -56,9 +57,9 @@ TOPICS = {"t": TopicInfo("t", T, 6)}
 ALL = frozenset(range(6))
 
 
-class Harness:
-    """Runs outcomes as the runtime does: every record goes through Kafka's byte format, is
-    kept in ``log`` and replayed; owed JoinGroup/SyncGroup answers are collected."""
+class Harness(CoordinatorHarness[CoordinatorRecord]):
+    """The coordinator run by the runtime (tests/_coordinators.py); owed JoinGroup/SyncGroup
+    answers are collected."""
 
     def __init__(self, **consumer: Any) -> None:
         ids = itertools.count(1)
@@ -70,19 +71,15 @@ class Harness:
         self.c = GroupCoordinator(
             cfg, new_member_id=lambda p: f"{p}-{next(ids)}", topics=lambda: TOPICS
         )
-        self.log: list[tuple[bytes, bytes | None]] = []
+        super().__init__(self.c)
         self.replies: dict[tuple[str, str], Any] = {}
-        self.now = 1_000_000
 
     def run(self, outcome: Outcome) -> Any:
-        for r in outcome.records:
-            key, value = self.c.serialize(r)
-            self.log.append((key, value))
-            self.c.replay(decode(key, value), self.now)
+        response = super().run(outcome)
         for ev in self.c.take_outbox():
             if isinstance(ev, Reply):
                 self.replies[(ev.kind, ev.member_id)] = ev.result
-        return outcome.response
+        return response
 
     def join(self, member_id: str, owned: tuple[int, ...] = (), session: int = 3000) -> Any:
         sub = encode_subscription(["t"], [TopicPartition("t", p) for p in owned])
@@ -125,12 +122,7 @@ class Harness:
         self.run(self.c.tick(self.now))
 
     def replayed(self) -> GroupCoordinator:
-        fresh = GroupCoordinator(GroupConfig(), topics=lambda: TOPICS)
-        fresh.begin_load()
-        for k, v in self.log:
-            fresh.replay(decode(k, v), self.now)
-        fresh.end_load()
-        return fresh
+        return self.rebuilt(GroupCoordinator(GroupConfig(), topics=lambda: TOPICS))
 
 
 def synced(result: SyncResult) -> frozenset[int]:
@@ -321,10 +313,10 @@ def test_a_classic_member_leaving_does_not_downgrade() -> None:
 def test_a_policy_without_upgrades_refuses_the_consumer_member(policy: str) -> None:
     h = Harness(migration_policy=policy)
     classic_group_of_two(h)
-    before = len(h.log)
+    before = len(h.log.entries)
     r = h.hb("k", 0)
     assert r.error == E.GROUP_ID_NOT_FOUND and "not a consumer group" in (r.message or "")
-    assert G in h.c.groups and G not in h.c.consumer.groups and len(h.log) == before
+    assert G in h.c.groups and G not in h.c.consumer.groups and len(h.log.entries) == before
 
 
 def test_upgrade_only_policy_keeps_the_consumer_group_when_its_consumer_member_leaves() -> None:
@@ -363,13 +355,14 @@ def test_replay_mid_migration_rebuilds_the_group_and_members_carry_on() -> None:
     h = Harness()
     a, b, _ = upgraded(h)
     h.sync(a, h.join(a).generation, {})
-    fresh = h.replayed()
-    assert fresh.durable_state() == h.c.durable_state()
+    live = h.c.durable_state()
+    # The broker restarted: the members go on against the replayed group.
+    fresh = h.c = h.restart(GroupCoordinator(GroupConfig(), topics=lambda: TOPICS))
+    assert fresh.durable_state() == live
     assert G not in fresh.groups
     # The classic members' sessions are theirs (3 s), the consumer member's the broker's.
     deadlines = fresh.consumer.groups[G].session_deadlines
     assert (deadlines[a], deadlines["k"]) == (h.now + 3000, h.now + 45_000)
-    h.c = fresh  # the broker restarted: the members go on against the replayed group
     assert h.heartbeat(a, 3) == E.NONE
     assert h.heartbeat(b, 2) == E.REBALANCE_IN_PROGRESS
     assert h.hb("k", 3, frozenset()).error == E.NONE
@@ -544,16 +537,16 @@ def test_a_replaced_consumer_member_is_fenced() -> None:
 def test_a_consumer_member_cannot_take_an_instance_id_a_classic_member_holds() -> None:
     h = Harness()
     k, a = consumer_and_static_classic(h)
-    before = len(h.log)
+    before = len(h.log.entries)
     r = static_hb(h, "", 0, "ia")  # Kafka: only an instance that left (epoch -2) is taken
-    assert r.error == E.UNRELEASED_INSTANCE_ID and len(h.log) == before
+    assert r.error == E.UNRELEASED_INSTANCE_ID and len(h.log.entries) == before
     assert set(h.c.consumer.groups[G].members) == {k, a}
     # The same in a classic group: the upgrade it would make is undone.
     h2 = Harness()
     pending = static_join(h2, "", "ia")
     sa = h2.replies.pop(("join", pending.member_id)) if isinstance(pending, Pending) else pending
     synced(h2.sync(sa.member_id, sa.generation, {sa.member_id: encode_assignment({"t": [0]})}))
-    before = len(h2.log)
+    before = len(h2.log.entries)
     r = static_hb(h2, "", 0, "ia")
-    assert r.error == E.UNRELEASED_INSTANCE_ID and len(h2.log) == before
+    assert r.error == E.UNRELEASED_INSTANCE_ID and len(h2.log.entries) == before
     assert G not in h2.c.consumer.groups and set(h2.c.groups[G].members) == {sa.member_id}

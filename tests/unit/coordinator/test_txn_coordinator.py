@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _coordinators import CoordinatorHarness
+from samsa.coordinator.runtime import Outcome as RuntimeOutcome
 from samsa.coordinator.transaction import IllegalTransition, TxnMetadata, TxnState
 from samsa.coordinator.transaction_coordinator import (
     InitPidResult,
@@ -21,10 +23,7 @@ from samsa.coordinator.transaction_coordinator import (
 )
 from samsa.coordinator.txn_records import (
     TransactionLogValue,
-    decode_key,
-    decode_value,
     encode_key,
-    encode_value,
 )
 from samsa.protocol.errors import ErrorCode as E
 
@@ -33,25 +32,20 @@ TP0 = ("t", 0)
 TP1 = ("t", 1)
 
 
-class Harness:
-    """A coordinator whose records go through their bytes into a log, like the runtime's."""
+class Harness(CoordinatorHarness[TxnRecord]):
+    """The coordinator run by the runtime (tests/_coordinators.py); marker jobs are collected."""
 
     def __init__(self, config: TxnConfig | None = None) -> None:
         self.pids = itertools.count(1000)
         self.config = config or TxnConfig(abort_timed_out_interval_ms=0)
         self.coord = TransactionCoordinator(self.config, lambda: next(self.pids))
-        self.log: list[tuple[bytes, bytes | None]] = []
-        self.now = 1_000_000
+        super().__init__(self.coord)
         self.jobs: list[MarkerJob] = []
 
     def apply(self, outcome: Outcome) -> object:
-        for r in outcome.records:
-            self.log.append(
-                (encode_key(r.transactional_id), None if r.value is None else encode_value(r.value))
-            )
-            self.coord.replay(r)
+        response = self.run(outcome)
         self.jobs += outcome.markers
-        return outcome.response
+        return response
 
     def init(self, tid: str = "tx", timeout: int = 60_000, expected=None) -> InitPidResult:
         return self.apply(self.coord.init_producer_id(tid, timeout, expected, self.now))  # type: ignore[return-value]
@@ -70,13 +64,8 @@ class Harness:
     def state(self, tid: str = "tx") -> TxnState:
         return self.coord.txns[tid].state
 
-    def rebuilt(self) -> TransactionCoordinator:
-        fresh = TransactionCoordinator(self.config, lambda: 0)
-        fresh.begin_load()
-        for key, value in self.log:
-            fresh.replay(TxnRecord(decode_key(key), decode_value(value)))
-        fresh.end_load()
-        return fresh
+    def rebuilt(self) -> TransactionCoordinator:  # type: ignore[override]
+        return super().rebuilt(TransactionCoordinator(self.config, lambda: 0))
 
 
 def test_new_id_gets_a_producer_id_at_epoch_0_and_each_init_bumps() -> None:
@@ -85,7 +74,7 @@ def test_new_id_gets_a_producer_id_at_epoch_0_and_each_init_bumps() -> None:
     assert first == InitPidResult(E.NONE, 1000, 0)
     assert h.init() == InitPidResult(E.NONE, 1000, 1)
     assert h.state() == S.EMPTY
-    assert len(h.log) == 2
+    assert len(h.log.entries) == 2
 
 
 def test_transaction_commit_cycle() -> None:
@@ -94,9 +83,9 @@ def test_transaction_commit_cycle() -> None:
     assert h.add(r.producer_id, 0, TP0) == E.NONE
     assert h.state() == S.ONGOING
     assert h.coord.txns["tx"].start_timestamp_ms == h.now
-    records = len(h.log)
+    records = len(h.log.entries)
     assert h.add(r.producer_id, 0, TP0) == E.NONE  # already in: no record
-    assert len(h.log) == records
+    assert len(h.log.entries) == records
     assert h.add(r.producer_id, 0, TP1, ("__consumer_offsets", 3)) == E.NONE
     assert h.end(r.producer_id, 0, True) == E.NONE
     assert h.state() == S.PREPARE_COMMIT
@@ -181,8 +170,7 @@ def _seed(h: Harness, epoch: int, state: TxnState = S.EMPTY) -> None:
     value = TransactionLogValue(
         500, epoch, 60_000, state.id, None if state == S.EMPTY else (("t", (0,)),), 1, 1
     )
-    h.log.append((encode_key("tx"), encode_value(value)))
-    h.coord.replay(TxnRecord("tx", value))
+    h.run(RuntimeOutcome([TxnRecord("tx", value)], None))
 
 
 def test_epoch_exhaustion_rotates_the_producer_id() -> None:
@@ -254,7 +242,7 @@ def test_transactional_id_expiry() -> None:
     assert "idle" not in h.coord.txns  # tombstoned
     # An id with a transaction does not expire (this one timed out: it is being aborted).
     assert h.coord.txns["busy"].state == S.PREPARE_ABORT
-    assert (encode_key("idle"), None) in h.log
+    assert (encode_key("idle"), None) in h.log.entries
     assert "idle" not in h.rebuilt().txns
     [d] = h.coord.describe(["idle"])
     assert d.error == E.TRANSACTIONAL_ID_NOT_FOUND

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from _coordinators import CoordinatorHarness
 from samsa.coordinator.transaction import MAX_EPOCH, NO_TIMEOUT_MS, TxnMetadata, TxnState
 from samsa.coordinator.transaction_coordinator import (
     EndTxnResult,
@@ -17,7 +18,6 @@ from samsa.coordinator.transaction_coordinator import (
     TxnOutcome,
     TxnRecord,
 )
-from samsa.coordinator.txn_records import decode_key, decode_value, encode_key, encode_value
 from samsa.protocol.errors import ErrorCode as E
 
 S = TxnState
@@ -25,22 +25,20 @@ TP0 = ("t", 0)
 TP1 = ("t", 1)
 
 
-class Harness:
+class Harness(CoordinatorHarness[TxnRecord]):
+    """The coordinator run by the runtime (tests/_coordinators.py); marker jobs are collected."""
+
     def __init__(self) -> None:
         self.pids = itertools.count(1000)
         self.config = TxnConfig(abort_timed_out_interval_ms=0)
         self.coord = TransactionCoordinator(self.config, lambda: next(self.pids))
-        self.log: list[tuple[bytes, bytes | None]] = []
-        self.now = 1_000_000
+        super().__init__(self.coord)
         self.jobs: list[MarkerJob] = []
 
     def apply(self, outcome: TxnOutcome[Any]) -> Any:
-        for r in outcome.records:
-            value = None if r.value is None else encode_value(r.value)
-            self.log.append((encode_key(r.transactional_id), value))
-            self.coord.replay(TxnRecord(r.transactional_id, decode_value(value)))
+        response = self.run(outcome)
         self.jobs += outcome.markers
-        return outcome.response
+        return response
 
     def init(self, **kw: Any) -> InitPidResult:
         expected = kw.pop("expected", None)
@@ -63,13 +61,8 @@ class Harness:
     def meta(self) -> TxnMetadata:
         return self.coord.txns["tx"]
 
-    def rebuilt(self) -> TransactionCoordinator:
-        fresh = TransactionCoordinator(self.config, lambda: 0)
-        fresh.begin_load()
-        for key, value in self.log:
-            fresh.replay(TxnRecord(decode_key(key), decode_value(value)))
-        fresh.end_load()
-        return fresh
+    def rebuilt(self) -> TransactionCoordinator:  # type: ignore[override]
+        return super().rebuilt(TransactionCoordinator(self.config, lambda: 0))
 
 
 def test_tv2_commit_bumps_the_epoch_and_fences_the_old_one() -> None:
@@ -164,7 +157,7 @@ def test_tv1_is_unchanged() -> None:
     h.complete_all()
     assert h.meta.producer_epoch == epoch
     # Its records are still value version 0, byte for byte what a TV1 Kafka writes.
-    assert all(v is None or v[:2] == b"\x00\x00" for _, v in h.log)
+    assert all(v is None or v[:2] == b"\x00\x00" for _, v in h.log.entries)
 
 
 def test_2pc_transactions_never_time_out_and_survive_a_restart() -> None:
