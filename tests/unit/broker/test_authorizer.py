@@ -5,7 +5,6 @@ replayed, each refused with Kafka's error code while the victim's data stays int
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from _handlers import handle
 from samsa.broker import authorizer as authz
 from samsa.broker.authorizer import (
     CLUSTER_NAME,
@@ -27,10 +27,8 @@ from samsa.broker.authorizer import (
 )
 from samsa.broker.broker import Broker, StartupError
 from samsa.broker.config import BrokerConfig, ConfigError
-from samsa.broker.handlers import APIS, RequestContext
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.framing import RequestHeader
-from samsa.protocol.messages import ApiKey, decode_response, make_request
+from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch, decode_records, iter_batches
 from samsa.testing import fetch_request, idempotent_batch, produce_request
 
@@ -253,12 +251,7 @@ class Harness:
         return self.send(principal, key, v, make_request(key, v, cls, **fields))
 
     def send(self, principal: str, key: int, v: int, request: Any) -> Any:
-        ctx = RequestContext(RequestHeader(key, v, 1, "test", 0), v, f"{HOST}:40000", principal)
-        out = APIS[key].handler(self.broker, ctx, request)
-        if not isinstance(out, bytes | list):
-            out = asyncio.new_event_loop().run_until_complete(out)  # type: ignore[arg-type]
-        body = out if isinstance(out, bytes) else b"".join(bytes(p) for p in out)  # type: ignore[arg-type]
-        return decode_response(key, v, body, 0)
+        return handle(self.broker, principal, key, v, request, HOST)
 
     def grant(self, *bindings: AclBinding) -> None:
         assert self.auth.create(list(bindings)) == [None] * len(bindings)

@@ -6,32 +6,25 @@ topics it may not see, and describe returned their names and ids."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _handlers import handle
 from samsa.broker.authorizer import AclBinding, Operation, PatternType, Permission, ResourceType
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
-from samsa.broker.handlers import APIS, RequestContext
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.framing import RequestHeader
-from samsa.protocol.messages import ApiKey, decode_response, make_request
+from samsa.protocol.messages import ApiKey, make_request
 
 ADMIN, ALICE = "User:admin", "User:alice"
 K_HB, K_DESC = ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE
 
 
 def _call(broker: Broker, principal: str, key: int, v: int, cls: str, **fields: Any) -> Any:
-    ctx = RequestContext(RequestHeader(key, v, 1, "test", 0), v, "10.0.0.7:40000", principal)
-    out = APIS[key].handler(broker, ctx, make_request(key, v, cls, **fields))
-    if not isinstance(out, bytes | list):
-        out = asyncio.new_event_loop().run_until_complete(out)  # type: ignore[arg-type]
-    body = out if isinstance(out, bytes) else b"".join(bytes(p) for p in out)  # type: ignore[arg-type]
-    return decode_response(key, v, body, 0)
+    return handle(broker, principal, key, v, make_request(key, v, cls, **fields), "10.0.0.7")
 
 
 def _join(broker: Broker, principal: str, group: str, member: str, regex: str) -> Any:
