@@ -1,12 +1,15 @@
-"""Shared fixtures: brokers run as real processes on free ports of 127.0.0.1."""
+"""Shared fixtures: brokers run as real processes on free ports of 127.0.0.1; the ``brokers``
+marker on the tests that start them."""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,59 @@ __all__ = ["BrokerProcess"]
 settings.register_profile("repeatable", derandomize=True, database=None)
 settings.register_profile("explore")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+# -- the ``brokers`` marker ----------------------------------------------------------------------
+# Set here from what a test uses, not by hand in each file, so a new test is marked too: a
+# fixture known to start a broker process (samsa, Apache Kafka or Tansu; those of
+# tests/*/conftest.py included), or a test, fixture or helper of theirs whose code starts one.
+_BROKER_FIXTURES = frozenset(
+    {"broker_factory", "shared_broker", "spark_broker", "tansu"}
+    | {"kafka", "kafka_cluster", "differential_kafka", "differential"}
+)
+_STARTS_A_BROKER = re.compile(r"\b(?:BrokerProcess|KafkaNode|KafkaCluster|tansu_broker_args)\(")
+# What else the code reaches: functions it calls by name, fixtures it asks for by name.
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
+_ASKED = re.compile(r"getfixturevalue\(\"(\w+)\"\)")
+_seen: dict[Callable[..., object], bool] = {}
+
+
+def _starts_a_broker(func: Callable[..., object]) -> bool:
+    func = inspect.unwrap(func)
+    if func in _seen:
+        return _seen[func]
+    _seen[func] = False  # while looking: a cycle is no evidence
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    if _STARTS_A_BROKER.search(source) or _BROKER_FIXTURES.intersection(_ASKED.findall(source)):
+        _seen[func] = True
+        return True
+    names = {*_CALLED.findall(source), *_ASKED.findall(source)}
+    reached = [getattr(func, "__globals__", {}).get(n) for n in names]
+    found = any(
+        callable(f) and inspect.isfunction(inspect.unwrap(f)) and _starts_a_broker(f)
+        for f in reached
+    )
+    _seen[func] = found
+    return found
+
+
+def _uses_brokers(item: pytest.Item) -> bool:
+    if _BROKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    funcs = [getattr(item, "obj", None)]
+    info = getattr(item, "_fixtureinfo", None)  # the fixtures the test uses, transitively
+    if info is not None:
+        funcs += [d.func for defs in info.name2fixturedefs.values() for d in defs]
+    return any(f is not None and _starts_a_broker(f) for f in funcs)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _uses_brokers(item):
+            item.add_marker(pytest.mark.brokers)
 
 
 @pytest.fixture
