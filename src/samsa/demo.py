@@ -36,7 +36,7 @@ from typing import Any
 
 from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.protocol.messages import ApiKey
-from samsa.testing import FaultProxy, Faults, read_topic
+from samsa.testing import FaultProxy, Faults, ProxyStats, read_topic
 
 READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
 MERCHANTS = [
@@ -233,8 +233,8 @@ def _end_offsets(progress: dict[str, Any] | None) -> dict[str, dict[str, int]] |
 def pipeline(
     bootstrap: str, workdir: Path, events: int, seed: int, master: str
 ) -> tuple[str, bool]:
-    from pyspark.sql import functions as F
-
+    """Start the payments producer and the Spark query, wait until Spark has read every
+    committed payment, then audit: the tables and whether everything was equal."""
     import samsa.spark
 
     with Admin({"bootstrap.servers": bootstrap}) as admin:
@@ -257,67 +257,9 @@ def pipeline(
     )
     query = None
     try:
-        schema = "id LONG, merchant STRING, amount_cents LONG"
-        totals = (
-            spark.readStream.format("samsa")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", "payments")
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(max(500, events // 4)))
-            .load()
-            .select(F.from_json(F.col("value").cast("string"), schema).alias("p"))
-            .groupBy("p.merchant")
-            .agg(F.sum("p.amount_cents").alias("total_cents"), F.count("*").alias("payments"))
-            .select(
-                F.col("merchant").alias("key"),
-                F.to_json(F.struct("merchant", "total_cents", "payments")).alias("value"),
-            )
-        )
-        query = (
-            totals.writeStream.format("samsa")
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("topic", "merchant-totals")
-            .option("checkpointLocation", str(workdir / "checkpoint"))
-            # the first attempt of write task 1 dies after 3 records, once
-            .option("injectTaskFailure", f"1:3:{workdir / 'task-failed-once'}")
-            .outputMode("complete")
-            .trigger(processingTime="1 second")
-            .queryName("merchant_totals")
-            .start()
-        )
+        query = start_totals(spark, bootstrap, workdir, events)
         producer.start()
-        deadline = time.monotonic() + 240
-        last_note = 0.0
-        target: dict[str, dict[str, int]] | None = None
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
-            if query.exception() is not None:
-                raise RuntimeError(f"the Spark query failed: {query.exception()}")
-            progress = query.lastProgress
-            if time.monotonic() - last_note > 3:
-                last_note = time.monotonic()
-                rows = sum(p["numInputRows"] for p in query.recentProgress)
-                batch = progress["batchId"] if progress else "-"
-                say(
-                    f"producer {book.sent}/{events} events in {book.transactions} txns "
-                    f"({book.voided} voided), faults injected {proxy.stats.faults}, "
-                    f"retried batches {proxy.stats.produce_retries} | Spark batch {batch}, "
-                    f"{rows} rows read"
-                )
-            if book.done.is_set() and book.error is not None:
-                raise RuntimeError(f"the payments producer failed: {book.error!r}")
-            if book.done.is_set() and target is None:
-                with Consumer(
-                    {"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}
-                ) as c:
-                    tps = [TopicPartition("payments", p) for p in range(3)]
-                    lso = c.list_offsets(tps, -1)
-                target = {"payments": {str(tp.partition): off for tp, off in lso.items()}}
-                say(f"producer done; waiting for Spark to reach {json.dumps(target)}")
-            if target is not None and _end_offsets(progress) == target:
-                break
-        else:
-            raise RuntimeError("the pipeline did not finish within 240 s")
+        wait_for_totals(query, bootstrap, events, book, proxy)
         progress_all = list(query.recentProgress)
         query.stop()
         query = None
@@ -331,7 +273,88 @@ def pipeline(
         producer.join(30)
         spark.stop()
     say("pipeline finished; auditing")
+    return audit(bootstrap, book, stats, spark_rows, batches)
 
+
+def start_totals(spark: Any, bootstrap: str, workdir: Path, events: int) -> Any:
+    """The streaming query: payments read read_committed, totalled per merchant, written to
+    ``merchant-totals`` by the exactly-once sink, one write task failing once on purpose."""
+    from pyspark.sql import functions as F
+
+    schema = "id LONG, merchant STRING, amount_cents LONG"
+    totals = (
+        spark.readStream.format("samsa")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "payments")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max(500, events // 4)))
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("p"))
+        .groupBy("p.merchant")
+        .agg(F.sum("p.amount_cents").alias("total_cents"), F.count("*").alias("payments"))
+        .select(
+            F.col("merchant").alias("key"),
+            F.to_json(F.struct("merchant", "total_cents", "payments")).alias("value"),
+        )
+    )
+    return (
+        totals.writeStream.format("samsa")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", "merchant-totals")
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        # the first attempt of write task 1 dies after 3 records, once
+        .option("injectTaskFailure", f"1:3:{workdir / 'task-failed-once'}")
+        .outputMode("complete")
+        .trigger(processingTime="1 second")
+        .queryName("merchant_totals")
+        .start()
+    )
+
+
+def wait_for_totals(
+    query: Any, bootstrap: str, events: int, book: Payments, proxy: FaultProxy
+) -> None:
+    """Until the query has read up to the payments' last stable offsets once the producer is
+    done (progress noted every 3 s); RuntimeError if the query or the producer fails, or after
+    240 s."""
+    deadline = time.monotonic() + 240
+    last_note = 0.0
+    target: dict[str, dict[str, int]] | None = None
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if query.exception() is not None:
+            raise RuntimeError(f"the Spark query failed: {query.exception()}")
+        progress = query.lastProgress
+        if time.monotonic() - last_note > 3:
+            last_note = time.monotonic()
+            rows = sum(p["numInputRows"] for p in query.recentProgress)
+            batch = progress["batchId"] if progress else "-"
+            say(
+                f"producer {book.sent}/{events} events in {book.transactions} txns "
+                f"({book.voided} voided), faults injected {proxy.stats.faults}, "
+                f"retried batches {proxy.stats.produce_retries} | Spark batch {batch}, "
+                f"{rows} rows read"
+            )
+        if book.done.is_set() and book.error is not None:
+            raise RuntimeError(f"the payments producer failed: {book.error!r}")
+        if book.done.is_set() and target is None:
+            with Consumer(
+                {"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}
+            ) as c:
+                tps = [TopicPartition("payments", p) for p in range(3)]
+                lso = c.list_offsets(tps, -1)
+            target = {"payments": {str(tp.partition): off for tp, off in lso.items()}}
+            say(f"producer done; waiting for Spark to reach {json.dumps(target)}")
+        if target is not None and _end_offsets(progress) == target:
+            return
+    raise RuntimeError("the pipeline did not finish within 240 s")
+
+
+def audit(
+    bootstrap: str, book: Payments, stats: ProxyStats, spark_rows: int, batches: int
+) -> tuple[str, bool]:
+    """Spark's totals (the output topic, read_committed) against the producer's bookkeeping,
+    and the logs' counts: the tables, and whether everything was equal."""
     log_all = read_topic(bootstrap, "payments", committed=False)
     log_committed = read_topic(bootstrap, "payments", committed=True)
     ids = collections.Counter(json.loads(r.value or b"{}")["id"] for r in log_all)
