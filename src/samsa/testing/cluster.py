@@ -43,7 +43,6 @@ import dataclasses
 import datetime
 import logging
 import socket
-import threading
 import typing
 import zlib
 from dataclasses import dataclass, field
@@ -67,7 +66,8 @@ from samsa.protocol.messages import (
     is_flexible,
     response_class,
 )
-from samsa.testing.proxy import _SIZE, _read_frame, parse_address
+from samsa.testing._relay import SIZE, Relay, listening_socket, read_frame
+from samsa.testing.proxy import parse_address
 
 log = logging.getLogger("samsa.vcluster")
 
@@ -184,25 +184,21 @@ class _Slot:
     session_parts: dict[tuple[str, int], Any] = field(default_factory=dict)
 
 
-class VirtualCluster:
+class VirtualCluster(Relay):
     """N virtual brokers in front of one samsa broker; see the module docstring."""
 
     def __init__(self, upstream: tuple[str, int] | str, nodes: int = 3) -> None:
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, got {nodes}")
+        super().__init__("samsa-vcluster")
         self.upstream = parse_address(upstream) if isinstance(upstream, str) else upstream
         self.stats = ClusterStats()
-        self._nodes = [_Node(i, _bind()) for i in range(nodes)]
+        self._nodes = [_Node(i, listening_socket("127.0.0.1", 0)) for i in range(nodes)]
         self._leaders: dict[tuple[str, int], int] = {}
         self._coordinators: dict[str, int] = {}
         self._topic_names: dict[Any, str] = {}  # topic id -> name, learnt from Metadata
         self._keys: dict[str, None] = {}  # coordinator keys clients looked up, in order
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="samsa-vcluster")
-        self._thread.daemon = True
         self._writers: set[asyncio.StreamWriter] = set()
-        self._started = False
-        self._stopped = False
 
     # --- public API ------------------------------------------------------------------------
 
@@ -239,33 +235,11 @@ class VirtualCluster:
         self._coordinators[key] = node
 
     def start(self) -> VirtualCluster:
-        if self._started:
-            return self
-        self._started = True
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._serve_all(), self._loop).result(10)
+        self._start_serving(self._serve_all)
         return self
-
-    def stop(self) -> None:
-        """Close every listener and connection, stop the thread; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._started and self._thread.is_alive():
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
-        for n in self._nodes:
-            n.sock.close()
 
     def __enter__(self) -> VirtualCluster:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _check_node(self, node: int) -> None:
         if not 0 <= node < len(self._nodes):
@@ -275,27 +249,20 @@ class VirtualCluster:
 
     async def _serve_all(self) -> None:
         for node in self._nodes:
+            node.server = await self._serve_socket(
+                node.sock, lambda r, w, node=node: self._handle(node, r, w)
+            )
 
-            async def handle(
-                r: asyncio.StreamReader, w: asyncio.StreamWriter, node: _Node = node
-            ) -> None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._handle(node, r, w)
+    def _sockets(self) -> list[socket.socket]:
+        return [n.sock for n in self._nodes]
 
-            node.server = await asyncio.start_server(handle, sock=node.sock)
-
-    async def _shutdown(self) -> None:
+    def _close(self) -> None:
         for n in self._nodes:
             if n.server is not None:
                 n.server.close()
         for w in list(self._writers):
             with contextlib.suppress(Exception):
                 w.transport.abort()
-        me = asyncio.current_task()
-        tasks = [t for t in asyncio.all_tasks() if t is not me]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _handle(
         self, node: _Node, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter
@@ -336,7 +303,7 @@ class VirtualCluster:
     ) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            frame = await _read_frame(reader)
+            frame = await read_frame(reader)
             if frame is None:
                 return
             try:
@@ -358,7 +325,7 @@ class VirtualCluster:
                 if not acks0:  # acks=0: the broker sends no answer
                     await forwarded.put(slot)
                     await order.put(slot)
-                upstream.write(_SIZE.pack(len(out)) + out)
+                upstream.write(SIZE.pack(len(out)) + out)
                 await upstream.drain()
             else:
                 await order.put(slot)
@@ -367,7 +334,7 @@ class VirtualCluster:
         self, reader: asyncio.StreamReader, forwarded: asyncio.Queue[_Slot]
     ) -> None:
         while True:
-            frame = await _read_frame(reader)
+            frame = await read_frame(reader)
             if frame is None:
                 return
             slot = await forwarded.get()
@@ -389,7 +356,7 @@ class VirtualCluster:
                 or slot.api_key == ApiKey.FETCH
             ):
                 frame = self._rewrite(node, slot, frame)
-            writer.write(_SIZE.pack(len(frame)) + frame)
+            writer.write(SIZE.pack(len(frame)) + frame)
             await writer.drain()
 
     # --- requests --------------------------------------------------------------------------
@@ -612,14 +579,6 @@ class VirtualCluster:
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-def _bind() -> socket.socket:
-    sock = socket.socket(socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock
 
 
 def frame_response_body(cid: int, body: bytes, flexible: bool) -> bytes:

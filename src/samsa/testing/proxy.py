@@ -57,7 +57,6 @@ import logging
 import random
 import socket
 import struct
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,12 +76,11 @@ from samsa.protocol.messages import (
     is_flexible,
     make,
 )
+from samsa.testing._relay import SIZE, Relay, listening_socket, read_frame
 
 log = logging.getLogger("samsa.proxy")
 
-_SIZE = struct.Struct(">i")
 _REWRITTEN = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER})
-_MAX_FRAME = 1 << 30
 # Record batch header: producer id at byte 43, epoch at 51, base sequence at 53.
 _BATCH_IDS = struct.Struct(">qhi")
 _BATCH_IDS_AT = 43
@@ -175,7 +173,7 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class FaultProxy:
+class FaultProxy(Relay):
     """Kafka-aware fault-injecting proxy; see the module docstring.
 
     ``upstream`` is the bootstrap broker (``(host, port)`` or ``"host:port"``), which may
@@ -192,6 +190,7 @@ class FaultProxy:
         seed: int | None = None,
         track_produce: bool = True,
     ) -> None:
+        super().__init__("samsa-proxy")
         self.faults = faults or Faults()
         self.faults.validate()
         self.stats = ProxyStats()
@@ -208,11 +207,6 @@ class FaultProxy:
         # recent Produce answers by (version, partitions).
         self._next_offset: dict[tuple[str, int], int] = {}
         self._old_answers: dict[tuple[int, tuple[tuple[str, int], ...]], bytes] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="samsa-proxy")
-        self._thread.daemon = True
-        self._started = False
-        self._stopped = False
         if upstream is not None:
             self._set_upstream(upstream)
 
@@ -241,11 +235,7 @@ class FaultProxy:
             self._set_upstream(upstream)
         if self._first.upstream[1] < 0:
             raise ValueError("the proxy needs an upstream broker address")
-        if self._started:
-            return self
-        self._started = True
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._serve(self._first), self._loop).result(10)
+        self._start_serving(lambda: self._serve(self._first))
         return self
 
     def set_faults(
@@ -282,28 +272,10 @@ class FaultProxy:
             self.stats.resets += len(hit)
             return len(hit)
 
-        return asyncio.run_coroutine_threadsafe(reset(), self._loop).result(10)
-
-    def stop(self) -> None:
-        """Close every listener and connection, stop the thread; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._started and self._thread.is_alive():
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(5)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
-        for lst in [self._first, *self._listeners.values()]:
-            lst.sock.close()
+        return self._call(reset())
 
     def __enter__(self) -> FaultProxy:
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- listeners -------------------------------------------------------------------------
 
@@ -313,25 +285,12 @@ class FaultProxy:
         self._listeners[addr] = self._first
 
     def _bind(self, host: str, port: int, upstream: tuple[str, int] | None) -> _Listener:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            sock.close()
-            raise
-        sock.listen(128)
+        sock = listening_socket(host, port)
         self.stats.listeners += 1
         return _Listener(upstream or ("", -1), sock)
 
     async def _serve(self, lst: _Listener) -> None:
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            # Stopping the proxy cancels its connections; a cancelled connection task would
-            # make asyncio's StreamReaderProtocol log a spurious error, so end it normally.
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._handle(lst, r, w)
-
-        lst.server = await asyncio.start_server(handle, sock=lst.sock)
+        lst.server = await self._serve_socket(lst.sock, lambda r, w: self._handle(lst, r, w))
 
     async def _listener_for(self, upstream: tuple[str, int]) -> tuple[str, int]:
         """The proxy address clients must use to reach ``upstream``."""
@@ -346,18 +305,15 @@ class FaultProxy:
             log.info("proxy %s:%d -> %s:%d", self._host, lst.port, *upstream)
         return self._host, lst.port
 
-    async def _shutdown(self) -> None:
+    def _sockets(self) -> list[socket.socket]:
+        return [lst.sock for lst in [self._first, *self._listeners.values()]]
+
+    def _close(self) -> None:
         for lst in [self._first, *self._listeners.values()]:
             if lst.server is not None:
                 lst.server.close()
         for c in list(self._conns):
             self._abort(c)
-        # Let connection handlers finish so that closing the loop destroys no pending task.
-        me = asyncio.current_task()
-        tasks = [t for t in asyncio.all_tasks() if t is not me]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- connections -----------------------------------------------------------------------
 
@@ -401,7 +357,7 @@ class FaultProxy:
 
     async def _upward(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
         while True:
-            frame = await _read_frame(reader)
+            frame = await read_frame(reader)
             if frame is None:
                 return
             try:
@@ -430,12 +386,12 @@ class FaultProxy:
                         continue
             conn.pending.append(pending)
             await self._delay()
-            conn.upstream.write(_SIZE.pack(len(frame)) + frame)
+            conn.upstream.write(SIZE.pack(len(frame)) + frame)
             await conn.upstream.drain()
 
     async def _downward(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
         while True:
-            frame = await _read_frame(reader)
+            frame = await read_frame(reader)
             if frame is None:
                 return
             req = _match(conn.pending, frame)
@@ -451,7 +407,7 @@ class FaultProxy:
                 return
             await self._delay()
             self.stats.responses += 1
-            conn.client.write(_SIZE.pack(len(frame)) + frame)
+            conn.client.write(SIZE.pack(len(frame)) + frame)
             await conn.client.drain()
 
     def _lying(self) -> bool:
@@ -574,17 +530,6 @@ class FaultProxy:
             return dataclasses.replace(resp, coordinators=tuple(coords))
         host, port = await moved(resp.host, resp.port)
         return dataclasses.replace(resp, host=host, port=port)
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes | None:
-    """One frame without its size prefix; None at EOF, on a reset or on a bad size."""
-    try:
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
-        if not 0 <= size <= _MAX_FRAME:
-            return None
-        return await reader.readexactly(size)
-    except (asyncio.IncompleteReadError, ConnectionError, OSError):
-        return None
 
 
 def _match(pending: collections.deque[_Pending], frame: bytes) -> _Pending | None:
