@@ -159,6 +159,17 @@ Emit = Callable[[ConsumerGroupKey, ConsumerGroupValue | None], None]
 # Called before a consumer-protocol member is removed; True if it converted the group to a
 # classic group instead (online downgrade, rule 38).
 Downgrade = Callable[[ConsumerGroup, str], bool]
+# A group's own (session timeout, heartbeat interval), None where it has none (the group
+# configs of KIP-848, set by the broker).
+Overrides = Callable[[str], tuple[int | None, int | None]]
+
+
+def _no_downgrade(group: ConsumerGroup, member_id: str) -> bool:
+    return False
+
+
+def no_overrides(group_id: str) -> tuple[int | None, int | None]:
+    return None, None
 
 
 class _Refused(Exception):
@@ -178,15 +189,15 @@ class ConsumerGroups:
         config: ConsumerConfig,
         emit: Emit,
         new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        downgrade: Downgrade = _no_downgrade,
+        overrides: Overrides = no_overrides,
     ) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
         self._emit = emit
         self._new_member_id = new_member_id
-        self.downgrade: Downgrade = lambda group, member_id: False
-        # A group's own (session timeout, heartbeat interval), None where it has none (the
-        # group configs of KIP-848, set by the broker).
-        self.overrides: Callable[[str], tuple[int | None, int | None]] = lambda g: (None, None)
+        self.downgrade = downgrade
+        self.overrides = overrides
 
     def session_timeout_ms(self, group_id: str) -> int:
         own = self.overrides(group_id)[0]

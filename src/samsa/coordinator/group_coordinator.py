@@ -64,7 +64,9 @@ from samsa.coordinator.consumer_group_coordinator import (
     ConsumerGroups,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
+    Overrides,
     TopicInfo,
+    no_overrides,
 )
 from samsa.coordinator.consumer_group_records import (
     CURRENT_ASSIGNMENT_TYPE,
@@ -251,6 +253,7 @@ class GroupCoordinator:
         config: GroupConfig | None = None,
         new_member_id: Callable[[str], str] = _default_member_id,
         topics: Callable[[], Mapping[str, TopicInfo]] = dict,
+        overrides: Overrides = no_overrides,
     ) -> None:
         self.config = config or GroupConfig()
         self.groups: dict[str, Group] = {}
@@ -260,12 +263,17 @@ class GroupCoordinator:
         self._next_expiry_check_ms: int | None = None
         self.offsets = OffsetStore(self.config.offset_metadata_max_bytes)
         # KIP-848 consumer groups; a group id names a classic or a consumer group, not both.
-        self.consumer = ConsumerGroups(self.config.consumer, self._emit)
+        # ``overrides``: the consumer groups' own timeouts (KIP-848 group configs).
+        self.consumer = ConsumerGroups(
+            self.config.consumer,
+            self._emit,
+            downgrade=self._maybe_downgrade,
+            overrides=overrides,
+        )
         # Online migration between the protocols (rule 38): the cluster's topics (partitions
         # are named by id in consumer groups, by name in the classic protocol), and the groups
         # whose conversion records are written but not yet replayed.
         self.topics = topics
-        self.consumer.downgrade = self._maybe_downgrade
         self._upgrading: dict[str, Group] = {}
         self._downgrading: dict[str, Group] = {}
 
@@ -304,6 +312,12 @@ class GroupCoordinator:
         staged offsets take effect at their log offsets (commit) or are dropped (abort)."""
         for offset, record in self.offsets.replay_marker(partition, producer_id, commit):
             self.replay(record, now_ms, offset)
+
+    def stage(
+        self, partition: int, producer_id: int, written: list[tuple[int, CoordinatorRecord]]
+    ) -> None:
+        """A TxnOffsetCommit's records are in the log: staged until the marker (rule 15)."""
+        self.offsets.stage(partition, producer_id, written)
 
     def take_outbox(self) -> list[Await | Reply]:
         out, self._buf.outbox = self._buf.outbox, []

@@ -27,7 +27,9 @@ from samsa.coordinator.consumer_group_coordinator import (
     ConsumerGroupDescription,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
+    Overrides,
     TopicInfo,
+    no_overrides,
 )
 from samsa.coordinator.group_coordinator import (
     Await,
@@ -71,11 +73,13 @@ class GroupCoordinatorRuntime:
         clock: Callable[[], int],
         verify_txn: VerifyTxn | None = None,
         topics: Callable[[], Mapping[str, TopicInfo]] = dict,
+        overrides: Overrides = no_overrides,
     ) -> None:
         self.clock = clock
         # The cluster's topics, which consumer groups subscribe to (by name or regex).
         self.topics = topics
-        self.coordinator = GroupCoordinator(config, topics=topics)
+        # ``overrides``: each consumer group's own timeouts (KIP-848 group configs).
+        self.coordinator = GroupCoordinator(config, topics=topics, overrides=overrides)
         self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
         self.store = store
         self.verify_txn = verify_txn
@@ -242,25 +246,10 @@ class GroupCoordinatorRuntime:
         if not outcome.records:
             return outcome.response
         try:
-            self.ensure_topic()
+            error = self.runtime.write_transactional(outcome.records, producer_id, producer_epoch)
         except StoreUnavailable:
             return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        appended = self.store.append(
-            OFFSETS_TOPIC,
-            partition,
-            [coord.serialize(r) for r in outcome.records],
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=True,
-        )
-        if appended.error != ErrorCode.NONE:
-            return _commit_errors(outcome.response, appended.error)
-        coord.offsets.stage(
-            partition,
-            producer_id,
-            [(appended.base_offset + i, r) for i, r in enumerate(outcome.records)],
-        )
-        return outcome.response
+        return _commit_errors(outcome.response, error)
 
     def fetch_offsets(
         self,

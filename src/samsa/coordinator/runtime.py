@@ -34,7 +34,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from samsa.coordinator.ports import CoordinatorLog, StoredBatch, StoreUnavailable
 from samsa.protocol.errors import ErrorCode
@@ -91,6 +91,15 @@ class CoordinatorShard(Protocol[RecT]):
 
     def write_failed(self, records: Sequence[RecT], error: ErrorCode) -> None:
         """``records`` were not written."""
+
+
+class TransactionalShard(CoordinatorShard[RecT], Protocol):
+    """A shard some of whose records are written inside a producer's transaction (the group
+    coordinator's TxnOffsetCommit)."""
+
+    def stage(self, partition: int, producer_id: int, written: list[tuple[int, RecT]]) -> None:
+        """``written`` (offset, record) are in the log, undecided until the producer's
+        marker reaches ``partition`` (``replay_marker``)."""
 
 
 class CoordinatorRuntime(Generic[RecT]):
@@ -194,6 +203,34 @@ class CoordinatorRuntime(Generic[RecT]):
             for i, r in enumerate(recs):
                 shard.replay(r, now, appended.base_offset + i)
         return worst
+
+    def write_transactional(
+        self, records: Sequence[RecT], producer_id: int, producer_epoch: int
+    ) -> ErrorCode:
+        """Append ``records`` as transactional batches of the producer (one per partition)
+        and have the shard stage those written; the log's error otherwise. Nothing is
+        replayed: the marker decides them. StoreUnavailable if the topic cannot be created.
+        The shard is not told of a failed write: nothing it holds waits on these records."""
+        shard = cast(TransactionalShard[RecT], self.shard)
+        self.ensure_topic()
+        by_partition: dict[int, list[RecT]] = {}
+        for rec in records:
+            by_partition.setdefault(shard.partition_of(rec), []).append(rec)
+        for index, recs in sorted(by_partition.items()):
+            appended = self.store.append(
+                shard.topic,
+                index,
+                [shard.serialize(r) for r in recs],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                transactional=True,
+            )
+            if appended.error != ErrorCode.NONE:
+                return appended.error
+            shard.stage(
+                index, producer_id, [(appended.base_offset + i, r) for i, r in enumerate(recs)]
+            )
+        return ErrorCode.NONE
 
     def flush(self, records: Sequence[RecT]) -> None:
         """fsync the partitions ``records`` went to."""
