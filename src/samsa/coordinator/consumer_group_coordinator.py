@@ -191,9 +191,11 @@ class ConsumerGroups:
         new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         downgrade: Downgrade = _no_downgrade,
         overrides: Overrides = no_overrides,
+        groups: dict[str, ConsumerGroup] | None = None,
     ) -> None:
         self.config = config
-        self.groups: dict[str, ConsumerGroup] = {}
+        # The registry's consumer groups (``group_registry.py``), when part of a coordinator.
+        self.groups: dict[str, ConsumerGroup] = {} if groups is None else groups
         self._emit = emit
         self._new_member_id = new_member_id
         self.downgrade = downgrade
@@ -501,9 +503,18 @@ class ConsumerGroups:
 
     # == fencing ===================================================================================
 
-    def tick(self, now_ms: int) -> None:
-        for group_id in list(self.groups):
-            self.fire(group_id, now_ms)
+    def next_deadline(self, group_id: str) -> int | None:
+        """The earliest session or revocation deadline of the group's members, or None."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        deadlines = [
+            d
+            for table in (group.session_deadlines, group.revocation_deadlines)
+            for mid, d in table.items()
+            if mid in group.members
+        ]
+        return min(deadlines, default=None)
 
     def fire(self, group_id: str, now_ms: int) -> None:
         """End the sessions and revocations of ``group_id`` whose deadline has passed."""
@@ -618,6 +629,20 @@ class ConsumerGroups:
             )
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
+
+    def expect_sync(self, group: ConsumerGroup, member_id: str, deadline_ms: int) -> None:
+        """A classic member joined: its SyncGroup is due by ``deadline_ms`` (Kafka's sync
+        timeout, the rebalance timeout), or it is fenced as one that does not revoke."""
+        group.revocation_deadlines.setdefault(member_id, deadline_ms)
+
+    def classic_synced(self, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> None:
+        """A classic member's SyncGroup: a heartbeat of its own session timeout, and the end
+        of its sync timeout unless it still has partitions to give up (it must rejoin)."""
+        classic = member.metadata.classic
+        assert classic is not None
+        group.session_deadlines[member.member_id] = now_ms + classic.session_timeout_ms
+        if member.state != MemberState.UNREVOKED_PARTITIONS:
+            group.revocation_deadlines.pop(member.member_id, None)
 
     def classic_leave(
         self, group: ConsumerGroup, members: list[tuple[str, str | None]]

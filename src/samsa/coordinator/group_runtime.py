@@ -84,6 +84,7 @@ class GroupCoordinatorRuntime:
         self.store = store
         self.verify_txn = verify_txn
         self._futures: dict[_Key, asyncio.Future[Any]] = {}
+        self._timers = False  # started: deadlines are served by the loop
         store.add_marker_listener(self.on_marker)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -98,9 +99,13 @@ class GroupCoordinatorRuntime:
         )
 
     def start(self) -> None:
-        self.runtime.start(lambda: self._run(self.coordinator.tick(self.clock())))
+        """Serve the coordinator's timers: from now on every operation reschedules the one
+        wake-up at its earliest deadline; the first tick arms the offsets retention check."""
+        self._timers = True
+        self._tick_now()
 
     def close(self) -> None:
+        self._timers = False
         self.runtime.close()
         # Owed responses are answered so no connection waits on a broker that is leaving.
         for (kind, _g, _m), fut in list(self._futures.items()):
@@ -122,7 +127,10 @@ class GroupCoordinatorRuntime:
 
     def _run(self, outcome: Outcome[CoordinatorRecord, Any]) -> tuple[ErrorCode, dict[_Key, Any]]:
         error = self.runtime.write(outcome.records)
-        return error, self._drain()
+        created = self._drain()
+        if self._timers:
+            self.runtime.schedule(self.coordinator.next_deadline(), self._tick_now)
+        return error, created
 
     def _drain(self) -> dict[_Key, Any]:
         created: dict[_Key, Any] = {}
@@ -152,8 +160,8 @@ class GroupCoordinatorRuntime:
     # -- operations (what handlers call) ------------------------------------------------------
 
     def _fire(self, *group_ids: str) -> None:
-        """Fire the groups' passed deadlines first: the tick runs every 50 ms, but a session
-        must be over for any request that arrives after its deadline, as in Kafka."""
+        """Fire the groups' passed deadlines first: a session must be over for any request
+        that arrives after its deadline, as in Kafka, even if the timer has not run yet."""
         now = self.clock()
         for group_id in group_ids:
             self._run(self.coordinator.fire_group(group_id, now))

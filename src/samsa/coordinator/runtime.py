@@ -24,8 +24,12 @@ in log order, damage too (``load_damaged``); then ``end_load`` may answer record
 once (the transaction coordinator's fences after damage), which are written and flushed
 before anything is served: as durable as the damage that called for them. The partition count
 is the one the topic was created with, whatever the configuration says now: placement follows
-it. ``start`` begins a timer that calls the concrete runtime's tick every
-:data:`TICK_SECONDS`.
+it.
+
+Timers: ``start`` calls a concrete runtime's tick every :data:`TICK_SECONDS` (the
+transaction coordinator); ``schedule`` instead wakes up once at the shard's earliest
+deadline, rescheduled after every operation (the group coordinator, whose shard keeps a
+timer per group in ``timer.py``, as Kafka's coordinator timer).
 """
 
 from __future__ import annotations
@@ -115,6 +119,8 @@ class CoordinatorRuntime(Generic[RecT]):
         self.clock = clock
         self.name = name
         self._timer: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.TimerHandle | None = None  # the shard's next deadline
+        self._wakeup_at: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -167,10 +173,37 @@ class CoordinatorRuntime(Generic[RecT]):
             except Exception:
                 log.exception("%s tick failed", self.name)
 
+    def schedule(self, deadline_ms: int | None, fire: Callable[[], object]) -> None:
+        """Call ``fire`` at ``deadline_ms`` (the shard's earliest timer; None: none), instead
+        of any call scheduled before: one loop handle, moved as the deadline moves."""
+        handle = self._wakeup
+        if handle is not None and self._wakeup_at == deadline_ms and not handle.cancelled():
+            return
+        if handle is not None:
+            handle.cancel()
+        self._wakeup = None
+        self._wakeup_at = deadline_ms
+        if deadline_ms is None:
+            return
+        # At least 1 ms on: a deadline a firing leaves in the past does not spin the loop.
+        delay = max(deadline_ms - self.clock(), 1) / 1000
+        self._wakeup = asyncio.get_running_loop().call_later(delay, self._fire, fire)
+
+    def _fire(self, fire: Callable[[], object]) -> None:
+        self._wakeup = None
+        self._wakeup_at = None
+        try:
+            fire()
+        except Exception:
+            log.exception("%s timer failed", self.name)
+
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
 
     def ensure_topic(self) -> None:
         """Create the topic unless it exists; StoreUnavailable if it cannot be now."""
