@@ -275,22 +275,8 @@ class ConsumerGroups:
         # -- 3. target assignment ----------------------------------------------------------------
         assignment_epoch = group.assignment_epoch
         if assignment_epoch < group_epoch:
-            assignor = self._assignor(subs)
-            by_id = {t.topic_id: t.partitions for t in topics.values()}
-            previous = {mid: targets.get(mid, {}) for mid in subs}
-            new_targets = ASSIGNORS[assignor](resolved, by_id, previous)
-            for mid in sorted(subs):
-                if mid not in targets or targets[mid] != new_targets[mid]:
-                    self._emit(
-                        _key(TARGET_MEMBER_TYPE, group.group_id, mid),
-                        TargetAssignmentMemberValue(new_targets[mid]),
-                    )
-            targets = new_targets
+            targets = self._assign(group, subs, resolved, topics, targets, group_epoch)
             assignment_epoch = group_epoch
-            self._emit(
-                _key(TARGET_METADATA_TYPE, group.group_id),
-                TargetAssignmentMetadataValue(assignment_epoch),
-            )
             group.topics_signature = signature
         # -- 4. reconciliation -------------------------------------------------------------------
         owned = req.owned
@@ -348,6 +334,29 @@ class ConsumerGroups:
             self.heartbeat_interval_ms(group.group_id),
             dict(nxt.assigned) if send else None,
         )
+
+    def _assign(
+        self,
+        group: ConsumerGroup,
+        subs: Mapping[str, ConsumerGroupMemberMetadataValue],
+        resolved: Mapping[str, frozenset[uuid.UUID]],
+        topics: Mapping[str, TopicInfo],
+        targets: Mapping[str, Assignment],
+        epoch: int,
+    ) -> dict[str, Assignment]:
+        """A new target assignment at ``epoch``: the records of the members' targets that
+        changed, then the target's epoch."""
+        by_id = {t.topic_id: t.partitions for t in topics.values()}
+        previous = {mid: targets.get(mid, {}) for mid in subs}
+        new_targets = ASSIGNORS[self._assignor(subs)](resolved, by_id, previous)
+        for mid in sorted(subs):
+            if mid not in targets or targets[mid] != new_targets[mid]:
+                self._emit(
+                    _key(TARGET_MEMBER_TYPE, group.group_id, mid),
+                    TargetAssignmentMemberValue(new_targets[mid]),
+                )
+        self._emit(_key(TARGET_METADATA_TYPE, group.group_id), TargetAssignmentMetadataValue(epoch))
+        return new_targets
 
     def _member_for(
         self, group: ConsumerGroup, req: ConsumerHeartbeat
