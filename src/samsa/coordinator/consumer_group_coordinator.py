@@ -20,7 +20,7 @@ A heartbeat, in order (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``):
    move only after their previous owner reported revoking them (rule 35).
 
 A member that stops heartbeating for ``group.consumer.session.timeout.ms``, or does not
-revoke within its rebalance timeout, is fenced by :meth:`ConsumerGroups.tick`: its records are
+revoke within its rebalance timeout, is fenced by :meth:`ConsumerGroups.fire`: its records are
 deleted and its partitions become free.
 
 During an online migration (rule 38) a consumer group may also hold classic members, whose
