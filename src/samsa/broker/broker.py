@@ -150,8 +150,8 @@ class Broker:
             now_ms,
             self.transactions.verify,
             self._topic_infos,
+            self._group_timeouts,
         )
-        self.groups.coordinator.consumer.overrides = self._group_timeouts
 
     def _group_timeouts(self, group_id: str) -> tuple[int | None, int | None]:
         """A consumer group's own session timeout and heartbeat interval, if it has them."""

@@ -20,7 +20,7 @@ A heartbeat, in order (Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``):
    move only after their previous owner reported revoking them (rule 35).
 
 A member that stops heartbeating for ``group.consumer.session.timeout.ms``, or does not
-revoke within its rebalance timeout, is fenced by :meth:`ConsumerGroups.tick`: its records are
+revoke within its rebalance timeout, is fenced by :meth:`ConsumerGroups.fire`: its records are
 deleted and its partitions become free.
 
 During an online migration (rule 38) a consumer group may also hold classic members, whose
@@ -159,6 +159,17 @@ Emit = Callable[[ConsumerGroupKey, ConsumerGroupValue | None], None]
 # Called before a consumer-protocol member is removed; True if it converted the group to a
 # classic group instead (online downgrade, rule 38).
 Downgrade = Callable[[ConsumerGroup, str], bool]
+# A group's own (session timeout, heartbeat interval), None where it has none (the group
+# configs of KIP-848, set by the broker).
+Overrides = Callable[[str], tuple[int | None, int | None]]
+
+
+def _no_downgrade(group: ConsumerGroup, member_id: str) -> bool:
+    return False
+
+
+def no_overrides(group_id: str) -> tuple[int | None, int | None]:
+    return None, None
 
 
 class _Refused(Exception):
@@ -178,15 +189,17 @@ class ConsumerGroups:
         config: ConsumerConfig,
         emit: Emit,
         new_member_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        downgrade: Downgrade = _no_downgrade,
+        overrides: Overrides = no_overrides,
+        groups: dict[str, ConsumerGroup] | None = None,
     ) -> None:
         self.config = config
-        self.groups: dict[str, ConsumerGroup] = {}
+        # The registry's consumer groups (``group_registry.py``), when part of a coordinator.
+        self.groups: dict[str, ConsumerGroup] = {} if groups is None else groups
         self._emit = emit
         self._new_member_id = new_member_id
-        self.downgrade: Downgrade = lambda group, member_id: False
-        # A group's own (session timeout, heartbeat interval), None where it has none (the
-        # group configs of KIP-848, set by the broker).
-        self.overrides: Callable[[str], tuple[int | None, int | None]] = lambda g: (None, None)
+        self.downgrade = downgrade
+        self.overrides = overrides
 
     def session_timeout_ms(self, group_id: str) -> int:
         own = self.overrides(group_id)[0]
@@ -262,22 +275,8 @@ class ConsumerGroups:
         # -- 3. target assignment ----------------------------------------------------------------
         assignment_epoch = group.assignment_epoch
         if assignment_epoch < group_epoch:
-            assignor = self._assignor(subs)
-            by_id = {t.topic_id: t.partitions for t in topics.values()}
-            previous = {mid: targets.get(mid, {}) for mid in subs}
-            new_targets = ASSIGNORS[assignor](resolved, by_id, previous)
-            for mid in sorted(subs):
-                if mid not in targets or targets[mid] != new_targets[mid]:
-                    self._emit(
-                        _key(TARGET_MEMBER_TYPE, group.group_id, mid),
-                        TargetAssignmentMemberValue(new_targets[mid]),
-                    )
-            targets = new_targets
+            targets = self._assign(group, subs, resolved, topics, targets, group_epoch)
             assignment_epoch = group_epoch
-            self._emit(
-                _key(TARGET_METADATA_TYPE, group.group_id),
-                TargetAssignmentMetadataValue(assignment_epoch),
-            )
             group.topics_signature = signature
         # -- 4. reconciliation -------------------------------------------------------------------
         owned = req.owned
@@ -335,6 +334,29 @@ class ConsumerGroups:
             self.heartbeat_interval_ms(group.group_id),
             dict(nxt.assigned) if send else None,
         )
+
+    def _assign(
+        self,
+        group: ConsumerGroup,
+        subs: Mapping[str, ConsumerGroupMemberMetadataValue],
+        resolved: Mapping[str, frozenset[uuid.UUID]],
+        topics: Mapping[str, TopicInfo],
+        targets: Mapping[str, Assignment],
+        epoch: int,
+    ) -> dict[str, Assignment]:
+        """A new target assignment at ``epoch``: the records of the members' targets that
+        changed, then the target's epoch."""
+        by_id = {t.topic_id: t.partitions for t in topics.values()}
+        previous = {mid: targets.get(mid, {}) for mid in subs}
+        new_targets = ASSIGNORS[self._assignor(subs)](resolved, by_id, previous)
+        for mid in sorted(subs):
+            if mid not in targets or targets[mid] != new_targets[mid]:
+                self._emit(
+                    _key(TARGET_MEMBER_TYPE, group.group_id, mid),
+                    TargetAssignmentMemberValue(new_targets[mid]),
+                )
+        self._emit(_key(TARGET_METADATA_TYPE, group.group_id), TargetAssignmentMetadataValue(epoch))
+        return new_targets
 
     def _member_for(
         self, group: ConsumerGroup, req: ConsumerHeartbeat
@@ -490,9 +512,18 @@ class ConsumerGroups:
 
     # == fencing ===================================================================================
 
-    def tick(self, now_ms: int) -> None:
-        for group_id in list(self.groups):
-            self.fire(group_id, now_ms)
+    def next_deadline(self, group_id: str) -> int | None:
+        """The earliest session or revocation deadline of the group's members, or None."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        deadlines = [
+            d
+            for table in (group.session_deadlines, group.revocation_deadlines)
+            for mid, d in table.items()
+            if mid in group.members
+        ]
+        return min(deadlines, default=None)
 
     def fire(self, group_id: str, now_ms: int) -> None:
         """End the sessions and revocations of ``group_id`` whose deadline has passed."""
@@ -607,6 +638,20 @@ class ConsumerGroups:
             )
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
+
+    def expect_sync(self, group: ConsumerGroup, member_id: str, deadline_ms: int) -> None:
+        """A classic member joined: its SyncGroup is due by ``deadline_ms`` (Kafka's sync
+        timeout, the rebalance timeout), or it is fenced as one that does not revoke."""
+        group.revocation_deadlines.setdefault(member_id, deadline_ms)
+
+    def classic_synced(self, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> None:
+        """A classic member's SyncGroup: a heartbeat of its own session timeout, and the end
+        of its sync timeout unless it still has partitions to give up (it must rejoin)."""
+        classic = member.metadata.classic
+        assert classic is not None
+        group.session_deadlines[member.member_id] = now_ms + classic.session_timeout_ms
+        if member.state != MemberState.UNREVOKED_PARTITIONS:
+            group.revocation_deadlines.pop(member.member_id, None)
 
     def classic_leave(
         self, group: ConsumerGroup, members: list[tuple[str, str | None]]

@@ -16,7 +16,7 @@ checked against it::
 A group has two kinds of state. *Durable* state — the metadata of the
 last completed generation (protocol, generation id, leader, members with their subscription
 and assignment) — is exactly what ``__consumer_offsets`` records hold, and it changes only
-when those records are replayed (see ``group_coordinator.py``). *Membership in flight* —
+when those records are replayed (see ``classic_group_coordinator.py``). *Membership in flight* —
 who has rejoined, pending member ids, heartbeat and rebalance deadlines — is not durable in
 Kafka either: after a coordinator restart, clients rejoin or heartbeat against the loaded
 generation. That part lives only in memory and is changed by the operations directly.

@@ -27,7 +27,9 @@ from samsa.coordinator.consumer_group_coordinator import (
     ConsumerGroupDescription,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
+    Overrides,
     TopicInfo,
+    no_overrides,
 )
 from samsa.coordinator.group_coordinator import (
     Await,
@@ -71,15 +73,18 @@ class GroupCoordinatorRuntime:
         clock: Callable[[], int],
         verify_txn: VerifyTxn | None = None,
         topics: Callable[[], Mapping[str, TopicInfo]] = dict,
+        overrides: Overrides = no_overrides,
     ) -> None:
         self.clock = clock
         # The cluster's topics, which consumer groups subscribe to (by name or regex).
         self.topics = topics
-        self.coordinator = GroupCoordinator(config, topics=topics)
+        # ``overrides``: each consumer group's own timeouts (KIP-848 group configs).
+        self.coordinator = GroupCoordinator(config, topics=topics, overrides=overrides)
         self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
         self.store = store
         self.verify_txn = verify_txn
         self._futures: dict[_Key, asyncio.Future[Any]] = {}
+        self._timers = False  # started: deadlines are served by the loop
         store.add_marker_listener(self.on_marker)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -94,9 +99,13 @@ class GroupCoordinatorRuntime:
         )
 
     def start(self) -> None:
-        self.runtime.start(lambda: self._run(self.coordinator.tick(self.clock())))
+        """Serve the coordinator's timers: from now on every operation reschedules the one
+        wake-up at its earliest deadline; the first tick arms the offsets retention check."""
+        self._timers = True
+        self._tick_now()
 
     def close(self) -> None:
+        self._timers = False
         self.runtime.close()
         # Owed responses are answered so no connection waits on a broker that is leaving.
         for (kind, _g, _m), fut in list(self._futures.items()):
@@ -118,7 +127,10 @@ class GroupCoordinatorRuntime:
 
     def _run(self, outcome: Outcome[CoordinatorRecord, Any]) -> tuple[ErrorCode, dict[_Key, Any]]:
         error = self.runtime.write(outcome.records)
-        return error, self._drain()
+        created = self._drain()
+        if self._timers:
+            self.runtime.schedule(self.coordinator.next_deadline(), self._tick_now)
+        return error, created
 
     def _drain(self) -> dict[_Key, Any]:
         created: dict[_Key, Any] = {}
@@ -148,8 +160,8 @@ class GroupCoordinatorRuntime:
     # -- operations (what handlers call) ------------------------------------------------------
 
     def _fire(self, *group_ids: str) -> None:
-        """Fire the groups' passed deadlines first: the tick runs every 50 ms, but a session
-        must be over for any request that arrives after its deadline, as in Kafka."""
+        """Fire the groups' passed deadlines first: a session must be over for any request
+        that arrives after its deadline, as in Kafka, even if the timer has not run yet."""
         now = self.clock()
         for group_id in group_ids:
             self._run(self.coordinator.fire_group(group_id, now))
@@ -242,25 +254,10 @@ class GroupCoordinatorRuntime:
         if not outcome.records:
             return outcome.response
         try:
-            self.ensure_topic()
+            error = self.runtime.write_transactional(outcome.records, producer_id, producer_epoch)
         except StoreUnavailable:
             return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        appended = self.store.append(
-            OFFSETS_TOPIC,
-            partition,
-            [coord.serialize(r) for r in outcome.records],
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=True,
-        )
-        if appended.error != ErrorCode.NONE:
-            return _commit_errors(outcome.response, appended.error)
-        coord.offsets.stage(
-            partition,
-            producer_id,
-            [(appended.base_offset + i, r) for i, r in enumerate(outcome.records)],
-        )
-        return outcome.response
+        return _commit_errors(outcome.response, error)
 
     def fetch_offsets(
         self,

@@ -24,8 +24,12 @@ in log order, damage too (``load_damaged``); then ``end_load`` may answer record
 once (the transaction coordinator's fences after damage), which are written and flushed
 before anything is served: as durable as the damage that called for them. The partition count
 is the one the topic was created with, whatever the configuration says now: placement follows
-it. ``start`` begins a timer that calls the concrete runtime's tick every
-:data:`TICK_SECONDS`.
+it.
+
+Timers: ``start`` calls a concrete runtime's tick every :data:`TICK_SECONDS` (the
+transaction coordinator); ``schedule`` instead wakes up once at the shard's earliest
+deadline, rescheduled after every operation (the group coordinator, whose shard keeps a
+timer per group in ``timer.py``, as Kafka's coordinator timer).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from samsa.coordinator.ports import CoordinatorLog, StoredBatch, StoreUnavailable
 from samsa.protocol.errors import ErrorCode
@@ -93,6 +97,15 @@ class CoordinatorShard(Protocol[RecT]):
         """``records`` were not written."""
 
 
+class TransactionalShard(CoordinatorShard[RecT], Protocol):
+    """A shard some of whose records are written inside a producer's transaction (the group
+    coordinator's TxnOffsetCommit)."""
+
+    def stage(self, partition: int, producer_id: int, written: list[tuple[int, RecT]]) -> None:
+        """``written`` (offset, record) are in the log, undecided until the producer's
+        marker reaches ``partition`` (``replay_marker``)."""
+
+
 class CoordinatorRuntime(Generic[RecT]):
     def __init__(
         self,
@@ -106,6 +119,8 @@ class CoordinatorRuntime(Generic[RecT]):
         self.clock = clock
         self.name = name
         self._timer: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.TimerHandle | None = None  # the shard's next deadline
+        self._wakeup_at: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -158,10 +173,37 @@ class CoordinatorRuntime(Generic[RecT]):
             except Exception:
                 log.exception("%s tick failed", self.name)
 
+    def schedule(self, deadline_ms: int | None, fire: Callable[[], object]) -> None:
+        """Call ``fire`` at ``deadline_ms`` (the shard's earliest timer; None: none), instead
+        of any call scheduled before: one loop handle, moved as the deadline moves."""
+        handle = self._wakeup
+        if handle is not None and self._wakeup_at == deadline_ms and not handle.cancelled():
+            return
+        if handle is not None:
+            handle.cancel()
+        self._wakeup = None
+        self._wakeup_at = deadline_ms
+        if deadline_ms is None:
+            return
+        # At least 1 ms on: a deadline a firing leaves in the past does not spin the loop.
+        delay = max(deadline_ms - self.clock(), 1) / 1000
+        self._wakeup = asyncio.get_running_loop().call_later(delay, self._fire, fire)
+
+    def _fire(self, fire: Callable[[], object]) -> None:
+        self._wakeup = None
+        self._wakeup_at = None
+        try:
+            fire()
+        except Exception:
+            log.exception("%s timer failed", self.name)
+
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
 
     def ensure_topic(self) -> None:
         """Create the topic unless it exists; StoreUnavailable if it cannot be now."""
@@ -194,6 +236,34 @@ class CoordinatorRuntime(Generic[RecT]):
             for i, r in enumerate(recs):
                 shard.replay(r, now, appended.base_offset + i)
         return worst
+
+    def write_transactional(
+        self, records: Sequence[RecT], producer_id: int, producer_epoch: int
+    ) -> ErrorCode:
+        """Append ``records`` as transactional batches of the producer (one per partition)
+        and have the shard stage those written; the log's error otherwise. Nothing is
+        replayed: the marker decides them. StoreUnavailable if the topic cannot be created.
+        The shard is not told of a failed write: nothing it holds waits on these records."""
+        shard = cast(TransactionalShard[RecT], self.shard)
+        self.ensure_topic()
+        by_partition: dict[int, list[RecT]] = {}
+        for rec in records:
+            by_partition.setdefault(shard.partition_of(rec), []).append(rec)
+        for index, recs in sorted(by_partition.items()):
+            appended = self.store.append(
+                shard.topic,
+                index,
+                [shard.serialize(r) for r in recs],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                transactional=True,
+            )
+            if appended.error != ErrorCode.NONE:
+                return appended.error
+            shard.stage(
+                index, producer_id, [(appended.base_offset + i, r) for i, r in enumerate(recs)]
+            )
+        return ErrorCode.NONE
 
     def flush(self, records: Sequence[RecT]) -> None:
         """fsync the partitions ``records`` went to."""
