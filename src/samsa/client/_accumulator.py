@@ -33,6 +33,14 @@ instead of per-record sinks; the sender treats them as any other batch.
 Sizes. Every item carries its size estimate (:func:`record_size`), computed once by the
 caller; ``buffer.memory`` is accounted with it, and the sizes of a batch's records are what
 its release gives back, so the accounting always returns to zero.
+
+Ownership. :class:`RecordAccumulator` holds the records from intake to outcome: the
+partitions (queued and pending batches), the records waiting for their topic's metadata,
+the incomplete batches ``flush()`` waits for. :class:`BufferMemory` is ``buffer.memory``'s
+only account: callers reserve before they hand records over (the sync facade from its
+threads, lock-free on the owner's; ``AsyncProducer`` on the loop), the accumulator
+releases. Neither knows the producer: they reach it through :class:`ProducerHost`, and the
+transaction through :class:`TransactionGate`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,14 @@ request) and writes the requests in order on that broker's connection. A batch's
 (producer id, epoch, sequence) is written when it is sent: a renumbered batch gets a new
 header over the same encoded records.
 
+The parts talk through narrow interfaces, each given its collaborators when the producer
+makes it: the accumulator (``_accumulator.RecordAccumulator``) owns the partitions, the
+records waiting for metadata and ``buffer.memory``'s one account (``BufferMemory``, which
+the sync facade reserves in from its threads); the sender and the transaction manager see
+the producer only as a host protocol (wake the sender, spawn a task, fail the producer),
+and change the identity only through :class:`~samsa.client._idempotence.Idempotence`'s
+methods.
+
 Idempotence (rules 20-21 of docs/semantics.md; the bookkeeping and what each Produce
 answer means are the pure module ``_idempotence``, the producer applies its decisions).
 The producer gets a producer id and epoch
