@@ -138,16 +138,18 @@ def test_a_call_larger_than_buffer_memory_is_bounded_and_delivered(shared_broker
     n = 20_000  # ~2.5 MB against a 512 KB buffer: queued in chunks, each waiting for space
     config = {"bootstrap.servers": bs, "buffer.memory": 512 * 1024, "batch.size": 32 * 1024}
     with Producer(config) as p:
-        core = p._core
+        accumulator, buffer = p._core.accumulator, p._core.buffer
+        release = accumulator.release_bytes
         peak = 0
 
-        def watch() -> None:
+        def watch(size: int) -> None:  # what is held after each release, as it goes
             nonlocal peak
-            peak = max(peak, core._buffered)
+            release(size)
+            peak = max(peak, buffer.held())
 
-        core.on_release = lambda: (watch(), p._released())  # type: ignore[func-returns-value]
+        accumulator.release_bytes = watch  # type: ignore[method-assign]
         md = p.produce_batch(topic, [b"y" * 100] * n).result(60)
-        assert core._buffered == 0
+        assert buffer.held() == 0
     assert md.count == n
     assert 0 < peak <= 512 * 1024
     assert len(read_topic(bs, topic)) == n

@@ -94,8 +94,7 @@ def test_order_per_partition_holds_for_any_mix_of_records(shared_broker: Any) ->
                 expected[partition_for_key(key, partitions)].append(value)
         assert p.flush(60) == 0
         # the byte accounting came back to zero: nothing is held any more
-        assert p._queued == p._core.released_bytes
-        assert p._core._buffered == 0
+        assert p._core.buffer.held() == 0
     assert failed == []
     records = read_topic(shared_broker.bootstrap, topic, timeout=60)
     got: dict[int, list[bytes]] = defaultdict(list)

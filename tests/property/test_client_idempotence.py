@@ -161,7 +161,7 @@ class IdempotenceMachine(RuleBasedStateMachine):
             batch.outcome = "written"
             return
         if d.new_id:
-            self.idem.new_id = True
+            self.idem.require_new_id()
         if d.bump and a is Action.RETRY:
             self.idem.request_bump(part, new_id=d.new_id)
         if a is Action.RETRY:

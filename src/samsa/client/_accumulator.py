@@ -33,24 +33,39 @@ instead of per-record sinks; the sender treats them as any other batch.
 Sizes. Every item carries its size estimate (:func:`record_size`), computed once by the
 caller; ``buffer.memory`` is accounted with it, and the sizes of a batch's records are what
 its release gives back, so the accounting always returns to zero.
+
+Ownership. :class:`RecordAccumulator` holds the records from intake to outcome: the
+partitions (queued and pending batches), the records waiting for their topic's metadata,
+the incomplete batches ``flush()`` waits for. :class:`BufferMemory` is ``buffer.memory``'s
+only account: callers reserve before they hand records over (the sync facade from its
+threads, lock-free on the owner's; ``AsyncProducer`` on the loop), the accumulator
+releases. Neither knows the producer: they reach it through :class:`ProducerHost`, and the
+transaction through :class:`TransactionGate`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import collections
 import itertools
 import logging
 import operator
 import struct
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import crc32c
 import numpy as np
 
-from samsa.client._types import RecordMetadata, TopicPartition
+from samsa.client._errors import BufferExhaustedError, KafkaError
+from samsa.client._idempotence import SEQ_MOD, Idempotence, PartitionSequences
+from samsa.client._partitioner import StickyPartitioner
+from samsa.client._types import ProducerState, RecordMetadata, TopicPartition
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     HEADER_SIZE,
     MAGIC_V2,
@@ -61,9 +76,12 @@ from samsa.protocol.records import (
     encode_record,
 )
 
-log = logging.getLogger("samsa.client.producer")
+if TYPE_CHECKING:
+    from samsa.client._cluster import Cluster
 
-SEQ_MOD = 1 << 31
+log = logging.getLogger("samsa.client.producer")
+T = TypeVar("T")
+
 RECORD_OVERHEAD = 24  # bytes of framing per record, an upper bound for small records
 # Below these many rows the per-record Python paths are cheaper than numpy/pyarrow's fixed
 # cost per call (measured: columnar encode ~150 us a call, 0.3-0.4 us a row at 1000+ rows;
@@ -1096,3 +1114,549 @@ def encode_sealed(
         b.handle = tally
         out.append(b)
     return out
+
+
+# --- buffer.memory ---------------------------------------------------------------------------
+
+
+class BufferMemory:
+    """``buffer.memory``'s one account: bytes reserved by whoever queues records (the sync
+    facade's threads, or the loop thread for :class:`AsyncProducer`'s own calls) against
+    bytes the accumulator released (loop thread).
+
+    Every count only grows and what is held is their difference, so each count has one
+    writer and nobody waits for a lock on the hot path: ``reserved`` is the owner thread's
+    (the thread that made the producer; a lock per record was 40% of ``produce()``'s cost),
+    ``reserved_other`` is written under a lock by the other threads, ``released`` by the
+    loop thread. A thread reading the three may miss another thread's record in flight, so
+    the bound can be passed by one record per producing thread.
+    """
+
+    __slots__ = (
+        "_lock",
+        "_space",
+        "_thread_space",
+        "_wake_below",
+        "_want_space",
+        "limit",
+        "max_block",
+        "owner",
+        "released",
+        "reserved",
+        "reserved_other",
+    )
+
+    def __init__(self, limit: int, max_block: float) -> None:
+        self.limit = limit
+        self.max_block = max_block
+        self.owner = threading.get_ident()
+        self.reserved = 0
+        self.reserved_other = 0
+        self.released = 0
+        self._lock = threading.Lock()
+        self._space = asyncio.Event()  # the loop thread's callers (send, produce_batch)
+        self._space.set()
+        self._thread_space = threading.Event()  # a thread blocked in reserve()
+        self._want_space = False
+        self._wake_below = 0  # what that thread waits for (see wait)
+
+    def held(self) -> int:
+        """Bytes reserved and not released yet."""
+        return self.reserved + self.reserved_other - self.released
+
+    def set_owner(self, ident: int) -> None:
+        """The thread whose reservations take no lock (before its first one)."""
+        self.owner = ident
+
+    def try_reserve(self, size: int) -> bool:
+        """Count ``size`` bytes in if they fit; never blocks (the owner thread only)."""
+        reserved = self.reserved + size
+        if reserved + self.reserved_other - self.released <= self.limit:
+            self.reserved = reserved
+            return True
+        return False
+
+    def reserve(self, size: int, need: int | None = None) -> None:
+        """Count ``size`` bytes in (any thread), first blocking while ``need`` (default
+        ``size``) more bytes do not fit (see :meth:`wait`)."""
+        if self.held() + size > self.limit:
+            self.wait(size if need is None else need)
+        self.add(size)
+
+    def add(self, size: int) -> None:
+        """Count ``size`` bytes in, whether they fit or not."""
+        if threading.get_ident() == self.owner:
+            self.reserved += size
+        else:
+            with self._lock:
+                self.reserved_other += size
+
+    def wait(self, size: int) -> None:
+        """Block until less than buffer.memory is held, up to max.block.ms.
+
+        Once blocked, the caller waits for a quarter of buffer.memory to be free (or for
+        what the record needs, if more), not just for this record's bytes: it then queues a
+        burst the loop thread takes in a few calls, rather than the few hundred records a
+        batch's release makes room for, each burst paying the intake's fixed costs. At
+        max.block.ms a record that fits is still taken."""
+        memory = self.limit
+        if size > memory:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"the record is {size} bytes when serialized, more than buffer.memory ({memory})",
+            )
+        wake_below = memory - max(size, memory // 4)
+        deadline = time.monotonic() + self.max_block
+        while True:
+            self._thread_space.clear()
+            self._wake_below = wake_below
+            self._want_space = True
+            if self.held() <= wake_below:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if self.held() + size <= memory:
+                    return
+                raise BufferExhaustedError(memory, self.max_block)
+            # release() sets it; the timeout only bounds a lost wakeup
+            self._thread_space.wait(min(remaining, 0.05))
+
+    # --- the loop thread ---------------------------------------------------------------------
+
+    def add_from_loop(self, size: int) -> None:
+        """Count in the bytes of an AsyncProducer call; when full, the next calls wait."""
+        self.add(size)
+        if self.held() >= self.limit:
+            self._space.clear()
+
+    async def wait_async(self) -> None:
+        """Until the last loop-thread reservation's overflow is released (max.block.ms)."""
+        if self._space.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._space.wait(), self.max_block)
+        except TimeoutError:
+            raise BufferExhaustedError(self.limit, self.max_block) from None
+
+    async def wait_async_for(self, size: int) -> None:
+        """Until ``size`` more bytes fit, or nothing is held (max.block.ms)."""
+        held = self.held()
+        if held + size > self.limit and held:
+            self._space.clear()
+            await self.wait_async()
+
+    def release(self, size: int) -> None:
+        """Give bytes back (loop thread) and wake whoever waits for them."""
+        self.released += size
+        held = self.held()
+        if held < self.limit:
+            self._space.set()
+        if self._want_space and held <= self._wake_below:
+            self._want_space = False
+            self._thread_space.set()
+
+
+# --- the accumulator -------------------------------------------------------------------------
+
+
+class ProducerHost(Protocol):
+    """What the producer's parts (accumulator, sender, transaction manager) ask of the
+    producer that owns them."""
+
+    @property
+    def fatal_error(self) -> KafkaError | None: ...
+
+    def wake(self) -> None:
+        """The sender has work (a new batch, a partition added, a request answered)."""
+
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` as a task the producer cancels on close."""
+        ...
+
+    def fail_fatal(self, err: KafkaError) -> None:
+        """The producer is finished: every record fails, every call raises ``err``."""
+
+
+class TransactionGate(Protocol):
+    """What the accumulator asks of the open transaction (``TransactionManager``)."""
+
+    def admission_error(self) -> BaseException | None:
+        """None while records may join the transaction, else why not."""
+
+    def enlist(self, tp: TopicPartition) -> None:
+        """A partition gets a record: add it to the transaction if it is not in it."""
+
+    def fail(self, err: BaseException, *, bump: bool) -> None:
+        """A record of the transaction was lost: it can only abort."""
+
+
+class ProducerPartition(PartitionSequences):
+    """A partition's sequences (see ``_idempotence``) and its batches not yet drained."""
+
+    __slots__ = ("queue", "tp")
+
+    def __init__(self, tp: TopicPartition, producer_id: int, epoch: int, next_seq: int) -> None:
+        super().__init__(producer_id, epoch, next_seq)
+        self.tp = tp
+        self.queue: collections.deque[Batch] = collections.deque()  # no sequence yet
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RecordAccumulator:
+    """The producer's records from intake until their outcome: per partition the batches
+    not drained yet (``queue``) and those sequenced and unacknowledged (``pending``, see
+    ``_idempotence``), the records waiting for their topic's metadata, how many batches
+    are incomplete (what ``flush()`` waits for) and ``buffer.memory``'s account, the only
+    one: every byte a caller reserved is released here once, when its record fails or its
+    batch completes. The sender drains the partitions and resolves their batches through
+    :meth:`release`; the caller reserves before it appends (``append_*`` never wait).
+    Loop thread only, but for :attr:`buffer`'s reservations.
+    """
+
+    def __init__(
+        self,
+        host: ProducerHost,
+        cluster: Cluster,
+        idem: Idempotence,
+        buffer: BufferMemory,
+        *,
+        batch_size: int,
+        codec: int,
+        retry_backoff: float,
+        txn: TransactionGate | None,
+        resume: ProducerState | None,
+        column_limit: Callable[[str], int],
+    ) -> None:
+        self.host = host
+        self.cluster = cluster
+        self.idem = idem
+        self.buffer = buffer
+        self.batch_size = batch_size
+        self.codec = codec
+        self.retry_backoff = retry_backoff
+        self.txn = txn  # None without transactional.id
+        self.resume = resume
+        self.column_limit = column_limit  # a produce_batch() batch's largest size
+        self.partitioner = StickyPartitioner()
+        self.partitions: dict[TopicPartition, ProducerPartition] = {}
+        self.awaiting_metadata: dict[str, list[Item]] = {}
+        self.outstanding = 0  # batches not yet completed
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.flushing = 0  # flush() calls waiting: send without waiting for linger.ms
+        self.closed = False
+
+    # --- intake ------------------------------------------------------------------------------
+
+    def metadata_ready(self, topic: str) -> bool:
+        """The topic's partitions are known and none of its records waits for them."""
+        return (
+            topic not in self.awaiting_metadata and self.cluster.partition_count(topic) is not None
+        )
+
+    def append_many(self, items: list[Item]) -> None:
+        """Add records (intake tuples, see :func:`make_item`; their bytes reserved) to
+        their partitions' batches, in order (never blocks)."""
+        topic = items[0][0]
+        if len(items) == 1 or len(set(map(TOPIC, items))) == 1:
+            self._append_topic(topic, items)
+            return
+        by_topic: dict[str, list[Item]] = {}
+        for item in items:
+            by_topic.setdefault(item[0], []).append(item)
+        for topic, group in by_topic.items():
+            self._append_topic(topic, group)
+
+    def drop_items(self, items: Sequence[Item], err: BaseException) -> None:
+        """Records that never reach a batch: fail them and give their bytes back."""
+        fail_items(items, err)
+        self.release_bytes(sum(map(SIZE, items)))
+
+    def drop_columns(self, cols: Columns, tally: Tally, err: BaseException) -> None:
+        """A produce_batch() chunk that never reaches a batch."""
+        tally.failed(err, len(cols))
+        self.release_bytes(int(cols.sizes.sum()))
+
+    def _append_topic(self, topic: str, items: list[Item]) -> None:
+        if topic in self.awaiting_metadata or self.cluster.partition_count(topic) is None:
+            waiting = self.awaiting_metadata.setdefault(topic, [])
+            if not waiting:
+                self.outstanding += 1  # flush() waits for the metadata too
+                self.idle.clear()
+                self.host.spawn(self._await_metadata(topic))
+            waiting.extend(items)
+            return
+        self._append_records(topic, items)
+
+    def _lost(self, items: Sequence[Item], err: KafkaError) -> None:
+        """Records of the topic that cannot be sent (no such partition, no metadata)."""
+        self.drop_items(items, err)
+        if self.txn is not None:
+            # As Java's doSend: a record lost in a transaction makes it abortable.
+            self.txn.fail(err, bump=False)
+
+    def _append_records(self, topic: str, items: list[Item]) -> None:
+        """Partition a burst of one topic's records and add them to their batches."""
+        if self.txn is not None:
+            refused = self.txn.admission_error()
+            if refused is not None:
+                self.drop_items(items, refused)
+                return
+        n = self.cluster.partition_count(topic)
+        assert n is not None
+        # Columns by itemgetter: no object per row (zip(*items) makes one, and the GC runs)
+        values = list(map(VALUE, items))
+        keys = list(map(KEY, items))
+        sizes = list(map(SIZE, items))
+        extras = list(map(EXTRAS, items))
+        now = _now_ms()
+        explicit = ts = hdrs = sinks = None
+        if extras.count(None) != len(extras):
+            none = (None, None, None, None)
+            filled = [e or none for e in extras]  # four columns, no object per row (as above)
+            explicit, stamps, hdrs, sinks = ([e[k] for e in filled] for k in range(4))
+            if stamps.count(None) != len(stamps):
+                ts = [now if t is None else t for t in stamps]
+            if hdrs.count(None) == len(hdrs):
+                hdrs = None
+            if sinks.count(None) == len(sinks):
+                sinks = None
+        parts = assign_partitions(keys, explicit, n, lambda: self.partitioner.partition(topic, n))
+        if isinstance(parts, int):
+            self._accumulate(
+                TopicPartition(topic, parts),
+                values,
+                keys,
+                ts if ts is not None else now,
+                hdrs,
+                sinks,
+                sizes,
+            )
+            return
+        for p, rows in group_by_partition(parts).items():
+            if p < 0:  # an explicit partition the topic does not have
+                assert explicit is not None
+                err = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} has no partition {take(explicit, rows)[0]}",
+                )
+                self._lost(take(items, rows), err)
+                continue
+            self._accumulate(
+                TopicPartition(topic, p),
+                take(values, rows),
+                take(keys, rows),
+                take(ts, rows) if ts is not None else now,
+                take(hdrs, rows) if hdrs is not None else None,
+                take(sinks, rows) if sinks is not None else None,
+                take(sizes, rows),
+            )
+
+    def _accumulate(
+        self,
+        tp: TopicPartition,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None],
+        timestamps: int | Sequence[int],
+        headers: Sequence[Any] | None,
+        sinks: Sequence[Sink | None] | None,
+        sizes: Sequence[int],
+    ) -> None:
+        """Append one partition's records to its open batch; seal the whole batches."""
+        ps = self.partition(tp)
+        batch = ps.queue[-1] if ps.queue else None
+        if batch is None or batch.full:
+            batch = Batch(tp, asyncio.get_running_loop().time())
+            ps.queue.append(batch)
+            self.outstanding += 1
+            self.idle.clear()
+            self.host.wake()  # as Java's sender is woken for a new batch (its linger starts)
+        batch.extend(values, keys, timestamps, headers, sinks, sizes)
+        if batch.size >= self.batch_size - HEADER_SIZE:
+            sealed = batch.seal_full(self.batch_size, self.codec, asyncio.get_running_loop().time())
+            if sealed:
+                if batch.count:
+                    ps.queue.pop()
+                    ps.queue.extend(sealed)
+                    ps.queue.append(batch)
+                    self.outstanding += len(sealed)
+                else:  # all of it sealed: the open batch object is not needed any more
+                    ps.queue.pop()
+                    ps.queue.extend(sealed)
+                    self.outstanding += len(sealed) - 1
+                self.host.wake()
+
+    def partition(self, tp: TopicPartition) -> ProducerPartition:
+        """The partition's state (made on its first record), added to the transaction."""
+        ps = self.partitions.get(tp)
+        if ps is None:
+            idem, resume = self.idem, self.resume
+            resumed = (
+                resume is not None
+                and tp in resume.sequences
+                and (resume.producer_id, resume.epoch) == (idem.producer_id, idem.epoch)
+            )
+            seq = resume.sequences[tp] if resumed and resume else 0
+            ps = self.partitions[tp] = ProducerPartition(tp, idem.producer_id, idem.epoch, seq)
+            ps.skip_known = not resumed
+        if self.txn is not None:
+            self.txn.enlist(tp)
+        return ps
+
+    def append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
+        """Partition a chunk of a produce_batch() call (its bytes reserved), encode it per
+        partition as sealed batches and queue them after the partition's earlier records."""
+        n_rows = len(cols)
+        n = self.cluster.partition_count(topic)
+        if n is None:
+            err = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic} unknown")
+            self.drop_columns(cols, tally, err)
+            return
+        waiting = self.awaiting_metadata.pop(topic, None)
+        if waiting:  # send()'s records that waited for this metadata come first
+            self._append_records(topic, waiting)
+        parts = assign_column_partitions(
+            cols,
+            n,
+            self.batch_size,
+            lambda: self.partitioner.partition(topic, n),
+            lambda p: self.partitioner.batch_closed(topic, p, n),
+        )
+        first, last = int(parts.min()), int(parts.max())
+        if first == last:
+            groups = [(first, cols)]
+        else:
+            order = np.argsort(parts, kind="stable")  # each partition's rows in call order
+            ordered = parts[order]
+            cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+            bounds = [0, *cuts.tolist(), n_rows]
+            groups = [
+                (int(ordered[a]), cols.take(order[a:b])) for a, b in itertools.pairwise(bounds)
+            ]
+        now = asyncio.get_running_loop().time()
+        limit = self.column_limit(topic)
+        for p, part_cols in groups:
+            if p < 0:  # explicit partitions the topic does not have
+                assert part_cols.partitions is not None
+                bad = KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{topic} has no partition {int(part_cols.partitions[0])}",
+                )
+                self.drop_columns(part_cols, tally, bad)
+                if self.txn is not None:
+                    self.txn.fail(bad, bump=False)
+                continue
+            tp = TopicPartition(topic, p)
+            sealed = encode_sealed(tp, part_cols, self.codec, limit, now, tally)
+            ps = self.partition(tp)
+            # after the partition's open batch, if any: its records stay ahead, and the
+            # next send() starts a new batch (the last one is sealed, full)
+            ps.queue.extend(sealed)
+            self.outstanding += len(sealed)
+        self.idle.clear()
+        self.host.wake()
+
+    async def wait_metadata(self, topic: str, max_block: float) -> None:
+        """Until the topic's partition count is known (``max_block`` s, then an error)."""
+        if self.cluster.partition_count(topic) is not None:
+            return
+        deadline = asyncio.get_running_loop().time() + max_block
+        while self.cluster.partition_count(topic) is None:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic} not in metadata after max.block.ms",
+                )
+            try:
+                await self.cluster.refresh([topic], timeout=left)
+            except KafkaError as exc:
+                log.debug("metadata for %s: %s", topic, exc)
+            if self.cluster.partition_count(topic) is None:
+                await asyncio.sleep(self.retry_backoff)
+
+    async def _await_metadata(self, topic: str) -> None:
+        """The records of a topic without metadata wait here, then go (or fail) together."""
+        error: KafkaError | None = None
+        try:
+            await self.wait_metadata(topic, self.buffer.max_block)
+        except KafkaError as exc:
+            error = exc
+        waiting = self.awaiting_metadata.pop(topic, [])
+        if waiting:
+            fatal = self.host.fatal_error
+            if error is not None:
+                self._lost(waiting, error)
+            elif fatal is not None:
+                self.drop_items(waiting, fatal)
+            else:
+                self._append_records(topic, waiting)
+        self._batch_done()
+
+    def queued_records(self) -> int:
+        """Records given to the producer and not yet acknowledged or failed."""
+        n = sum(len(w) for w in self.awaiting_metadata.values())
+        for ps in self.partitions.values():
+            n += sum(b.count for b in ps.pending) + sum(b.count for b in ps.queue)
+        return n
+
+    # --- completion --------------------------------------------------------------------------
+
+    def release(self, b: Batch) -> None:
+        """``b`` is complete (acknowledged or failed): its bytes go back."""
+        self.release_bytes(b.size)
+        self._batch_done()
+
+    def release_bytes(self, size: int) -> None:
+        self.buffer.release(size)
+
+    def _batch_done(self) -> None:
+        self.outstanding -= 1
+        if self.outstanding <= 0:
+            self.outstanding = 0
+            self.idle.set()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every record appended so far is complete; the sender drains
+        everything meanwhile, linger.ms or not."""
+        self.flushing += 1
+        self.host.wake()
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout)
+        finally:
+            self.flushing -= 1
+
+    def close(self, err: BaseException) -> None:
+        """Fail every record not complete; the sender stops."""
+        self.closed = True
+        self.fail_all(err)
+
+    def fail_all(self, err: BaseException) -> None:
+        """Fail every record not complete, sent or not (Kafka's abortIncompleteBatches)."""
+        for ps in self.partitions.values():
+            for b in list(ps.pending) + list(ps.queue):
+                b.fail(err)
+                self.release(b)
+            ps.pending.clear()
+            ps.queue.clear()
+        self._drop_waiting(err)
+        self.host.wake()
+
+    def drop_unsent(self, err: BaseException) -> None:
+        """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
+        for ps in self.partitions.values():
+            while ps.queue:
+                b = ps.queue.popleft()
+                b.fail(err)
+                self.release(b)
+        self._drop_waiting(err)
+        self.host.wake()
+
+    def _drop_waiting(self, err: BaseException) -> None:
+        """Fail the records waiting for their topic's metadata."""
+        for waiting in self.awaiting_metadata.values():
+            self.drop_items(waiting, err)
+            waiting.clear()

@@ -27,10 +27,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from samsa.client._accumulator import SEQ_MOD
 from samsa.client._errors import FATAL_PRODUCER_ERRORS
 from samsa.protocol.errors import ErrorCode
 
+SEQ_MOD = 1 << 31  # sequences wrap at 2**31, as the broker's
 MAX_EPOCH = 32767
 
 # Errors after which the leader or the partition must be looked up again before a retry.
@@ -292,6 +292,15 @@ class Idempotence:
         self.bump_partitions: set[Any] = set()
         self.bump_requested = False
         self.new_id = False
+
+    def set_identity(self, producer_id: int, epoch: int) -> None:
+        """Take the identity InitProducerId or EndTxn (TV2) answered; (-1, -1) forgets it.
+        Partitions move to it when next drained (see :meth:`adopt`)."""
+        self.producer_id, self.epoch = producer_id, epoch
+
+    def require_new_id(self) -> None:
+        """The next bump needs a new producer id: the broker refused our epoch."""
+        self.new_id = True
 
     def request_bump(self, key: Any, *, new_id: bool = False) -> None:
         self.bump_partitions.add(key)

@@ -14,6 +14,14 @@ request) and writes the requests in order on that broker's connection. A batch's
 (producer id, epoch, sequence) is written when it is sent: a renumbered batch gets a new
 header over the same encoded records.
 
+The parts talk through narrow interfaces, each given its collaborators when the producer
+makes it: the accumulator (``_accumulator.RecordAccumulator``) owns the partitions, the
+records waiting for metadata and ``buffer.memory``'s one account (``BufferMemory``, which
+the sync facade reserves in from its threads); the sender and the transaction manager see
+the producer only as a host protocol (wake the sender, spawn a task, fail the producer),
+and change the identity only through :class:`~samsa.client._idempotence.Idempotence`'s
+methods.
+
 Idempotence (rules 20-21 of docs/semantics.md; the bookkeeping and what each Produce
 answer means are the pure module ``_idempotence``, the producer applies its decisions).
 The producer gets a producer id and epoch
@@ -76,41 +84,27 @@ the coordinator checks only those three, not the connection.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import itertools
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
 from samsa.client import _describe_configs as describe
 from samsa.client._accumulator import (
-    EXTRAS,
-    KEY,
-    SEQ_MOD,
-    SIZE,
-    TOPIC,
-    VALUE,
-    Batch,
     BatchMetadata,
+    BufferMemory,
     Columns,
     Headers,
     Item,
-    Sink,
+    RecordAccumulator,
     Tally,
-    assign_column_partitions,
-    assign_partitions,
     columnar_ready,
-    encode_sealed,
-    fail_items,
-    group_by_partition,
     make_columns,
     make_item,
-    take,
 )
 from samsa.client._cluster import Cluster
 from samsa.client._config import PRODUCER, Config
@@ -122,11 +116,7 @@ from samsa.client._errors import (
     KafkaError,
     TransactionStateError,
 )
-from samsa.client._idempotence import (
-    Idempotence,
-    PartitionSequences,
-)
-from samsa.client._partitioner import StickyPartitioner
+from samsa.client._idempotence import SEQ_MOD, Idempotence
 from samsa.client._sender import Sender
 from samsa.client._transactions import (
     AsyncResumedTransaction,
@@ -141,18 +131,12 @@ from samsa.client._types import (
     RecordMetadata,
     TopicPartition,
 )
-from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey
-from samsa.protocol.records import HEADER_SIZE
 
 log = logging.getLogger("samsa.client.producer")
+T = TypeVar("T")
 
-_Batch = Batch  # the sender's name for it
 __all__ = ["AsyncProducer", "Headers"]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _settle(fut: asyncio.Future[RecordMetadata], err: BaseException | None, md: Any) -> None:
@@ -165,19 +149,89 @@ def _settle(fut: asyncio.Future[RecordMetadata], err: BaseException | None, md: 
         fut.set_result(md)
 
 
-class _Partition(PartitionSequences):
-    """A partition's sequences (see ``_idempotence``) and its batches not yet drained."""
+class ColumnLimits:
+    """Per topic, the largest batch produce_batch() forms: the topic's max.message.bytes
+    (less what a codec may add to incompressible data), at most max.request.size, at least
+    batch.size; asked once per topic (DescribeConfigs), batch.size until it answers."""
 
-    __slots__ = ("queue", "tp")
+    def __init__(
+        self,
+        cluster: Cluster,
+        spawn: Callable[[Coroutine[Any, Any, None]], Any],
+        *,
+        batch_size: int,
+        max_request_size: int,
+        codec: int,
+        request_timeout: float,
+    ) -> None:
+        self.cluster = cluster
+        self.spawn = spawn
+        self.batch_size = batch_size
+        self.max_request_size = max_request_size
+        self.codec = codec
+        self.request_timeout = request_timeout
+        self._limits: dict[str, int] = {}
+        self._learning: set[str] = set()
 
-    def __init__(self, tp: TopicPartition, producer_id: int, epoch: int, next_seq: int) -> None:
-        super().__init__(producer_id, epoch, next_seq)
-        self.tp = tp
-        self.queue: collections.deque[_Batch] = collections.deque()  # no sequence yet
+    def known(self, topic: str) -> bool:
+        return topic in self._limits
+
+    def get(self, topic: str) -> int:
+        """The topic's limit; batch.size while unknown (learnt meanwhile for the next calls)."""
+        limit = self._limits.get(topic)
+        if limit is None:
+            limit = self.batch_size
+            if topic not in self._learning:
+                self.spawn(self.learn(topic))
+        return limit
+
+    async def learn(self, topic: str) -> None:
+        """Ask the topic's max.message.bytes; unknown: batch.size (never refused)."""
+        if topic in self._learning:
+            return
+        self._learning.add(topic)
+        limit = self.batch_size
+        try:
+            conn = await self.cluster.any_connection()
+            if conn.supports(ApiKey.DESCRIBE_CONFIGS):
+                resp = await self.cluster.send(
+                    None,
+                    ApiKey.DESCRIBE_CONFIGS,
+                    describe.VERSIONS,
+                    describe.REQUEST,
+                    describe.describe_configs_body(
+                        describe.TOPIC,
+                        topic,
+                        ("max.message.bytes",),
+                        include_synonyms=False,
+                    ),
+                    timeout=self.request_timeout,
+                )
+                (res,) = resp.results
+                if res.error_code:
+                    raise KafkaError(int(res.error_code), "DescribeConfigs")
+                for cfg in res.configs:
+                    if cfg.name == "max.message.bytes" and cfg.value:
+                        topic_max = int(cfg.value)
+                        if self.codec:  # lz4's worst case grows a block by 1/255
+                            topic_max -= topic_max // 128 + 1024
+                        limit = max(self.batch_size, min(self.max_request_size, topic_max))
+        except (KafkaError, ValueError) as exc:
+            log.info("%s: max.message.bytes unknown (%s); batches of batch.size", topic, exc)
+            if isinstance(exc, KafkaError) and exc.retriable:
+                return  # asked again by the next call
+        finally:
+            self._learning.discard(topic)
+        self._limits[topic] = limit
+        log.debug("%s: produce_batch() batches up to %d bytes", topic, limit)
 
 
 class AsyncProducer:
-    """Asyncio Kafka producer; idempotent by default. See the module docstring."""
+    """Asyncio Kafka producer; idempotent by default. See the module docstring.
+
+    Its parts, each given what it needs when made: the accumulator (records, batches,
+    buffer.memory), the transaction manager and the sender; they reach the producer only
+    through :class:`ProducerHost` (wake, spawn, fail_fatal, fatal_error)."""
 
     def __init__(
         self, config: dict[str, Any] | None = None, *, state: ProducerState | None = None
@@ -200,9 +254,6 @@ class AsyncProducer:
         self.max_request_size = c.int("max.request.size")
         if self.max_request_size < self.batch_size:
             raise ConfigError("max.request.size must be at least batch.size")
-        # per topic: the largest batch produce_batch() forms (see _column_limit)
-        self._column_limits: dict[str, int] = {}
-        self._learning_limits: set[str] = set()
         self.codec = c.codec()
         self.delivery_timeout = c.seconds("delivery.timeout.ms")
         self.request_timeout = c.seconds("request.timeout.ms")
@@ -215,9 +266,6 @@ class AsyncProducer:
             api_timeout=self.max_block,
             allow_auto_create_topics=c.bool("allow.auto.create.topics"),
         )
-        self._partitioner = StickyPartitioner()
-        self._partitions: dict[TopicPartition, _Partition] = {}
-        self._awaiting_metadata: dict[str, list[tuple[Any, ...]]] = {}
         self._idem = Idempotence()
         self._resume = state
         if state is not None:
@@ -230,25 +278,34 @@ class AsyncProducer:
                 )
             self._idem = Idempotence(state.producer_id, state.epoch, first_epoch=state.epoch)
         self._fatal: KafkaError | None = None
-        self._buffered = 0
-        self.released_bytes = 0  # ever given back (monotonic; see _sync.Producer)
         self.stats = ProducerStats()
-        self.on_release: Callable[[], None] | None = None
-        self._space = asyncio.Event()
-        self._space.set()
-        self._outstanding = 0  # batches not yet completed
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._wake = asyncio.Event()
-        self._flushing = 0
         self._closing = False
-        self._closed = False
         self._sender_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
-        # --- transactions (see the module docstring) ---
-        self.txn = TransactionManager(self)
-        self.sender = Sender(self)  # last: it reads the settings and state above
+        self.column_limits = ColumnLimits(
+            self.cluster,
+            self.spawn,
+            batch_size=self.batch_size,
+            max_request_size=self.max_request_size,
+            codec=self.codec,
+            request_timeout=self.request_timeout,
+        )
+        self.txn = TransactionManager(self, self._idem)
+        self.buffer = BufferMemory(self.buffer_memory, self.max_block)
+        self.accumulator = RecordAccumulator(
+            self,
+            self.cluster,
+            self._idem,
+            self.buffer,
+            batch_size=self.batch_size,
+            codec=self.codec,
+            retry_backoff=self.retry_backoff,
+            txn=self.txn if self.transactional_id is not None else None,
+            resume=state,
+            column_limit=self.column_limits.get,
+        )
+        self.sender = Sender(self, self.accumulator, self._idem, self.txn)
 
     @property
     def producer_id(self) -> int:
@@ -281,9 +338,14 @@ class AsyncProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def running(self) -> bool:
+        """Started and not closed."""
+        return self._started and not self.accumulator.closed
+
     async def close(self, timeout: float | None = None) -> None:
         """Flush what is buffered (up to ``timeout`` seconds), then disconnect."""
-        if self._closed:
+        if self.accumulator.closed:
             return
         if self._started and self._fatal is None:
             open_txn = (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR)
@@ -296,9 +358,7 @@ class AsyncProducer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.flush(), timeout)
         self._closing = True
-        self._closed = True
-        self._fail_all(ClosedError("producer closed"))
-        self._wake.set()
+        self.accumulator.close(ClosedError("producer closed"))
         if self._sender_task is not None:
             self._sender_task.cancel()
             with contextlib.suppress(BaseException):
@@ -312,17 +372,12 @@ class AsyncProducer:
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every record sent so far is acknowledged or failed."""
-        self._flushing += 1
-        self._wake.set()
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        finally:
-            self._flushing -= 1
+        await self.accumulator.flush(timeout)
 
     def state(self) -> ProducerState:
         """Producer id, epoch and next sequence per partition (meaningful after flush())."""
         seqs: dict[TopicPartition, int] = {}
-        for tp, ps in self._partitions.items():
+        for tp, ps in self.accumulator.partitions.items():
             if (ps.producer_id, ps.epoch) == (self.producer_id, self.epoch):
                 seqs[tp] = (ps.next_seq + ps.skip) % SEQ_MOD
         if self._resume is not None:
@@ -348,11 +403,8 @@ class AsyncProducer:
         item = make_item(
             topic, value, key, partition, timestamp_ms, headers, functools.partial(_settle, fut)
         )
-        if not self._space.is_set():
-            try:
-                await asyncio.wait_for(self._space.wait(), self.max_block)
-            except TimeoutError:
-                raise BufferExhaustedError(self.buffer_memory, self.max_block) from None
+        await self.buffer.wait_async()
+        self.buffer.add_from_loop(item[3])
         self.append_many([item])
         return fut
 
@@ -380,150 +432,27 @@ class AsyncProducer:
         return None
 
     def append_many(self, items: list[Item]) -> None:
-        """Add records (intake tuples, see :func:`make_item`) to their partitions' batches,
-        in order (loop thread; never blocks)."""
-        self._buffered += sum(map(SIZE, items))
-        if self._buffered >= self.buffer_memory:
-            self._space.clear()
+        """Add records (intake tuples, see :func:`make_item`), their bytes reserved in
+        :attr:`buffer`, to their partitions' batches, in order (loop thread; never blocks)."""
         err = self._intake_error()
         if err is not None:
-            self._drop_items(items, err)
+            self.accumulator.drop_items(items, err)
             return
-        topic = items[0][0]
-        if len(items) == 1 or len(set(map(TOPIC, items))) == 1:
-            self._append_topic(topic, items)
+        self.accumulator.append_many(items)
+
+    def append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
+        """Partition a chunk of a produce_batch() call (its bytes reserved), encode it per
+        partition as sealed batches and queue them after the partition's earlier records
+        (loop thread)."""
+        err = self._intake_error()
+        if err is not None:
+            self.accumulator.drop_columns(cols, tally, err)
             return
-        by_topic: dict[str, list[Item]] = {}
-        for item in items:
-            by_topic.setdefault(item[0], []).append(item)
-        for topic, group in by_topic.items():
-            self._append_topic(topic, group)
+        self.accumulator.append_columns(topic, cols, tally)
 
-    def _drop_items(self, items: Sequence[Item], err: BaseException) -> None:
-        """Records that never reach a batch: fail them and give their bytes back."""
-        fail_items(items, err)
-        self._release_bytes(sum(map(SIZE, items)))
-
-    def _append_topic(self, topic: str, items: list[Item]) -> None:
-        if topic in self._awaiting_metadata or self.cluster.partition_count(topic) is None:
-            waiting = self._awaiting_metadata.setdefault(topic, [])
-            if not waiting:
-                self._outstanding += 1  # flush() waits for the metadata too
-                self._idle.clear()
-                self._spawn(self._await_metadata(topic))
-            waiting.extend(items)
-            return
-        self._append_records(topic, items)
-
-    def _append_records(self, topic: str, items: list[Item]) -> None:
-        """Partition a burst of one topic's records and add them to their batches."""
-        if self.transactional_id is not None and self.txn.state not in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.COMMITTING,  # it was sent in the transaction, before commit
-        ):
-            self._drop_items(items, self.txn.send_error())
-            return
-        n = self.cluster.partition_count(topic)
-        assert n is not None
-        # Columns by itemgetter: no object per row (zip(*items) makes one, and the GC runs)
-        values = list(map(VALUE, items))
-        keys = list(map(KEY, items))
-        sizes = list(map(SIZE, items))
-        extras = list(map(EXTRAS, items))
-        now = _now_ms()
-        explicit = ts = hdrs = sinks = None
-        if extras.count(None) != len(extras):
-            none = (None, None, None, None)
-            filled = [e or none for e in extras]  # four columns, no object per row (as above)
-            explicit, stamps, hdrs, sinks = ([e[k] for e in filled] for k in range(4))
-            if stamps.count(None) != len(stamps):
-                ts = [now if t is None else t for t in stamps]
-            if hdrs.count(None) == len(hdrs):
-                hdrs = None
-            if sinks.count(None) == len(sinks):
-                sinks = None
-        parts = assign_partitions(keys, explicit, n, lambda: self._partitioner.partition(topic, n))
-        if isinstance(parts, int):
-            self._accumulate(
-                TopicPartition(topic, parts),
-                values,
-                keys,
-                ts if ts is not None else now,
-                hdrs,
-                sinks,
-                sizes,
-            )
-            return
-        for p, rows in group_by_partition(parts).items():
-            if p < 0:  # an explicit partition the topic does not have
-                assert explicit is not None
-                err = KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"{topic} has no partition {take(explicit, rows)[0]}",
-                )
-                self._drop_items(take(items, rows), err)
-                if self.transactional_id is not None:
-                    self.txn.fail(err, bump=False)
-                continue
-            self._accumulate(
-                TopicPartition(topic, p),
-                take(values, rows),
-                take(keys, rows),
-                take(ts, rows) if ts is not None else now,
-                take(hdrs, rows) if hdrs is not None else None,
-                take(sinks, rows) if sinks is not None else None,
-                take(sizes, rows),
-            )
-
-    def _accumulate(
-        self,
-        tp: TopicPartition,
-        values: Sequence[bytes | None],
-        keys: Sequence[bytes | None],
-        timestamps: int | Sequence[int],
-        headers: Sequence[Any] | None,
-        sinks: Sequence[Sink | None] | None,
-        sizes: Sequence[int],
-    ) -> None:
-        """Append one partition's records to its open batch; seal the whole batches."""
-        ps = self._partition(tp)
-        batch = ps.queue[-1] if ps.queue else None
-        if batch is None or batch.full:
-            batch = Batch(tp, asyncio.get_running_loop().time())
-            ps.queue.append(batch)
-            self._outstanding += 1
-            self._idle.clear()
-            self._wake.set()  # as Java's sender is woken for a new batch (its linger starts)
-        batch.extend(values, keys, timestamps, headers, sinks, sizes)
-        if batch.size >= self.batch_size - HEADER_SIZE:
-            sealed = batch.seal_full(self.batch_size, self.codec, asyncio.get_running_loop().time())
-            if sealed:
-                if batch.count:
-                    ps.queue.pop()
-                    ps.queue.extend(sealed)
-                    ps.queue.append(batch)
-                    self._outstanding += len(sealed)
-                else:  # all of it sealed: the open batch object is not needed any more
-                    ps.queue.pop()
-                    ps.queue.extend(sealed)
-                    self._outstanding += len(sealed) - 1
-                self._wake.set()
-
-    def _partition(self, tp: TopicPartition) -> _Partition:
-        """The partition's state (made on its first record), added to the transaction."""
-        ps = self._partitions.get(tp)
-        if ps is None:
-            resumed = (
-                self._resume is not None
-                and tp in self._resume.sequences
-                and (self._resume.producer_id, self._resume.epoch) == (self.producer_id, self.epoch)
-            )
-            seq = self._resume.sequences[tp] if resumed and self._resume else 0
-            ps = self._partitions[tp] = _Partition(tp, self.producer_id, self.epoch, seq)
-            ps.skip_known = not resumed
-        if self.transactional_id is not None and tp not in self.txn.added:
-            self.txn.add_partition(tp)
-        return ps
+    def queued_records(self) -> int:
+        """Records given to the producer and not yet acknowledged or failed."""
+        return self.accumulator.queued_records()
 
     # --- columnar intake -------------------------------------------------------------------
 
@@ -567,14 +496,12 @@ class AsyncProducer:
         chunks = self.column_chunks(cols)
         for i, chunk in enumerate(chunks):
             size = int(chunk.sizes.sum())
-            if self._buffered + size > self.buffer_memory and self._buffered:
-                self._space.clear()
-                try:
-                    await asyncio.wait_for(self._space.wait(), self.max_block)
-                except TimeoutError:
-                    err = BufferExhaustedError(self.buffer_memory, self.max_block)
-                    tally.failed(err, sum(len(c) for c in chunks[i:]))
-                    raise err from None
+            try:
+                await self.buffer.wait_async_for(size)
+            except BufferExhaustedError as err:
+                tally.failed(err, sum(len(c) for c in chunks[i:]))
+                raise
+            self.buffer.add_from_loop(size)
             self.append_columns(topic, chunk, tally)
         return fut
 
@@ -593,171 +520,16 @@ class AsyncProducer:
         """Until the topic's partition count is known (max.block.ms, then an error)."""
         if self.cluster.partition_count(topic) is not None:
             return
-        deadline = asyncio.get_running_loop().time() + self.max_block
-        while self.cluster.partition_count(topic) is None:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                raise KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic} not in metadata after max.block.ms",
-                )
-            try:
-                await self.cluster.refresh([topic], timeout=left)
-            except KafkaError as exc:
-                log.debug("metadata for %s: %s", topic, exc)
-            if self.cluster.partition_count(topic) is None:
-                await asyncio.sleep(self.retry_backoff)
-        if topic not in self._column_limits:
-            await self._learn_column_limit(topic)
+        await self.accumulator.wait_metadata(topic, self.max_block)
+        if not self.column_limits.known(topic):
+            await self.column_limits.learn(topic)
 
-    async def _learn_column_limit(self, topic: str) -> None:
-        """How large a produce_batch() batch of ``topic`` may be: the topic's
-        max.message.bytes (less what a codec may add to incompressible data), at most
-        max.request.size, at least batch.size. Unknown: batch.size (never refused)."""
-        if topic in self._learning_limits:
-            return
-        self._learning_limits.add(topic)
-        limit = self.batch_size
-        try:
-            conn = await self.cluster.any_connection()
-            if conn.supports(ApiKey.DESCRIBE_CONFIGS):
-                resp = await self.cluster.send(
-                    None,
-                    ApiKey.DESCRIBE_CONFIGS,
-                    describe.VERSIONS,
-                    describe.REQUEST,
-                    describe.describe_configs_body(
-                        describe.TOPIC,
-                        topic,
-                        ("max.message.bytes",),
-                        include_synonyms=False,
-                    ),
-                    timeout=self.request_timeout,
-                )
-                (res,) = resp.results
-                if res.error_code:
-                    raise KafkaError(int(res.error_code), "DescribeConfigs")
-                for cfg in res.configs:
-                    if cfg.name == "max.message.bytes" and cfg.value:
-                        topic_max = int(cfg.value)
-                        if self.codec:  # lz4's worst case grows a block by 1/255
-                            topic_max -= topic_max // 128 + 1024
-                        limit = max(self.batch_size, min(self.max_request_size, topic_max))
-        except (KafkaError, ValueError) as exc:
-            log.info("%s: max.message.bytes unknown (%s); batches of batch.size", topic, exc)
-            if isinstance(exc, KafkaError) and exc.retriable:
-                return  # asked again by the next call
-        finally:
-            self._learning_limits.discard(topic)
-        self._column_limits[topic] = limit
-        log.debug("%s: produce_batch() batches up to %d bytes", topic, limit)
+    # --- the producer's parts (ProducerHost) -----------------------------------------------
 
-    def append_columns(self, topic: str, cols: Columns, tally: Tally) -> None:
-        """Partition a chunk of a produce_batch() call, encode it per partition as sealed
-        batches and queue them after the partition's earlier records (loop thread)."""
-        n_rows = len(cols)
-        size = int(cols.sizes.sum())
-        self._buffered += size
-        if self._buffered >= self.buffer_memory:
-            self._space.clear()
-        err = self._intake_error()
-        n = self.cluster.partition_count(topic)
-        if err is None and n is None:
-            err = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic} unknown")
-        if err is not None:
-            tally.failed(err, n_rows)
-            self._release_bytes(size)
-            return
-        assert n is not None
-        waiting = self._awaiting_metadata.pop(topic, None)
-        if waiting:  # send()'s records that waited for this metadata come first
-            self._append_records(topic, waiting)
-        parts = assign_column_partitions(
-            cols,
-            n,
-            self.batch_size,
-            lambda: self._partitioner.partition(topic, n),
-            lambda p: self._partitioner.batch_closed(topic, p, n),
-        )
-        first, last = int(parts.min()), int(parts.max())
-        if first == last:
-            groups = [(first, cols)]
-        else:
-            order = np.argsort(parts, kind="stable")  # each partition's rows in call order
-            ordered = parts[order]
-            cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-            bounds = [0, *cuts.tolist(), n_rows]
-            groups = [
-                (int(ordered[a]), cols.take(order[a:b])) for a, b in itertools.pairwise(bounds)
-            ]
-        now = asyncio.get_running_loop().time()
-        limit = self._column_limits.get(topic)
-        if limit is None:  # learnt meanwhile for the next calls
-            limit = self.batch_size
-            if topic not in self._learning_limits:
-                self._spawn(self._learn_column_limit(topic))
-        for p, part_cols in groups:
-            if p < 0:  # explicit partitions the topic does not have
-                assert part_cols.partitions is not None
-                bad = KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"{topic} has no partition {int(part_cols.partitions[0])}",
-                )
-                tally.failed(bad, len(part_cols))
-                self._release_bytes(int(part_cols.sizes.sum()))
-                if self.transactional_id is not None:
-                    self.txn.fail(bad, bump=False)
-                continue
-            tp = TopicPartition(topic, p)
-            sealed = encode_sealed(tp, part_cols, self.codec, limit, now, tally)
-            ps = self._partition(tp)
-            # after the partition's open batch, if any: its records stay ahead, and the
-            # next send() starts a new batch (the last one is sealed, full)
-            ps.queue.extend(sealed)
-            self._outstanding += len(sealed)
-        self._idle.clear()
-        self._wake.set()
+    def wake(self) -> None:
+        self.sender.wakeup()
 
-    async def _await_metadata(self, topic: str) -> None:
-        deadline = asyncio.get_running_loop().time() + self.max_block
-        error: KafkaError | None = None
-        while self.cluster.partition_count(topic) is None:
-            if asyncio.get_running_loop().time() > deadline:
-                error = KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic} not in metadata after max.block.ms",
-                )
-                break
-            try:
-                left = deadline - asyncio.get_running_loop().time()
-                await self.cluster.refresh([topic], timeout=max(0.0, left))
-            except KafkaError as exc:
-                log.debug("metadata for %s: %s", topic, exc)
-            if self.cluster.partition_count(topic) is None:
-                await asyncio.sleep(self.retry_backoff)
-        waiting = self._awaiting_metadata.pop(topic, [])
-        if waiting:
-            if error is not None or self._fatal is not None:
-                self._drop_items(waiting, error or self._fatal)  # type: ignore[arg-type]
-                if error is not None and self.transactional_id is not None:
-                    # As Java's doSend: a record lost in a transaction makes it abortable.
-                    self.txn.fail(error, bump=False)
-            else:
-                self._append_records(topic, waiting)
-        self._batch_done()
-
-    def queued_records(self) -> int:
-        """Records given to the producer and not yet acknowledged or failed."""
-        n = sum(len(w) for w in self._awaiting_metadata.values())
-        for ps in self._partitions.values():
-            n += sum(b.count for b in ps.pending) + sum(b.count for b in ps.queue)
-        return n
-
-    # --- identity --------------------------------------------------------------------------
-
-    # --- the sender ------------------------------------------------------------------------
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -767,59 +539,19 @@ class AsyncProducer:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.debug("producer task failed: %s", task.exception())
-        self._wake.set()
+        self.wake()
 
-    def _release(self, b: _Batch) -> None:
-        self._release_bytes(b.size)
-        self._batch_done()
-
-    def _release_bytes(self, size: int) -> None:
-        self._buffered -= size
-        self.released_bytes += size  # the sync facade's buffer.memory bound reads it
-        if self._buffered < self.buffer_memory:
-            self._space.set()
-        if self.on_release is not None:
-            self.on_release()
-
-    def _batch_done(self) -> None:
-        self._outstanding -= 1
-        if self._outstanding <= 0:
-            self._outstanding = 0
-            self._idle.set()
-
-    def _set_fatal(self, err: KafkaError) -> None:
+    def fail_fatal(self, err: KafkaError) -> None:
         if self._fatal is None:
             log.error("producer failed: %s", err)
             self._fatal = err
         if self.transactional_id is not None:
-            self.txn.state = TransactionState.FATAL_ERROR
-        self._fail_all(err)
-
-    def _fail_all(self, err: BaseException) -> None:
-        for ps in self._partitions.values():
-            for b in list(ps.pending) + list(ps.queue):
-                b.fail(err)
-                self._release(b)
-            ps.pending.clear()
-            ps.queue.clear()
-        self._drop_waiting(err)
-        self._wake.set()
+            self.txn.enter_fatal()
+        self.accumulator.fail_all(err)
 
     def drop_unsent(self, err: BaseException) -> None:
         """Fail every record not yet sent (Kafka's abortUndrainedBatches)."""
-        for ps in self._partitions.values():
-            while ps.queue:
-                b = ps.queue.popleft()
-                b.fail(err)
-                self._release(b)
-        self._drop_waiting(err)
-        self._wake.set()
-
-    def _drop_waiting(self, err: BaseException) -> None:
-        """Fail the records waiting for their topic's metadata."""
-        for waiting in self._awaiting_metadata.values():
-            self._drop_items(waiting, err)
-            waiting.clear()
+        self.accumulator.drop_unsent(err)
 
     # --- transactions ----------------------------------------------------------------------
 

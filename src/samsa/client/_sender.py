@@ -9,9 +9,13 @@ batch, fail the producer). It also owns the producer's other identity requests:
 InitProducerId for an idempotent producer (and its KIP-360 bump) and DescribeProducers for
 a resumed one. Connections are reached only through :class:`Cluster`'s methods.
 
-The producer (``_producer.py``) owns the partitions' batches, the buffer accounting and
-the transaction state; the sender reads them and calls back into it for what affects
-them (releasing a batch's bytes, failing the transaction, failing everything).
+The accumulator (``_accumulator.RecordAccumulator``) owns the partitions' batches and the
+buffer accounting: the sender drains its partitions and gives each completed batch back to
+it (:meth:`RecordAccumulator.release`). Everything else it needs comes in at construction,
+as the small protocols below: the producer's settings and :class:`ProducerHost` (spawn a
+task, fail the producer), the identity (:class:`Idempotence`, changed through its methods)
+and :class:`SenderTransaction` (the transaction manager's view of a partition or a failed
+batch).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from samsa.client._accumulator import SEQ_MOD, Batch
+from samsa.client._accumulator import Batch, ProducerHost, ProducerPartition, RecordAccumulator
 from samsa.client._aconn import AsyncConnection
 from samsa.client._errors import (
     AbortableTransactionError,
@@ -30,43 +34,102 @@ from samsa.client._errors import (
     ProducerFencedError,
     TransactionAbortedError,
 )
-from samsa.client._idempotence import Action, Decision, decide, on_failure, on_lost
-from samsa.client._transactions import TransactionState
-from samsa.client._types import TopicPartition
+from samsa.client._idempotence import (
+    SEQ_MOD,
+    Action,
+    Decision,
+    Idempotence,
+    decide,
+    on_failure,
+    on_lost,
+)
+from samsa.client._types import ProducerStats, TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import HEADER_SIZE
 
 if TYPE_CHECKING:
-    from samsa.client._producer import AsyncProducer, _Partition
+    from samsa.client._cluster import Cluster
+    from samsa.client._config import Config
 
 log = logging.getLogger("samsa.client.producer")
 
 
-class Sender:
-    """Drains, sends and resolves an :class:`AsyncProducer`'s batches (see the module
-    docstring); settings are the producer's, read once."""
+class SenderHost(ProducerHost, Protocol):
+    """The producer as the sender sees it: :class:`ProducerHost`, its settings (read
+    once), its connections and its counters."""
 
-    def __init__(self, producer: AsyncProducer) -> None:
-        self.p = producer
-        self.cluster = producer.cluster
-        self.config = producer.config
-        self.partitions = producer._partitions
-        self.partitioner = producer._partitioner
-        self.idem = producer._idem
-        self.acks = producer.acks
-        self.idempotent = producer.idempotent
-        self.transactional_id = producer.transactional_id
-        self.max_in_flight = producer.max_in_flight
-        self.linger = producer.linger
-        self.codec = producer.codec
-        self.delivery_timeout = producer.delivery_timeout
-        self.request_timeout = producer.request_timeout
-        self.retry_backoff = producer.retry_backoff
-        self.retry_backoff_max = producer.retry_backoff_max
-        self.max_block = producer.max_block
-        self.max_request_size = producer.max_request_size
+    cluster: Cluster
+    config: Config
+    stats: ProducerStats
+    acks: int
+    idempotent: bool
+    transactional_id: str | None
+    max_in_flight: int
+    linger: float
+    codec: int
+    delivery_timeout: float
+    request_timeout: float
+    retry_backoff: float
+    retry_backoff_max: float
+    max_block: float
+    max_request_size: int
+
+
+class SenderTransaction(Protocol):
+    """What the sender asks of the transaction manager."""
+
+    tv2: bool  # transactions v2: Produce v12 adds the partitions itself
+
+    def includes(self, tp: TopicPartition) -> bool:
+        """The partition is in the open transaction: its batches may go."""
+
+    def aborting_with_bump(self) -> bool:
+        """An abort that ends with an epoch bump is under way: unresolved batches may
+        simply fail."""
+
+    def fail(self, err: BaseException, *, bump: bool) -> None:
+        """A batch of the transaction failed: it can only abort."""
+
+
+class Sender:
+    """Drains, sends and resolves the accumulator's batches (see the module docstring);
+    settings are the host's, read once."""
+
+    def __init__(
+        self,
+        host: SenderHost,
+        accumulator: RecordAccumulator,
+        idem: Idempotence,
+        txn: SenderTransaction,
+    ) -> None:
+        self.host = host
+        self.acc = accumulator
+        self.idem = idem
+        self.txn = txn
+        self.stats = host.stats
+        self.cluster = host.cluster
+        self.config = host.config
+        self.partitions = accumulator.partitions
+        self.partitioner = accumulator.partitioner
+        self.acks = host.acks
+        self.idempotent = host.idempotent
+        self.transactional_id = host.transactional_id
+        self.max_in_flight = host.max_in_flight
+        self.linger = host.linger
+        self.codec = host.codec
+        self.delivery_timeout = host.delivery_timeout
+        self.request_timeout = host.request_timeout
+        self.retry_backoff = host.retry_backoff
+        self.retry_backoff_max = host.retry_backoff_max
+        self.max_block = host.max_block
+        self.max_request_size = host.max_request_size
         self._checking: set[TopicPartition] = set()  # resumed partitions being described
+        self._wake = asyncio.Event()
+
+    def wakeup(self) -> None:
+        """Look at the partitions again now (a new batch, an answer, a partition added)."""
+        self._wake.set()
 
     async def init_producer_id(self, *, bump: bool = False) -> None:
         """InitProducerId; with ``bump`` (KIP-360, v3+) for a transactional producer.
@@ -88,27 +151,26 @@ class Sender:
             code = int(resp.error_code)
             if code:
                 raise KafkaError(code, "InitProducerId")
-            self.idem.producer_id = int(resp.producer_id)
-            self.idem.epoch = int(resp.producer_epoch)
+            self.idem.set_identity(int(resp.producer_id), int(resp.producer_epoch))
             log.debug("producer id %d epoch %d", self.idem.producer_id, self.idem.epoch)
 
         await self.cluster.retry(attempt, what="InitProducerId", timeout=self.max_block)
 
-    def request_bump(self, ps: _Partition, reason: str, *, new_id: bool = False) -> None:
+    def request_bump(self, ps: ProducerPartition, reason: str, *, new_id: bool = False) -> None:
         log.info("%s: epoch bump needed (%s)", ps.tp, reason)
         self.idem.request_bump(ps.tp, new_id=new_id)
 
     async def _bump(self) -> None:
         """Move to a new epoch (or producer id) and renumber the partitions that need it."""
-        self.p.stats.epoch_bumps += 1
+        self.stats.epoch_bumps += 1
         ident = self.idem.local_bump()
         if ident is None:
-            self.idem.producer_id, self.idem.epoch = -1, -1
+            self.idem.set_identity(-1, -1)
             await self.init_producer_id()
             ident = (self.idem.producer_id, self.idem.epoch)
         self.idem.bumped(*ident, self.partitions.items())
 
-    async def _check_resumed(self, ps: _Partition, node: int) -> None:
+    async def _check_resumed(self, ps: ProducerPartition, node: int) -> None:
         """Find how many of a resumed partition's records the previous incarnation wrote.
         Until that is known (the answer may be lost) nothing of the partition is sent:
         resending a written record under a new batching could not be recognised."""
@@ -156,13 +218,13 @@ class Sender:
         finally:
             ps.skip_known = known
             self._checking.discard(ps.tp)
-            self.p._wake.set()
+            self._wake.set()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while not self.p._closed:
-                self.p._wake.clear()
+            while not self.acc.closed:
+                self._wake.clear()
                 now = loop.time()
                 wake_at = now + 0.5
                 self.expire(now)
@@ -171,7 +233,7 @@ class Sender:
                         try:
                             await self._bump()
                         except KafkaError as exc:
-                            self.p._set_fatal(exc)
+                            self.host.fail_fatal(exc)
                             return
                         continue
                     await self._wait(wake_at - now)
@@ -189,15 +251,17 @@ class Sender:
             raise
         except Exception as exc:  # a bug here must not leave futures hanging forever
             log.exception("producer sender failed")
-            self.p._set_fatal(KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"sender crashed: {exc}"))
+            self.host.fail_fatal(
+                KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"sender crashed: {exc}")
+            )
 
     async def _wait(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.p._wake.wait(), timeout)
+            await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _ready_batch(
         self,
-        ps: _Partition,
+        ps: ProducerPartition,
         now: float,
         requests: dict[int, list[Batch]],
         sizes: dict[int, int],
@@ -209,10 +273,10 @@ class Sender:
             return None
         leader = self.cluster.leader(*ps.tp)
         if leader is None:
-            self.p._spawn(self.refresh_metadata(ps.tp.topic))
+            self.host.spawn(self.refresh_metadata(ps.tp.topic))
             return now + self.retry_backoff
         if self.cluster.connected(leader) is None:
-            self.p._spawn(self._connect(leader))
+            self.host.spawn(self._connect(leader))
             return now + self.retry_backoff
         if ps.in_flight >= self.max_in_flight:
             return None
@@ -231,8 +295,8 @@ class Sender:
         ready = (
             batch.full
             or len(ps.queue) > 1
-            or self.p._flushing
-            or self.p._closing
+            or self.acc.flushing
+            or self.acc.closed
             or now - batch.created >= self.linger
         )
         if not ready:
@@ -240,18 +304,18 @@ class Sender:
         used = sizes.get(leader, 0)
         if used and used + batch.size + HEADER_SIZE > self.max_request_size:
             return now  # the next request
-        if self.transactional_id is not None and ps.tp not in self.p.txn.added:
+        if self.transactional_id is not None and not self.txn.includes(ps.tp):
             return None  # AddPartitionsToTxn first (rule 19); its task wakes the sender
         if not ps.skip_known:
             if ps.tp not in self._checking:
                 self._checking.add(ps.tp)
-                self.p._spawn(self._check_resumed(ps, leader))
+                self.host.spawn(self._check_resumed(ps, leader))
             return now + 0.5
         ps.queue.popleft()
         n = self.cluster.partition_count(ps.tp.topic) or 1
         self.partitioner.batch_closed(ps.tp.topic, ps.tp.partition, n)
         if ps.skip and not ps.skip_written(batch):
-            self.p._release(batch)
+            self.acc.release(batch)
             return now  # the whole batch was already written; look at the next one
         ps.assign(batch, self.idempotent)
         return self._add(requests, sizes, leader, batch, now)
@@ -292,7 +356,7 @@ class Sender:
         conn = self.cluster.connected(node)
         assert conn is not None  # checked by ready_batch in the same pass
         # Transactions v2: Produce v12 adds each partition to the transaction itself.
-        v = conn.version(ApiKey.PRODUCE, 3, 12 if self.p.txn.tv2 else 9)
+        v = conn.version(ApiKey.PRODUCE, 3, 12 if self.txn.tv2 else 9)
         by_topic: dict[str, list[Any]] = {}
         for b in batches:
             if b.payload is None:
@@ -314,7 +378,7 @@ class Sender:
             )
             self.partitions[b.tp].sent(b)
             if b.attempts > 1:
-                self.p.stats.resends += 1
+                self.stats.resends += 1
         req = make_request(
             ApiKey.PRODUCE,
             v,
@@ -328,7 +392,7 @@ class Sender:
             ),
         )
         fut = conn.send_nowait(ApiKey.PRODUCE, req, version=v, expect_response=self.acks != 0)
-        self.p._spawn(self._complete(conn, fut, batches))
+        self.host.spawn(self._complete(conn, fut, batches))
 
     async def _complete(
         self, conn: AsyncConnection, fut: asyncio.Future[Any], batches: list[Batch]
@@ -344,7 +408,7 @@ class Sender:
                 self._apply(b, ps, d, exc)
             return
         finally:
-            self.p._wake.set()
+            self._wake.set()
         if resp is None:  # acks=0
             for b in batches:
                 self.partitions[b.tp].landed(b)
@@ -393,25 +457,25 @@ class Sender:
             err = ProducerFencedError(code, message or why)
         self._apply(b, ps, d, err)
 
-    def _apply(self, b: Batch, ps: _Partition, d: Decision, err: KafkaError) -> None:
+    def _apply(self, b: Batch, ps: ProducerPartition, d: Decision, err: KafkaError) -> None:
         """Carry out a decision of ``_idempotence`` about batch ``b``."""
         action = d.action
         if action is Action.IGNORE:
             return  # already resolved (fatal error or expiry) while in flight
         if action is Action.SUCCEED or action is Action.DUPLICATE:
             if action is Action.DUPLICATE:
-                self.p.stats.duplicate_sequence += 1
+                self.stats.duplicate_sequence += 1
             self._succeed(b, -1, -1)
             return
         if action is Action.FATAL:
-            self.p._set_fatal(err)
+            self.host.fail_fatal(err)
             return
         if d.new_id:
-            self.idem.new_id = True
+            self.idem.require_new_id()
         if d.bump and action is Action.RETRY:
             self.request_bump(ps, err.name, new_id=d.new_id)
         if d.refresh:
-            self.p._spawn(self.refresh_metadata(b.tp.topic))
+            self.host.spawn(self.refresh_metadata(b.tp.topic))
         if action is Action.RETRY:
             self._retry(b, ps, err)
         elif action is Action.ABORTABLE:
@@ -421,14 +485,14 @@ class Sender:
 
     def _succeed(self, b: Batch, base_offset: int, append_time: int) -> None:
         if b.attempts > 1:
-            self.p.stats.retried_acknowledged += 1
+            self.stats.retried_acknowledged += 1
         self.partitions[b.tp].acknowledged(b)
         b.succeed(base_offset, append_time, base_offset < 0 and self.acks != 0)
-        self.p._release(b)
+        self.acc.release(b)
 
-    def _retry(self, b: Batch, ps: _Partition, err: KafkaError) -> None:
+    def _retry(self, b: Batch, ps: ProducerPartition, err: KafkaError) -> None:
         """Back to pending, untouched, for another attempt in sequence order."""
-        if self.p.txn.state is TransactionState.ABORTING and self.p.txn.bump:
+        if self.txn.aborting_with_bump():
             # The epoch is bumped after this abort anyway, so an unresolved batch of the
             # aborted transaction need not be resolved: drop it.
             self.fail_batch(b, TransactionAbortedError(), bump=True)
@@ -442,11 +506,11 @@ class Sender:
             if self.transactional_id is not None:
                 # Its sequences left a gap that only a new epoch closes; meanwhile the
                 # transaction lost a record and must not commit.
-                self.p.txn.fail(err, bump=True)
-            elif not self.p._closing:
+                self.txn.fail(err, bump=True)
+            elif not self.acc.closed:
                 self.request_bump(ps, f"batch failed: {err}")  # its sequences left a gap
         b.fail(err)
-        self.p._release(b)
+        self.acc.release(b)
 
     def expire(self, now: float) -> None:
         for ps in self.partitions.values():
@@ -454,9 +518,9 @@ class Sender:
                 b = ps.queue.popleft()
                 expired = KafkaTimeoutError("delivery.timeout.ms expired")
                 b.fail(expired)
-                self.p._release(b)
+                self.acc.release(b)
                 if self.transactional_id is not None:
-                    self.p.txn.fail(expired, bump=False)
+                    self.txn.fail(expired, bump=False)
             for b in ps.expired(now, self.delivery_timeout):
                 d = on_failure(
                     ps,

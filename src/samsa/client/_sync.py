@@ -54,7 +54,6 @@ from samsa.client._admin import (
 )
 from samsa.client._consumer import AsyncConsumer
 from samsa.client._errors import (
-    BufferExhaustedError,
     ClosedError,
     KafkaError,
     KafkaTimeoutError,
@@ -348,26 +347,17 @@ class Producer(_Facade[AsyncProducer]):
         columnar_ready(wait=True)
         core = self._core
         # Producing threads append to the inbox; the loop thread takes items without a lock
-        # (see _drain_inbox), so a producing thread never waits for the loop thread. The
-        # thread that made the producer (the owner) appends without a lock as well: a lock
-        # per record was 40% of produce()'s cost. Other threads count what they queue under
-        # _lock, which also guards _chunks.
+        # (see _drain_inbox), so a producing thread never waits for the loop thread. Each
+        # record's bytes are reserved in the core's buffer.memory account first: without a
+        # lock from the thread that made the producer (the owner), see BufferMemory.
         self._owner = threading.get_ident()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _chunks
         self._inbox: list[Item] = []
         self._chunks = 0  # produce_batch() chunks in the inbox (under _lock)
         self._scheduled = False
-        # buffer.memory: bytes ever queued here against bytes the core ever released
-        # (core.released_bytes, loop thread); the difference is what is held. Each counter
-        # has one writer: _queued the owner thread, _queued_other whoever holds _lock.
-        self._queued = 0
-        self._queued_other = 0
-        self._buffer_memory = core.buffer_memory
-        self._max_block = core.max_block
-        self._space = threading.Event()
-        self._want_space = False
-        self._wake_below = 0  # what a blocked caller waits for (see _wait_for_space)
-        core.on_release = self._released
+        self._buffer = core.buffer
+        self._buffer.set_owner(self._owner)
+        self._try_reserve = self._buffer.try_reserve  # produce()'s fast path, bound once
         self._transactional = core.transactional_id is not None
         self._callbacks: queue.SimpleQueue[tuple[DeliveryCallback, Any, Any]] = queue.SimpleQueue()
         # Delivery callbacks: one sink per callback, records carry its handle (no object per
@@ -423,10 +413,8 @@ class Producer(_Facade[AsyncProducer]):
                     item = (topic, value, key, size, (None, None, None, self._sink(on_delivery)))
                 if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
                     self.poll()  # nobody polls: serve them here rather than hold them all
-            queued = self._queued + size
-            if queued + self._queued_other - self._core.released_bytes <= self._buffer_memory:
+            if self._try_reserve(size):
                 self._inbox.append(item)
-                self._queued = queued
                 if not self._scheduled:
                     self._scheduled = True
                     self._lt.call(self._drain_inbox)
@@ -530,12 +518,10 @@ class Producer(_Facade[AsyncProducer]):
                 tally.failed(exc, len(cols))
                 raise
         chunks = core.column_chunks(cols)
-        owner = get_ident() == self._owner
         for i, chunk in enumerate(chunks):
             size = int(chunk.sizes.sum())
             try:
-                if self._held() + size > self._buffer_memory:
-                    self._wait_for_space(min(size, self._buffer_memory))
+                self._buffer.reserve(size, min(size, self._buffer.limit))
             except KafkaError as exc:
                 self._lt.call(tally.failed, exc, sum(len(c) for c in chunks[i:]))
                 raise
@@ -543,23 +529,12 @@ class Producer(_Facade[AsyncProducer]):
             with self._lock:
                 self._chunks += 1  # before the append: a drain that sees it sees the count
                 self._inbox.append(_Chunk(topic, chunk, tally))  # type: ignore[arg-type]
-                if owner:
-                    self._queued += size
-                else:
-                    self._queued_other += size
             self._schedule()
         return cf
 
     def _enqueue(self, item: Item, size: int) -> None:
-        if self._held() + size > self._buffer_memory:
-            self._wait_for_space(size)
-        if get_ident() == self._owner:
-            self._inbox.append(item)
-            self._queued += size
-        else:
-            with self._lock:
-                self._inbox.append(item)
-                self._queued_other += size
+        self._buffer.reserve(size)  # blocks while buffer.memory is full (max.block.ms)
+        self._inbox.append(item)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -569,48 +544,6 @@ class Producer(_Facade[AsyncProducer]):
         if not self._scheduled:
             self._scheduled = True
             self._lt.call(self._drain_inbox)
-
-    def _held(self) -> int:
-        """Bytes queued and not yet released (a concurrent producing thread's record in
-        flight may be missing: the bound can be passed by one record per thread)."""
-        return self._queued + self._queued_other - self._core.released_bytes
-
-    def _wait_for_space(self, size: int) -> None:
-        """Block until the producer holds less than buffer.memory, up to max.block.ms.
-
-        Once blocked, the caller waits for a quarter of buffer.memory to be free (or for
-        what the record needs, if more), not just for this record's bytes: it then queues a
-        burst the loop thread takes in a few calls, rather than the few hundred records a
-        batch's release makes room for, each burst paying the intake's fixed costs. At
-        max.block.ms a record that fits is still taken."""
-        memory = self._buffer_memory
-        if size > memory:
-            raise KafkaError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"the record is {size} bytes when serialized, more than buffer.memory ({memory})",
-            )
-        wake_below = memory - max(size, memory // 4)
-        deadline = time.monotonic() + self._max_block
-        while True:
-            self._space.clear()
-            self._wake_below = wake_below
-            self._want_space = True
-            if self._held() <= wake_below:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if self._held() + size <= memory:
-                    return
-                raise BufferExhaustedError(memory, self._max_block)
-            # the core sets _space when it releases; the timeout only bounds a lost wakeup
-            self._space.wait(min(remaining, 0.05))
-
-    def _released(self) -> None:
-        """The core gave bytes back (loop thread): wake a caller blocked in produce once
-        what it waits for is free."""
-        if self._want_space and self._held() <= self._wake_below:
-            self._want_space = False
-            self._space.set()
 
     def _drain_inbox(self, chained: bool = True) -> None:
         """Hand the inbox to the core, at most _DRAIN_MAX items a call: with more, the call
@@ -655,7 +588,7 @@ class Producer(_Facade[AsyncProducer]):
         except Exception as exc:  # a bug here must not leave records unresolved
             log.exception("producer intake failed")
             err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
-            self._core._set_fatal(err)
+            self._core.fail_fatal(err)
             fail_items(items, err)
 
     def _append_plain(self, items: list[Item]) -> bool:
@@ -665,11 +598,7 @@ class Producer(_Facade[AsyncProducer]):
         the next burst starts another). False: not such a burst, nothing done."""
         core = self._core
         topic = items[0][0]
-        if (
-            self._transactional
-            or core.cluster.partition_count(topic) is None
-            or topic in core._awaiting_metadata
-        ):
+        if self._transactional or not core.accumulator.metadata_ready(topic):
             return False
         now = time.time_ns() // 1_000_000
         cols = plain_columns(items, now)
@@ -692,7 +621,7 @@ class Producer(_Facade[AsyncProducer]):
         except Exception as exc:  # a bug here must not leave the call unresolved
             log.exception("producer intake failed")
             err = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"intake failed: {exc}")
-            self._core._set_fatal(err)
+            self._core.fail_fatal(err)
             if chunk.tally.remaining:
                 chunk.tally.failed(err, chunk.tally.remaining)
 

@@ -1,8 +1,9 @@
 """Transactions: the producer's transaction states, coordinator requests, resumed transactions.
 
 :class:`TransactionManager` (Kafka's) is the producer's state machine: the producer's
-transactional methods delegate to it, and it reaches the producer's batches only through
-the producer (flush, ``drop_unsent``). Besides: the states and their legal transitions,
+transactional methods delegate to it, and it reaches the producer only through
+:class:`TransactionHost` (flush, ``drop_unsent``, fail, wake the sender) and the identity
+through :class:`Idempotence`'s methods. Besides: the states and their legal transitions,
 how each coordinator error is classified, the request loop to a coordinator (found with
 FindCoordinator, re-found on NOT_COORDINATOR or a lost connection, retried on
 CONCURRENT_TRANSACTIONS and load errors until ``transaction.timeout.ms``, see
@@ -25,8 +26,9 @@ import contextlib
 import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from samsa.client._accumulator import ProducerHost
 from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import PRODUCER, Config
 from samsa.client._errors import (
@@ -38,13 +40,11 @@ from samsa.client._errors import (
     TransactionAbortedError,
     TransactionStateError,
 )
+from samsa.client._idempotence import Idempotence
 from samsa.client._retry import COORDINATOR_MOVED, deciding_code
 from samsa.client._types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
-
-if TYPE_CHECKING:
-    from samsa.client._producer import AsyncProducer
 
 log = logging.getLogger("samsa.client.transactions")
 
@@ -403,22 +403,42 @@ def normalize_offsets(
     return {TopicPartition(*tp): int(off) for tp, off in offsets.items()}
 
 
+class TransactionHost(ProducerHost, Protocol):
+    """The producer as its transaction manager sees it."""
+
+    transactional_id: str | None
+    config: Config
+    cluster: Cluster
+
+    @property
+    def running(self) -> bool:
+        """Started and not closed."""
+        ...
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Until every record sent so far is acknowledged or failed."""
+
+    def drop_unsent(self, err: BaseException) -> None:
+        """Fail every record not sent yet."""
+
+
 class TransactionManager:
     """The transactional producer's state machine and coordinator requests (Kafka's
     ``TransactionManager``; see ``_producer``'s module docstring for the protocol). It
     holds which partitions are in the open transaction, why it must abort, and whether the
-    abort must bump the epoch; it acts on the producer's batches only through the
-    producer (flush, failing what is not sent yet)."""
+    abort must bump the epoch; it acts on the producer's batches only through its host
+    (flush, failing what is not sent yet)."""
 
-    def __init__(self, producer: AsyncProducer) -> None:
-        self.p = producer
-        self.transactional_id = producer.transactional_id
-        c = producer.config
+    def __init__(self, host: TransactionHost, idem: Idempotence) -> None:
+        self.host = host
+        self.idem = idem
+        self.transactional_id = host.transactional_id
+        c = host.config
         self.timeout_ms = c.int("transaction.timeout.ms")
         self.two_phase = c.bool("transaction.two.phase.commit.enable")  # KIP-939
         self.tv2 = False  # transactions v2 (KIP-890 part 2), decided at init
         self.state = TransactionState.UNINITIALIZED
-        self.channel = TxnChannel(producer.cluster, timeout=txn_retry_timeout(c))
+        self.channel = TxnChannel(host.cluster, timeout=txn_retry_timeout(c))
         self.lock = asyncio.Lock()  # one coordinator request at a time, in order
         self.added: set[TopicPartition] = set()  # partitions in the open transaction
         self.new: set[TopicPartition] = set()  # to add before their first batch
@@ -504,9 +524,8 @@ class TransactionManager:
     def require_txn(self, what: str) -> None:
         if self.transactional_id is None:
             raise TransactionStateError(f"{what}: the producer has no transactional.id")
-        if self.p._fatal is not None:
-            raise self.p._fatal
-        if self.p._closed or not self.p._started:
+        self._raise_fatal()
+        if not self.host.running:
             raise ClosedError(f"{what}: producer is not running")
 
     def require_open(self, what: str) -> None:
@@ -516,8 +535,9 @@ class TransactionManager:
             raise TransactionStateError(f"{what}: no open transaction ({self.state.value})")
 
     def send_error(self) -> BaseException:
-        if self.p._fatal is not None:
-            return self.p._fatal
+        fatal = self.host.fatal_error
+        if fatal is not None:
+            return fatal
         if self.state is TransactionState.ABORTABLE_ERROR:
             cause = self.error
             code = getattr(cause, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -526,9 +546,36 @@ class TransactionManager:
             f"no open transaction (state {self.state.value}): call begin_transaction()"
         )
 
+    def _raise_fatal(self) -> None:
+        fatal = self.host.fatal_error
+        if fatal is not None:
+            raise fatal
+
+    def enter_fatal(self) -> None:
+        """The producer failed (fenced, ...): every transactional call raises."""
+        self.state = TransactionState.FATAL_ERROR
+
+    def admission_error(self) -> BaseException | None:
+        """None while records may join the transaction (open, or committing: sent
+        before the commit), else why not."""
+        if self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
+            return None
+        return self.send_error()
+
+    def enlist(self, tp: TopicPartition) -> None:
+        """A partition gets a record: add it to the transaction unless it is in it."""
+        if tp not in self.added:
+            self.add_partition(tp)
+
+    def includes(self, tp: TopicPartition) -> bool:
+        """The partition is in the open transaction (the sender holds its batches until)."""
+        return tp in self.added
+
+    def aborting_with_bump(self) -> bool:
+        return self.state is TransactionState.ABORTING and self.bump
+
     def transition(self, target: TransactionState, what: str) -> None:
-        if self.p._fatal is not None:
-            raise self.p._fatal
+        self._raise_fatal()
         check_transition(self.state, target, what)
         log.debug("transaction state %s -> %s", self.state.value, target.value)
         self.state = target
@@ -567,7 +614,7 @@ class TransactionManager:
         if err is None:
             return
         if outcome is Outcome.FATAL:
-            self.p._set_fatal(err)
+            self.host.fail_fatal(err)
         else:
             self.fail(err, bump=outcome is Outcome.ABORTABLE_BUMP)
         raise err
@@ -588,17 +635,17 @@ class TransactionManager:
             log.warning("transaction must abort: %s", err)
             self.state = TransactionState.ABORTABLE_ERROR
         self.new.clear()
-        self.p.drop_unsent(self.send_error())
+        self.host.drop_unsent(self.send_error())
 
     def add_partition(self, tp: TopicPartition) -> None:
         if self.tv2:  # Produce v12 adds the partition with its first batch
             self.added.add(tp)
             self.started = True
-            self.p._wake.set()
+            self.host.wake()
             return
         self.new.add(tp)
         if self._add_task is None or self._add_task.done():
-            self._add_task = self.p._spawn(self._add_partitions())
+            self._add_task = self.host.spawn(self._add_partitions())
 
     async def _add_partitions(self) -> None:
         """AddPartitionsToTxn for partitions about to get their first batch; the sender
@@ -613,13 +660,13 @@ class TransactionManager:
                         return
                     tps = sorted(self.new)
                     code = await self.channel.add_partitions(
-                        self.transactional_id, self.p.producer_id, self.p.epoch, tps
+                        self.transactional_id, self.idem.producer_id, self.idem.epoch, tps
                     )
                     if code == 0:
                         self.added.update(tps)
                         self.new.difference_update(tps)
                         self.started = True
-                        self.p._wake.set()
+                        self.host.wake()
                         continue
                 with contextlib.suppress(KafkaError):
                     self.check(code, "AddPartitionsToTxn", ABORTABLE_ADD)
@@ -629,7 +676,7 @@ class TransactionManager:
             # the abort must bump the epoch, which ends whatever it holds (rule 10).
             self.fail(exc, bump=True)
         finally:
-            self.p._wake.set()
+            self.host.wake()
 
     async def init(self, producer_id: int = -1, epoch: int = -1) -> None:
         """InitProducerId for the transactional id; with (producer id, epoch) it is the
@@ -655,10 +702,10 @@ class TransactionManager:
             assert err is not None
             if not isinstance(err, ProducerFencedError):
                 err = KafkaError(code, "InitProducerId")
-            self.p._set_fatal(err)
+            self.host.fail_fatal(err)
             raise err
         # Partitions renumber from 0 under the new identity when next drained.
-        self.p._idem.producer_id, self.p._idem.epoch = pid, ep
+        self.idem.set_identity(pid, ep)
         self.bump = False
         log.info("transactional id %s: producer id %d epoch %d", self.transactional_id, pid, ep)
         if self.state is TransactionState.INITIALIZING:
@@ -668,7 +715,7 @@ class TransactionManager:
         self, offsets: dict[TopicPartition, int], meta: ConsumerGroupMetadata
     ) -> None:
         assert self.transactional_id is not None
-        ids = (self.transactional_id, self.p.producer_id, self.p.epoch)
+        ids = (self.transactional_id, self.idem.producer_id, self.idem.epoch)
         async with self.lock:
             try:
                 if not self.tv2:  # TV2: TxnOffsetCommit v5 adds the offsets partition
@@ -683,15 +730,14 @@ class TransactionManager:
 
     async def prepare(self) -> PreparedTransaction:
         assert self.transactional_id is not None
-        await self.p.flush()
-        if self.p._fatal is not None:
-            raise self.p._fatal
+        await self.host.flush()
+        self._raise_fatal()
         if self.state is not TransactionState.IN_TRANSACTION:
             raise self.send_error()
         async with self.lock:  # no AddPartitionsToTxn still on its way
             self.transition(TransactionState.PREPARED, "prepare_transaction")
         return PreparedTransaction(
-            self.transactional_id, self.p.producer_id, self.p.epoch, self.started
+            self.transactional_id, self.idem.producer_id, self.idem.epoch, self.started
         )
 
     async def end(self, commit: bool) -> None:
@@ -700,12 +746,11 @@ class TransactionManager:
         assert self.transactional_id is not None
         if not commit:
             self.new.clear()
-            self.p.drop_unsent(TransactionAbortedError())
+            self.host.drop_unsent(TransactionAbortedError())
         # Batches already sent must be resolved first: an unresolved one could land in the
         # next transaction, and sequences must stay known (unless the epoch changes).
-        await self.p.flush()
-        if self.p._fatal is not None:
-            raise self.p._fatal
+        await self.host.flush()
+        self._raise_fatal()
         if commit and self.state is not TransactionState.COMMITTING:
             raise self.send_error()  # a batch or partition failed during the flush
         async with self.lock:
@@ -718,13 +763,17 @@ class TransactionManager:
             tv2_bump = self.tv2 and not commit and self.bump
             if (self.started or tv2_bump) and not unknown_id:
                 code, pid, ep = await self.channel.end_txn(
-                    self.transactional_id, self.p.producer_id, self.p.epoch, commit, tv2=self.tv2
+                    self.transactional_id,
+                    self.idem.producer_id,
+                    self.idem.epoch,
+                    commit,
+                    tv2=self.tv2,
                 )
                 self.check(code, "EndTxn")
                 # TV2: the epoch moved on (sequences restart under the new identity).
-                self.p._idem.producer_id, self.p._idem.epoch = pid, ep
+                self.idem.set_identity(pid, ep)
             if not commit and self.bump and not (tv2_bump and not unknown_id):
-                await self.init(self.p.producer_id, self.p.epoch)
+                await self.init(self.idem.producer_id, self.idem.epoch)
             self.bump = False
         self.added.clear()
         self.new.clear()

@@ -73,7 +73,7 @@ def test_threads_producing_at_once_keep_order_and_exact_buffer_accounting(
             th.join(60)
         assert not errors
         assert p.flush(60) == 0
-        assert p._held() == 0  # every byte counted in was given back, none twice
+        assert p._core.buffer.held() == 0  # every byte counted in was given back, none twice
     records = read_topic(shared_broker.bootstrap, topic)
     assert len(records) == threads * per_thread
     last: dict[tuple[int, int], int] = {}
