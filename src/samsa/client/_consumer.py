@@ -115,12 +115,11 @@ class AsyncConsumer:
         if self.group_id is not None:
             group = GroupChannel(self.cluster, self.group_id)
             commit = self._auto_commit if self.auto_commit else None
+            parts = (c, group, self.subscriptions, self._assign, commit)
             self.membership = (
-                ConsumerProtocolMembership(c, group, self.subscriptions, self._assign, commit)
+                ConsumerProtocolMembership(*parts)
                 if self.kip848
-                else ClassicMembership(
-                    c, group, self.subscriptions, self._assign, commit, self.assignor
-                )
+                else ClassicMembership(*parts, assignor=self.assignor)
             )
         self._commit_lock = asyncio.Lock()  # commits in call order: offsets never go back
         self._last_commit = 0.0

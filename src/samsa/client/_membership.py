@@ -134,6 +134,7 @@ class _Member:
     """What both memberships share: collaborators, the state table, the heartbeat task."""
 
     TRANSITIONS: ClassVar[dict[Any, frozenset[Any]]]
+    INITIAL: ClassVar[Any]
 
     def __init__(
         self,
@@ -142,7 +143,6 @@ class _Member:
         subscriptions: SubscriptionState,
         assign: Assign,
         auto_commit: Commit | None,
-        initial: enum.Enum,
     ) -> None:
         self.config = config
         self.group = group
@@ -150,7 +150,7 @@ class _Member:
         self.subscriptions = subscriptions
         self._assign = assign
         self._auto_commit = auto_commit
-        self.state: Any = initial
+        self.state: Any = self.INITIAL
         self.generation = -1
         self.closed = False
         self.heartbeat_task: asyncio.Task[None] | None = None
@@ -198,18 +198,12 @@ class ClassicMembership(_Member):
         _C.REJOIN_NEEDED: frozenset({_C.COMPLETING_REBALANCE, _C.STABLE, _C.UNJOINED}),
     }
 
-    def __init__(
-        self,
-        config: Config,
-        group: GroupChannel,
-        subscriptions: SubscriptionState,
-        assign: Assign,
-        auto_commit: Commit | None,
-        assignor: str,
-    ) -> None:
-        super().__init__(config, group, subscriptions, assign, auto_commit, _C.UNJOINED)
+    INITIAL = _C.UNJOINED
+
+    def __init__(self, *args: Any, assignor: str) -> None:
+        super().__init__(*args)
         self.assignor = assignor
-        self.retry_backoff = config.seconds("retry.backoff.ms")
+        self.retry_backoff = self.config.seconds("retry.backoff.ms")
         self.member_id = ""
 
     @property
@@ -414,18 +408,13 @@ class ConsumerProtocolMembership(_Member):
         _K.REJOIN_NEEDED: frozenset({_K.STABLE, _K.UNJOINED}),
     }
 
-    def __init__(
-        self,
-        config: Config,
-        group: GroupChannel,
-        subscriptions: SubscriptionState,
-        assign: Assign,
-        auto_commit: Commit | None,
-    ) -> None:
-        super().__init__(config, group, subscriptions, assign, auto_commit, _K.UNJOINED)
+    INITIAL = _K.UNJOINED
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         # KIP-848 members name themselves (ConsumerGroupHeartbeat v1), once per consumer.
         self.member_id = str(uuid.uuid4())
-        self.heartbeat_interval = config.seconds("heartbeat.interval.ms")
+        self.heartbeat_interval = self.config.seconds("heartbeat.interval.ms")
 
     @property
     def needs_join(self) -> bool:

@@ -896,49 +896,20 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
-def decode_fetched(
-    data: bytes | bytearray | memoryview | None,
-    topic: str,
-    partition: int,
-    position: int,
-    *,
-    isolation_level: int = READ_UNCOMMITTED,
-    aborted: Iterable[Any] = (),
-    check_crcs: bool = True,
-    include_headers: bool = False,
-    max_records: int | None = None,
-) -> DecodedFetch:
-    """A Fetch response's records for one partition as an Arrow batch in Spark's layout.
-
-    Batches are kept by :class:`~samsa.protocol.fetched.KeptBatches`: a partial batch at the
-    end is ignored, records below ``position`` are dropped, control batches skipped, and with
-    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
-    ((producer id, first offset) pairs, or objects with ``producer_id`` and
-    ``first_offset``, as kio's) are skipped up to their abort marker. At most
-    ``max_records`` rows; ``next_offset`` is the position after what was returned or
-    skipped. A corrupt batch raises :class:`InvalidBatchError` (CORRUPT_MESSAGE).
-    """
-    if max_records is not None and max_records <= 0:
-        raise ValueError("max_records must be positive")
-    if not data:
-        return DecodedFetch(_empty(include_headers), position)
-    batches = KeptBatches(
-        data,
-        position,
-        name=f"{topic}-{partition}",
-        isolation_level=isolation_level,
-        aborted=aborted,
-        check_crcs=check_crcs,
-    )
+def _sections(
+    batches: KeptBatches, position: int, max_records: int | None
+) -> tuple[list[_Kept], list[bytes | memoryview], bool, bool]:
+    """The record sections of the kept batches (decompressed), whether any was compressed,
+    and whether ``max_records`` rows were certain before the last data batch seen."""
     sections: list[bytes | memoryview] = []
     kept: list[_Kept] = []
     sure = 0  # records certainly at or after the position in the kept batches
     at = 0
     compressed = False
-    mv = batches.data
     full = False  # max_records rows are certain before the last data batch seen
+    mv = batches.data
     for batch in batches:
-        where = f"{topic}-{partition} at offset {batch.base_offset}"
+        where = f"{batches.name} at offset {batch.base_offset}"
         if max_records is not None and sure >= max_records:
             full = True  # this batch has rows beyond the limit: stop after the last row
             break
@@ -967,12 +938,50 @@ def decode_fetched(
         at += len(section)
         if batch.base_offset >= position:
             sure += batch.record_count
+    return kept, sections, compressed, full
+
+
+def decode_fetched(
+    data: bytes | bytearray | memoryview | None,
+    topic: str,
+    partition: int,
+    position: int,
+    *,
+    isolation_level: int = READ_UNCOMMITTED,
+    aborted: Iterable[Any] = (),
+    check_crcs: bool = True,
+    include_headers: bool = False,
+    max_records: int | None = None,
+) -> DecodedFetch:
+    """A Fetch response's records for one partition as an Arrow batch in Spark's layout.
+
+    Batches are kept by :class:`~samsa.protocol.fetched.KeptBatches`: a partial batch at the
+    end is ignored, records below ``position`` are dropped, control batches skipped, and with
+    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
+    ((producer id, first offset) pairs, or objects with ``producer_id`` and ``first_offset``)
+    are skipped up to their abort marker. At most ``max_records`` rows; ``next_offset`` is
+    the position after what was returned or skipped. A corrupt batch raises
+    :class:`InvalidBatchError` (CORRUPT_MESSAGE).
+    """
+    if max_records is not None and max_records <= 0:
+        raise ValueError("max_records must be positive")
+    if not data:
+        return DecodedFetch(_empty(include_headers), position)
+    batches = KeptBatches(
+        data,
+        position,
+        name=f"{topic}-{partition}",
+        isolation_level=isolation_level,
+        aborted=aborted,
+        check_crcs=check_crcs,
+    )
+    kept, sections, compressed, full = _sections(batches, position, max_records)
     next_offset = batches.next_offset
     if not kept:
         return DecodedFetch(_empty(include_headers), next_offset)
 
     # uncompressed records are read where they are; else every section is copied together
-    buf: bytes | memoryview = mv
+    buf: bytes | memoryview = batches.data
     if compressed:
         buf = b"".join(sections)
         for k in kept:
