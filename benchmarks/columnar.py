@@ -6,7 +6,7 @@ Micro-benchmarks (no I/O, same process, same data; 100-byte values, 8-byte keys)
   over prebuilt ``NewRecord`` objects, one batch of 16,384 records; uncompressed and LZ4
   (default level, as ``build_batch``, and level 1);
 * partition: ``partitions_for_keys`` vs ``partition_for_key`` per key;
-* decode: ``decode_fetched`` (to an Arrow batch) vs the consumer's ``parse_fetched`` (a
+* decode: ``decode_fetched`` (to an Arrow batch) vs the reference ``parse_fetched`` (tests/) (a
   ``ConsumerRecord`` per record) and vs ``parse_fetched`` + the Spark source's ``to_arrow``,
   on one fetch of 65,536 records in 16,384-record batches and in 100-record batches.
 
@@ -44,12 +44,13 @@ from typing import Any
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the reference decoder
 
 from _brokers import HOST, SamsaBroker
 
+from _fetch_reference import parse_fetched
 from samsa.client import Admin, TopicPartition, partition_for_key
 from samsa.client._connection import BlockingConnection
-from samsa.client._consumer import parse_fetched
 from samsa.protocol.columnar import (
     decode_fetched,
     encode_batches,

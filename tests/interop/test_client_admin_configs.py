@@ -15,7 +15,7 @@ from samsa.client import (
     Producer,
     TopicPartition,
 )
-from samsa.client._admin import EARLIEST
+from samsa.protocol.constants import EARLIEST
 from samsa.protocol.errors import ErrorCode
 
 DYNAMIC_TOPIC_CONFIG = 1

@@ -115,8 +115,8 @@ def _read(bootstrap: str, topic: str, isolation: str, how: str, expect: int) -> 
             core = c._core
             held = c._lt.run_sync(
                 lambda core=core: (
-                    [len(q) for q in core._buffer.values()]
-                    + [sum(e.size for q in core._buffer.values() for e in q)]
+                    [len(q) for q in core.fetcher.buffer.fetches.values()]
+                    + [core.fetcher.buffer.size()]
                 )
             )
             assert max(held[:-1], default=0) <= 2 and held[-1] <= 2 * 2 * 4096
@@ -164,7 +164,7 @@ def test_commit_after_consume_arrow_and_fetch_ahead(bootstrap: str) -> None:
             got = c.consume_arrow(10, 1.0)
         assert got.column("offset").to_pylist() == list(range(10))
         # the next Fetch was sent before consume_arrow returned: it answers meanwhile
-        assert c._lt.run_sync(lambda: c._core._fetching is not None)
+        assert c._lt.run_sync(lambda: c._core.fetcher.fetching is not None)
         c.commit()
         assert c.committed([tp])[tp] == 10 == c.position(tp)
         c.seek(tp, 1500)
@@ -196,6 +196,6 @@ def test_close_with_a_fetch_ahead_in_flight_leaves_nothing_unread(
             end = time.monotonic() + T
             while c.consume_arrow(10, 1.0).num_rows == 0 and time.monotonic() < end:
                 pass
-            assert c._lt.run_sync(lambda c=c: c._core._fetching is not None)
+            assert c._lt.run_sync(lambda c=c: c._core.fetcher.fetching is not None)
     gc.collect()
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

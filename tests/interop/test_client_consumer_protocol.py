@@ -18,6 +18,7 @@ from _broker import BrokerProcess
 from samsa.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition
 from samsa.client._aconn import AsyncConnection
 from samsa.client._consumer import AsyncConsumer
+from samsa.client._membership import ConsumerProtocolMembership
 from samsa.protocol.messages import ApiKey
 
 PARTITIONS = 4
@@ -41,21 +42,23 @@ class _Spy:
         self.epochs: dict[str, int] = {}  # member id -> last epoch a heartbeat gave it
         self.commits: list[tuple[str, str, int, int | None]] = []  # group, member, sent, held
         set_assignment, on_heartbeat = (
-            AsyncConsumer._set_assignment,
-            AsyncConsumer._on_consumer_heartbeat,
+            AsyncConsumer._assign,
+            ConsumerProtocolMembership._on_consumer_heartbeat,
         )
         send = AsyncConnection.send_nowait
 
-        def spy_set(core: AsyncConsumer, tps: list[TopicPartition]) -> None:
+        def spy_set(core: AsyncConsumer, tps: list[TopicPartition], keep: bool = True) -> None:
             with self.lock:
-                set_assignment(core, tps)
-                self.assignments.append((core._member_id_848, frozenset(core._assignment)))
+                set_assignment(core, tps, keep)
+                assert core.membership is not None
+                member = core.membership.member_id
+                self.assignments.append((member, frozenset(core.assignment())))
 
-        async def spy_heartbeat(core: AsyncConsumer, resp: Any) -> bool:
+        async def spy_heartbeat(member: ConsumerProtocolMembership, resp: Any) -> bool:
             if not int(resp.error_code):
                 with self.lock:
-                    self.epochs[core._member_id_848] = int(resp.member_epoch)
-            return await on_heartbeat(core, resp)
+                    self.epochs[member.member_id] = int(resp.member_epoch)
+            return await on_heartbeat(member, resp)
 
         def spy_send(conn: AsyncConnection, api_key: int, entity: Any, **kw: Any) -> Any:
             if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and entity.member_epoch < 0:
@@ -68,8 +71,8 @@ class _Spy:
                     self.commits.append((entity.group_id, entity.member_id, sent, held))
             return send(conn, api_key, entity, **kw)
 
-        monkeypatch.setattr(AsyncConsumer, "_set_assignment", spy_set)
-        monkeypatch.setattr(AsyncConsumer, "_on_consumer_heartbeat", spy_heartbeat)
+        monkeypatch.setattr(AsyncConsumer, "_assign", spy_set)
+        monkeypatch.setattr(ConsumerProtocolMembership, "_on_consumer_heartbeat", spy_heartbeat)
         monkeypatch.setattr(AsyncConnection, "send_nowait", spy_send)
 
     def owned_twice(self) -> list[tuple[TopicPartition, ...]]:

@@ -101,10 +101,10 @@ def _handler(c: Consumer) -> FetchSessionHandler:
     core = c._core
 
     async def settle() -> FetchSessionHandler:
-        if core._fetching is not None:
+        if core.fetcher.fetching is not None:
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(core._fetching), T)
-        (h,) = core._sessions.values()
+                await asyncio.wait_for(asyncio.shield(core.fetcher.fetching), T)
+        (h,) = core.fetcher.sessions.values()
         return h
 
     return c._lt.run(settle())

@@ -11,14 +11,13 @@ from typing import Any
 
 from _scenario import TS, producer, topic
 
+from samsa.protocol.constants import READ_COMMITTED
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch
 from samsa.testing.oracle import Outcome, Side, transient
 
 Run = Callable[..., Outcome]
-
-READ_COMMITTED = 1
 
 
 def txn_batch(pid: int, epoch: int, seq: int, count: int = 1, value: bytes = b"t") -> bytes:

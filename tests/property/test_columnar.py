@@ -7,7 +7,7 @@
 * murmur2: the vectorised hash and partition equal the per-record ones;
 * decoder: on arbitrary logs of plain, transactional (committed, aborted, open), control,
   compacted (offset gaps inside a batch), LogAppendTime and compressed batches, with a
-  partial batch at the end, the Arrow batch equals the consumer's ``parse_fetched`` turned
+  partial batch at the end, the Arrow batch equals the reference ``parse_fetched`` (tests/) turned
   into Arrow by the Spark source's ``to_arrow``, and the next position is the same;
 * corrupt bytes never escape as anything but :class:`InvalidBatchError`.
 """
@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
 
+from _fetch_reference import parse_fetched
 from samsa.client import Admin, TopicPartition, murmur2, partition_for_key
 from samsa.client._connection import BlockingConnection
-from samsa.client._consumer import READ_COMMITTED, AbortedTxn, parse_fetched
 from samsa.protocol.columnar import (
     HEADERS_TYPE,
     decode_fetched,
@@ -39,6 +39,8 @@ from samsa.protocol.columnar import (
     murmur2_array,
     partitions_for_keys,
 )
+from samsa.protocol.constants import READ_COMMITTED
+from samsa.protocol.fetched import AbortedTxn
 from samsa.protocol.records import (
     CONTROL_FLAG,
     CRC_START,

@@ -15,12 +15,10 @@ from samsa.cli._clientutil import (
 )
 from samsa.client import Admin, Consumer, TopicPartition
 from samsa.client._connection import BlockingConnection
+from samsa.protocol.constants import EARLIEST, LATEST
 from samsa.protocol.messages import ApiKey
 from samsa.protocol.records import iter_batches
 from samsa.testing import fetch_request
-
-EARLIEST = -2
-LATEST = -1
 
 
 @one_line_errors

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from samsa.client import _describe_configs as describe
+from samsa.client._assignors import assigned_partitions
 from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
 from samsa.client._config import ADMIN, Config
 from samsa.client._errors import KafkaConnectionError, KafkaError
@@ -30,11 +31,9 @@ from samsa.client._types import (
     TransactionDescription,
     TransactionListing,
 )
+from samsa.protocol.constants import LATEST
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, api_name, make_request
-
-LATEST = -1  # ListOffsets timestamps: the log end offset
-EARLIEST = -2  # the log start offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,8 +522,6 @@ class AsyncAdmin:
         )
 
     async def _describe_classic(self, group_id: str) -> GroupDescription:
-        from samsa.client._consumer import decode_assignment
-
         resp, _ = await self.cluster.coordinator_call(
             KEY_GROUP,
             group_id,
@@ -540,7 +537,7 @@ class AsyncAdmin:
                 m.member_id,
                 m.client_id,
                 m.client_host,
-                tuple(decode_assignment(m.member_assignment))
+                tuple(assigned_partitions(m.member_assignment))
                 if g.protocol_type == "consumer"
                 else (),
                 getattr(m, "group_instance_id", None),
@@ -579,65 +576,16 @@ class AsyncAdmin:
         ``EARLIEST`` (-2) the log start offset, else the first offset at or after a
         timestamp (-1 in the result: none)."""
         tps = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
+        await self._known(tps)
+        return await self.cluster.list_offsets(tps, timestamp)
 
-        def fields(v: int, topics: dict[str, list[int]]) -> dict[str, Any]:
-            k = ApiKey.LIST_OFFSETS
-            return {
-                "replica_id": -1,
-                "isolation_level": 0,
-                "topics": tuple(
-                    make_request(
-                        k,
-                        v,
-                        "ListOffsetsTopic",
-                        name=t,
-                        partitions=tuple(
-                            make_request(
-                                k,
-                                v,
-                                "ListOffsetsPartition",
-                                partition_index=p,
-                                current_leader_epoch=-1,
-                                timestamp=timestamp,
-                            )
-                            for p in ps
-                        ),
-                    )
-                    for t, ps in topics.items()
-                ),
-            }
-
-        found = await self._leader_call(
-            tps,
-            ApiKey.LIST_OFFSETS,
-            (1, 7),
-            "ListOffsetsRequest",
-            fields,
-            lambda resp: [
-                (TopicPartition(t.name, int(p.partition_index)), int(p.error_code), int(p.offset))
-                for t in resp.topics
-                for p in t.partitions
-            ],
-        )
-        return {tp: int(v) for tp, v in found.items()}
-
-    async def _leader_call(
-        self,
-        tps: list[TopicPartition],
-        api_key: int,
-        versions: tuple[int, int],
-        cls: str,
-        fields: Any,
-        results: Any,
-        *,
-        errors_in_result: bool = False,
-    ) -> dict[TopicPartition, Any]:
-        """One request per partition leader, resent for the partitions whose leader moved
-        (as DescribeProducers above); ``results(resp)`` yields (partition, error, value).
-        A partition's other error raises, or with ``errors_in_result`` is its value."""
-        out: dict[TopicPartition, Any] = {}
-        names = sorted({tp.topic for tp in tps})
-        await self.cluster.refresh(names)
+    async def _known(
+        self, tps: list[TopicPartition], *, errors_in_result: bool = False
+    ) -> dict[TopicPartition, KafkaError]:
+        """The metadata of ``tps`` refreshed; a partition that does not exist raises (or with
+        ``errors_in_result`` is returned with its error)."""
+        out: dict[TopicPartition, KafkaError] = {}
+        await self.cluster.refresh(sorted({tp.topic for tp in tps}))
         for tp in tps:
             info = self.cluster.topics.get(tp.topic)
             if info is None or tp.partition not in info.partitions:
@@ -645,36 +593,6 @@ class AsyncAdmin:
                 if not errors_in_result:
                     raise err
                 out[tp] = err
-
-        async def attempt() -> None:
-            by_node: dict[int, dict[str, list[int]]] = {}
-            for tp in tps:
-                if tp in out:
-                    continue
-                leader = self.cluster.leader(*tp)
-                if leader is None:
-                    await self.cluster.refresh(names)
-                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition}")
-                by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
-            stale = 0
-            for node, topics in by_node.items():
-                resp = await self.cluster.send(
-                    node, api_key, versions, cls, lambda v, topics=topics: fields(v, topics)
-                )
-                for tp, code, value in results(resp):
-                    if code in INVALID_METADATA:
-                        stale = code
-                    elif code and errors_in_result:
-                        out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
-                    elif code:
-                        raise KafkaError(code, f"{tp.topic}-{tp.partition}")
-                    else:
-                        out[tp] = value
-            if stale:
-                await self.cluster.refresh(names)
-                raise RetryLater(stale, api_name(api_key))
-
-        await self.cluster.retry(attempt, what=api_name(api_key))
         return out
 
     # --- configs, partitions, records ------------------------------------------------------
@@ -909,8 +827,10 @@ class AsyncAdmin:
                 "timeout": int(self.request_timeout * 1000),
             }
 
-        found = await self._leader_call(
-            list(wanted),
+        unknown = await self._known(list(wanted), errors_in_result=True)
+        found: dict[TopicPartition, Any] = dict(unknown)
+        found |= await self.cluster.leader_call(
+            [tp for tp in wanted if tp not in unknown],
             k,
             (0, 2),
             "DeleteRecordsRequest",

@@ -26,9 +26,18 @@ from typing import Any, TypeVar
 from samsa.client._aconn import AsyncConnection
 from samsa.client._config import Config
 from samsa.client._errors import BootstrapError, KafkaConnectionError, KafkaError
-from samsa.client._retry import COORDINATOR_MOVED, Backoff, RetryLater, deciding_code, retry
+from samsa.client._retry import (
+    COORDINATOR_MOVED,
+    INVALID_METADATA,
+    Backoff,
+    RetryLater,
+    deciding_code,
+    retry,
+)
 from samsa.client._security import AUTHENTICATION_ERRORS, PLAINTEXT, Security
 from samsa.client._security import from_config as security_from_config
+from samsa.client._types import TopicPartition
+from samsa.protocol.constants import READ_UNCOMMITTED
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, api_name, make_request
 
@@ -455,6 +464,112 @@ class Cluster:
         if p is None or p.leader < 0 or p.leader not in self.brokers:
             return None
         return p.leader
+
+    async def leader_call(
+        self,
+        tps: list[TopicPartition],
+        api_key: int,
+        versions: tuple[int, int],
+        cls: str,
+        fields: Callable[[int, dict[str, list[int]]], dict[str, Any]],
+        results: Callable[[Any], Iterable[tuple[TopicPartition, int, Any]]],
+        *,
+        errors_in_result: bool = False,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, Any]:
+        """One request per partition leader (``fields(version, {topic: partitions})``),
+        resent until ``timeout`` for the partitions whose leader is unknown or moved (the
+        metadata refreshed first); ``results(resp)`` yields (partition, error, value). A
+        partition's other error raises, or with ``errors_in_result`` is its value."""
+        what = api_name(api_key)
+        names = sorted({tp.topic for tp in tps})
+        out: dict[TopicPartition, Any] = {}
+
+        async def attempt() -> None:
+            by_node: dict[int, dict[str, list[int]]] = {}
+            for tp in tps:
+                if tp in out:
+                    continue
+                leader = self.leader(*tp)
+                if leader is None:
+                    await self.refresh(names)
+                    leader = self.leader(*tp)
+                    if leader is None:
+                        raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {tp}")
+                by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(tp.partition)
+            stale = 0
+            for node, topics in by_node.items():
+                resp = await self.send(
+                    node, api_key, versions, cls, lambda v, topics=topics: fields(v, topics)
+                )
+                for tp, code, value in results(resp):
+                    if code in INVALID_METADATA:
+                        stale = stale or code
+                    elif code and errors_in_result:
+                        out[tp] = KafkaError(code, f"{what} {tp.topic}-{tp.partition}")
+                    elif code:
+                        raise KafkaError(code, f"{what} {tp.topic}-{tp.partition}")
+                    else:
+                        out[tp] = value
+            if stale:
+                await self.refresh(names)
+                raise RetryLater(stale, what)
+
+        await self.retry(attempt, what=what, timeout=timeout)
+        return out
+
+    async def list_offsets(
+        self,
+        tps: list[TopicPartition],
+        timestamp: int,
+        *,
+        isolation_level: int = READ_UNCOMMITTED,
+        timeout: float | None = None,
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets at each partition's leader: ``EARLIEST``, ``LATEST`` or the first
+        offset at or after a timestamp (-1: none)."""
+        k = ApiKey.LIST_OFFSETS
+
+        def fields(v: int, topics: dict[str, list[int]]) -> dict[str, Any]:
+            return {
+                "replica_id": -1,
+                "isolation_level": isolation_level,
+                "topics": tuple(
+                    make_request(
+                        k,
+                        v,
+                        "ListOffsetsTopic",
+                        name=t,
+                        partitions=tuple(
+                            make_request(
+                                k,
+                                v,
+                                "ListOffsetsPartition",
+                                partition_index=p,
+                                current_leader_epoch=-1,
+                                timestamp=timestamp,
+                            )
+                            for p in ps
+                        ),
+                    )
+                    for t, ps in topics.items()
+                ),
+            }
+
+        found = await self.leader_call(
+            tps,
+            k,
+            (1, 7),
+            "ListOffsetsRequest",
+            fields,
+            lambda resp: [
+                (TopicPartition(t.name, int(p.partition_index)), int(p.error_code), int(p.offset))
+                for t in resp.topics
+                for p in t.partitions
+            ],
+            timeout=timeout,
+        )
+        return {tp: int(found[tp]) for tp in tps if tp in found}
 
     def partition_count(self, topic: str) -> int | None:
         info = self.topics.get(topic)

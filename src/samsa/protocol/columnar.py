@@ -20,20 +20,21 @@ Spark) are encoded the same way one level down: one joined element per header, a
 headers are a contiguous run of them. Headers given as Python objects (pairs or a mapping per
 row) take one Python step per row to become that column; Arrow headers take none.
 
-Decoding (:func:`decode_fetched`). Batch headers are read one by one (a Python loop per batch,
-with the same rules as the consumer's ``parse_fetched``: position, CRC, read_committed aborted
-transactions, control batches). Uncompressed records are read where they lie in the fetched
-bytes; if any batch is compressed, the kept sections are decompressed and joined. Finding
-where each record starts is a chain (record *i+1* starts where record *i*'s length says); it
-is guessed for all records at once and the guess checked at every guessed start, which
-settles batches of equal-sized records in a round or two of numpy passes. Only batches whose
-record sizes keep changing are walked in Python, one varint read per record (~0.2 us a
-record, profiled, against ~6 us for the per-record decoder). All other fields are then
-decoded for all records together, and keys, values and headers are gathered by
-``pyarrow.compute.take`` from one binary array whose offsets mark every field of the buffer,
-so no Python object is made per record. Every record's length is checked against the next
-record's start, whatever found it, and every field against its record's end: corrupt bytes
-raise :class:`InvalidBatchError`, and nothing is sized by a count the bytes cannot hold.
+Decoding (:func:`decode_fetched`). The batches to keep are chosen one by one (a Python loop
+per batch) by :class:`samsa.protocol.fetched.KeptBatches`: position, magic, CRC,
+read_committed aborted transactions, control batches. Uncompressed records are read where
+they lie in the fetched bytes; if any batch is compressed, the kept sections are
+decompressed and joined. Finding where each record starts is a chain (record *i+1* starts
+where record *i*'s length says); it is guessed for all records at once and the guess checked
+at every guessed start, which settles batches of equal-sized records in a round or two of
+numpy passes. Only batches whose record sizes keep changing are walked in Python, one varint
+read per record (~0.2 us a record, profiled, against ~6 us for the per-record decoder). All
+other fields are then decoded for all records together, and keys, values and headers are
+gathered by ``pyarrow.compute.take`` from one binary array whose offsets mark every field of
+the buffer, so no Python object is made per record. Every record's length is checked against
+the next record's start, whatever found it, and every field against its record's end:
+corrupt bytes raise :class:`InvalidBatchError`, and nothing is sized by a count the bytes
+cannot hold.
 
 The Arrow layout is Spark's Kafka source's (``key``, ``value``, ``topic``, ``partition``,
 ``offset``, ``timestamp`` in microseconds UTC, ``timestampType``, optional ``headers``), as
@@ -51,7 +52,7 @@ from __future__ import annotations
 import struct
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,26 +62,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from samsa.protocol.constants import READ_UNCOMMITTED
 from samsa.protocol.errors import ErrorCode
+from samsa.protocol.fetched import KeptBatches, corrupt
 from samsa.protocol.records import (
-    CONTROL_FLAG,
     HEADER_SIZE,
     MAGIC_V2,
-    MIN_BATCH_LENGTH,
     NO_SEQUENCE,
     TIMESTAMP_TYPE_FLAG,
     TRANSACTIONAL_FLAG,
     Compression,
-    ControlType,
     InvalidBatchError,
-    RecordBatchView,
     compress,
-    control_type_of,
     decompress,
 )
 
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -776,10 +772,6 @@ class _Kept:
     joined: int  # where they start once decompressed sections are joined
 
 
-def _corrupt(message: str) -> InvalidBatchError:
-    return InvalidBatchError(ErrorCode.CORRUPT_MESSAGE, message)
-
-
 def _walk(buf: bytes, pos: int, count: int, out: array) -> None:
     """Append the starts of ``count`` records from ``pos``, reading only their lengths.
 
@@ -812,7 +804,7 @@ def _walk(buf: bytes, pos: int, count: int, out: array) -> None:
                 shift += 7
             pos = q + ((n >> 1) ^ -(n & 1))
     except (IndexError, OverflowError):  # a length past the batch, or past any int64
-        raise _corrupt("record lengths run past the batch") from None
+        raise corrupt("record lengths run past the batch") from None
 
 
 def _record_starts(
@@ -833,7 +825,7 @@ def _record_starts(
     kstart = np.array([k.start for k in kept], np.int64)
     kend = np.array([k.end for k in kept], np.int64)
     if (counts <= 0).any() or (counts * _MIN_RECORD > kend - kstart).any():
-        raise _corrupt("record count does not fit the batch")
+        raise corrupt("record count does not fit the batch")
     n = int(counts.sum())
     first = np.zeros(len(kept), np.int64)
     np.cumsum(counts[:-1], out=first[1:])
@@ -841,7 +833,7 @@ def _record_starts(
     at = np.arange(n, dtype=np.int64)
     length, lsz = _read_varints(nbuf, kstart)
     if (length < _MIN_RECORD - 1).any():
-        raise _corrupt("record length too small")
+        raise corrupt("record length too small")
     # records usually differ only in the offset delta's varint, which grows at 64 and 8192
     grows = _varint_sizes(_zigzag(at - first[which]))
     sizes = (lsz + length - 1)[which] + grows
@@ -860,7 +852,7 @@ def _record_starts(
         later = at >= from_bad
         sizes[later] = (found - grows)[from_bad[later]] + grows[later]
         if (sizes < _MIN_RECORD).any():
-            raise _corrupt("record length too small")
+            raise corrupt("record length too small")
     out = array("q")
     for i in range(len(kept)):
         a, b = int(first[i]), int(first[i] + counts[i])
@@ -904,66 +896,20 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
-def decode_fetched(
-    data: bytes | bytearray | memoryview | None,
-    topic: str,
-    partition: int,
-    position: int,
-    *,
-    isolation_level: int = READ_UNCOMMITTED,
-    aborted: Iterable[Any] = (),
-    check_crcs: bool = True,
-    include_headers: bool = False,
-    max_records: int | None = None,
-) -> DecodedFetch:
-    """A Fetch response's records for one partition as an Arrow batch in Spark's layout.
-
-    Same rules as the consumer's ``parse_fetched``: a partial batch at the end is ignored,
-    records below ``position`` are dropped, control batches skipped, and with
-    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
-    ((producer id, first offset) pairs, or objects with ``producer_id`` and
-    ``first_offset``, as kio's) are skipped up to their abort marker. At most
-    ``max_records`` rows; ``next_offset`` is the position after what was returned or
-    skipped. A corrupt batch raises :class:`InvalidBatchError` (CORRUPT_MESSAGE).
-    """
-    if max_records is not None and max_records <= 0:
-        raise ValueError("max_records must be positive")
-    if not data:
-        return DecodedFetch(_empty(include_headers), position)
-    next_offset = position
-    pending = sorted(_first_and_producer(a) for a in aborted)
-    next_aborted = 0
-    aborted_pids: set[int] = set()
+def _sections(
+    batches: KeptBatches, position: int, max_records: int | None
+) -> tuple[list[_Kept], list[bytes | memoryview], bool, bool]:
+    """The record sections of the kept batches (decompressed), whether any was compressed,
+    and whether ``max_records`` rows were certain before the last data batch seen."""
     sections: list[bytes | memoryview] = []
     kept: list[_Kept] = []
     sure = 0  # records certainly at or after the position in the kept batches
     at = 0
     compressed = False
-    mv = memoryview(data).cast("B")
     full = False  # max_records rows are certain before the last data batch seen
-    for batch in _batches(mv, f"{topic}-{partition}"):
-        if batch.next_offset <= position:
-            continue
-        where = f"{topic}-{partition} at offset {batch.base_offset}"
-        if batch.magic != MAGIC_V2:
-            raise InvalidBatchError(
-                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"{where}: magic {batch.magic}"
-            )
-        if check_crcs and not batch.crc_is_valid():
-            raise _corrupt(f"{where}: record batch CRC-32C mismatch")
-        if isolation_level == READ_COMMITTED and batch.has_producer_id:
-            while next_aborted < len(pending) and pending[next_aborted][0] <= batch.last_offset:
-                aborted_pids.add(pending[next_aborted][1])
-                next_aborted += 1
-            if batch.is_control:
-                if control_type_of(batch) == ControlType.ABORT:
-                    aborted_pids.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted_pids:
-                next_offset = batch.next_offset
-                continue
-        if batch.attributes & CONTROL_FLAG:
-            next_offset = batch.next_offset
-            continue
+    mv = batches.data
+    for batch in batches:
+        where = f"{batches.name} at offset {batch.base_offset}"
         if max_records is not None and sure >= max_records:
             full = True  # this batch has rows beyond the limit: stop after the last row
             break
@@ -973,7 +919,7 @@ def decode_fetched(
             try:
                 section: bytes | memoryview = decompress(batch.compression, mv[start:end])
             except Exception as exc:  # cramjam's errors, an unknown codec
-                raise _corrupt(f"{where}: cannot decompress the batch ({exc})") from None
+                raise corrupt(f"{where}: cannot decompress the batch ({exc})") from None
         else:
             section = mv[start:end]
         log_append = bool(batch.attributes & TIMESTAMP_TYPE_FLAG)
@@ -992,12 +938,50 @@ def decode_fetched(
         at += len(section)
         if batch.base_offset >= position:
             sure += batch.record_count
-        next_offset = batch.next_offset
+    return kept, sections, compressed, full
+
+
+def decode_fetched(
+    data: bytes | bytearray | memoryview | None,
+    topic: str,
+    partition: int,
+    position: int,
+    *,
+    isolation_level: int = READ_UNCOMMITTED,
+    aborted: Iterable[Any] = (),
+    check_crcs: bool = True,
+    include_headers: bool = False,
+    max_records: int | None = None,
+) -> DecodedFetch:
+    """A Fetch response's records for one partition as an Arrow batch in Spark's layout.
+
+    Batches are kept by :class:`~samsa.protocol.fetched.KeptBatches`: a partial batch at the
+    end is ignored, records below ``position`` are dropped, control batches skipped, and with
+    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
+    ((producer id, first offset) pairs, or objects with ``producer_id`` and ``first_offset``)
+    are skipped up to their abort marker. At most ``max_records`` rows; ``next_offset`` is
+    the position after what was returned or skipped. A corrupt batch raises
+    :class:`InvalidBatchError` (CORRUPT_MESSAGE).
+    """
+    if max_records is not None and max_records <= 0:
+        raise ValueError("max_records must be positive")
+    if not data:
+        return DecodedFetch(_empty(include_headers), position)
+    batches = KeptBatches(
+        data,
+        position,
+        name=f"{topic}-{partition}",
+        isolation_level=isolation_level,
+        aborted=aborted,
+        check_crcs=check_crcs,
+    )
+    kept, sections, compressed, full = _sections(batches, position, max_records)
+    next_offset = batches.next_offset
     if not kept:
         return DecodedFetch(_empty(include_headers), next_offset)
 
     # uncompressed records are read where they are; else every section is copied together
-    buf: bytes | memoryview = mv
+    buf: bytes | memoryview = batches.data
     if compressed:
         buf = b"".join(sections)
         for k in kept:
@@ -1012,7 +996,7 @@ def decode_fetched(
     p = rec + lsz
     # every record must end where the next starts: this checks the starts, however found
     if (p + length != rec_end).any() or (length < _MIN_RECORD - 1).any():
-        raise _corrupt(f"{topic}-{partition}: record lengths do not match their batch")
+        raise corrupt(f"{topic}-{partition}: record lengths do not match their batch")
     p += 1  # attributes
     ts_delta, sz = _read_varints(nbuf, p)
     p += sz
@@ -1040,11 +1024,11 @@ def decode_fetched(
         """A nullable bytes field at ``pos``: (start, end, null mask)."""
         flen, fsz = _read_varints(nbuf, pos)
         if int(flen.min()) < -1:
-            raise _corrupt(f"{topic}-{partition}: negative record field length")
+            raise corrupt(f"{topic}-{partition}: negative record field length")
         fstart = pos + fsz
         fend = fstart + np.maximum(flen, 0)
         if (fend > rec_end).any():
-            raise _corrupt(f"{topic}-{partition}: record field overruns its record")
+            raise corrupt(f"{topic}-{partition}: record field overruns its record")
         return fstart, fend, flen < 0
 
     kstart, kend, knull = field(p)
@@ -1053,7 +1037,7 @@ def decode_fetched(
     p = vend + sz
     # a header takes at least two bytes: this also bounds what the headers' arrays take
     if int(hcount.min()) < 0 or (p + 2 * hcount > rec_end).any():
-        raise _corrupt(f"{topic}-{partition}: bad header count")
+        raise corrupt(f"{topic}-{partition}: bad header count")
     pbuf = pa.py_buffer(buf)
     arrays = [
         _segments(pbuf, kstart, kend, knull),
@@ -1073,33 +1057,10 @@ def decode_fetched(
         return DecodedFetch(pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA), next_offset)
     arrays.append(_decode_headers(pbuf, nbuf, p, hcount, rec_end, topic, partition))
     if (p != rec_end).any():
-        raise _corrupt(f"{topic}-{partition}: record length does not match its fields")
+        raise corrupt(f"{topic}-{partition}: record length does not match its fields")
     return DecodedFetch(
         pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS), next_offset
     )
-
-
-def _first_and_producer(txn: Any) -> tuple[int, int]:
-    """(first offset, producer id) of an aborted transaction given as a (producer id, first
-    offset) pair or as an object with those attributes (kio's, the consumer's)."""
-    if hasattr(txn, "producer_id"):
-        return int(txn.first_offset), int(txn.producer_id)
-    pid, first = txn
-    return int(first), int(pid)
-
-
-def _batches(buf: memoryview, name: str) -> Iterator[RecordBatchView]:
-    """The whole batches of ``buf``; a partial one at the end is normal (the fetch size cut
-    it), a length shorter than a batch header is not (it would walk backwards)."""
-    pos, end = 0, len(buf)
-    while end - pos >= HEADER_SIZE:
-        view = RecordBatchView(buf, pos)
-        if view.batch_length < MIN_BATCH_LENGTH:
-            raise _corrupt(f"{name} at byte {pos}: batch length {view.batch_length}")
-        if pos + view.size > end:
-            return
-        yield view
-        pos += view.size
 
 
 def _repeat_string(value: str, n: int) -> pa.Array:
@@ -1136,16 +1097,16 @@ def _decode_headers(
         for starts, ends, nulls in ((hk_start, hk_end, None), (hv_start, hv_end, hv_null)):
             flen, fsz = _read_varints(nbuf, q)
             if nulls is None and int(flen.min()) < 0:
-                raise _corrupt(f"{topic}-{partition}: null header key")
+                raise corrupt(f"{topic}-{partition}: null header key")
             if int(flen.min()) < -1:
-                raise _corrupt(f"{topic}-{partition}: negative header length")
+                raise corrupt(f"{topic}-{partition}: negative header length")
             starts[at] = q + fsz
             q = q + fsz + np.maximum(flen, 0)
             ends[at] = q
             if nulls is not None:
                 nulls[at] = flen < 0
             if (q > rec_end[rows]).any():
-                raise _corrupt(f"{topic}-{partition}: header overruns its record")
+                raise corrupt(f"{topic}-{partition}: header overruns its record")
         p[rows] = q
         j += 1
         rows = rows[hcount[rows] > j]
@@ -1153,7 +1114,7 @@ def _decode_headers(
     try:
         keys = keys.cast(pa.string())
     except pa.ArrowInvalid:
-        raise _corrupt(f"{topic}-{partition}: header key is not UTF-8") from None
+        raise corrupt(f"{topic}-{partition}: header key is not UTF-8") from None
     values = _segments(pbuf, hv_start, hv_end, hv_null if hv_null.any() else None)
     items = pa.StructArray.from_arrays([keys, values], fields=list(HEADERS_TYPE.value_type))
     return pa.ListArray.from_arrays(

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from samsa.client import TopicPartition
-
-EARLIEST = -2
-LATEST = -1
+from samsa.protocol.constants import EARLIEST, LATEST
 
 # Spark's Kafka connector refuses these kafka.* options because it manages them itself.
 _MANAGED = {

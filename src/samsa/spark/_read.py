@@ -21,8 +21,9 @@ import pyarrow as pa
 
 from samsa.client import Admin, Consumer, ConsumerRecord, KafkaError, TopicPartition
 from samsa.protocol.columnar import ARROW_SCHEMA, ARROW_SCHEMA_HEADERS, HEADERS_TYPE
+from samsa.protocol.constants import EARLIEST, LATEST
 from samsa.protocol.errors import ErrorCode
-from samsa.spark._options import EARLIEST, LATEST, SourceOptions, SparkOptionError
+from samsa.spark._options import SourceOptions, SparkOptionError
 
 log = logging.getLogger("samsa.spark")
 

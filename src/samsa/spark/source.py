@@ -32,8 +32,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from samsa.client import TopicPartition
+from samsa.protocol.constants import EARLIEST
 from samsa.spark._options import (
-    EARLIEST,
     SinkOptions,
     SourceOptions,
     lower_keys,

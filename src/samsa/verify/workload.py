@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from samsa.client import Admin, Consumer, TopicPartition
+from samsa.protocol.constants import LATEST
 from samsa.testing.proxy import FaultProxy, Faults, parse_address
 from samsa.verify import _worker
 from samsa.verify.checker import CheckResult, check
@@ -66,7 +67,6 @@ from samsa.verify.history import FAIL, INFO, OK, Fault, History, Op
 
 log = logging.getLogger("samsa.verify")
 
-LATEST = -1
 Say = Callable[[str], None]
 # Spawn, not fork: the parent runs threads (and the proxy's event loop) that a fork would copy
 # in whatever state they were.

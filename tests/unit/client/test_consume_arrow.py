@@ -15,14 +15,10 @@ from typing import Any
 import pytest
 from test_fetch_parsing import batch, log_with_transactions, marker
 
-from samsa.client import CorruptRecordError, TopicPartition
-from samsa.client._consumer import (
-    AbortedTxn,
-    AsyncConsumer,
-    _end_offset,
-    _Fetched,
-    parse_fetched,
-)
+from _fetch_reference import parse_fetched
+from samsa.client import AsyncConsumer, CorruptRecordError, TopicPartition
+from samsa.client._fetcher import CompletedFetch, end_offset
+from samsa.protocol.fetched import AbortedTxn
 from samsa.protocol.records import Compression, ControlType, NewRecord, build_batch
 
 TP = TopicPartition("t", 0)
@@ -32,17 +28,17 @@ Row = tuple[int, bytes | None, bytes | None, int, int]
 def consumer(isolation: str = "read_uncommitted", **extra: Any) -> AsyncConsumer:
     c = AsyncConsumer({"bootstrap.servers": "127.0.0.1:9", "isolation.level": isolation, **extra})
     c._started = True
-    c._fetchable = lambda: []  # type: ignore[method-assign]  # only the buffered data
+    c.fetcher.fetchable = lambda: []  # type: ignore[method-assign]  # only the buffered data
     c.assign([TP])
     return c
 
 
 def fill(c: AsyncConsumer, *responses: tuple[bytes, int, list[AbortedTxn]]) -> None:
     """Buffer fetch responses (data, fetch offset, aborted); the position is the first's."""
-    c._positions[TP] = responses[0][1]
-    q = c._buffer.setdefault(TP, deque())
+    c.seek(TP, responses[0][1])
+    q = c.fetcher.buffer.fetches.setdefault(TP, deque())
     for data, start, aborted in responses:
-        q.append(_Fetched(data, start, _end_offset(data, start), aborted))
+        q.append(CompletedFetch(data, start, end_offset(data, start), aborted))
 
 
 def mixed_log() -> tuple[bytes, list[AbortedTxn]]:
@@ -81,7 +77,7 @@ def drain(c: AsyncConsumer, how: str, max_records: int) -> list[Row]:
                 assert len(recs) <= max_records
                 rows.extend((r.offset, r.key, r.value, r.timestamp, r.timestamp_type) for r in recs)
                 n = len(recs)
-            if not n and not c._buffer:
+            if not n and not c.fetcher.buffer.fetches:
                 return
         raise AssertionError("did not drain")
 
@@ -100,7 +96,7 @@ def test_consume_arrow_equals_poll(isolation: str, max_records: int, start: int)
         c = consumer(isolation)
         fill(c, (data, start, aborted if isolation == "read_committed" else []))
         results[how] = drain(c, how, max_records)
-        positions[how] = c._positions[TP]
+        positions[how] = c.subscriptions.position(TP)
     assert results["arrow"] == results["poll"]
     assert results["mixed"] == results["poll"]
     values = [r[2] for r in results["poll"]]
@@ -127,7 +123,7 @@ def test_two_buffered_responses_in_a_row() -> None:
         fill(c, (first, 0, aborted), (second, 11, []))
         rows = drain(c, how, 3)
         assert [r[2] for r in rows] == [b"a", b"b", b"c1", b"c2", b"d", b"y", b"n1", b"n2", b"n3"]
-        assert c._positions[TP] == 14
+        assert c.subscriptions.position(TP) == 14
 
 
 def test_headers_column() -> None:
@@ -184,11 +180,11 @@ def test_corrupt_batch_records_before_then_error_until_seek(how: str, max_record
         else:
             raise AssertionError("no CorruptRecordError")
         assert got == [b"a", b"b", b"c"]
-        assert c._positions[TP] == 3
+        assert c.subscriptions.position(TP) == 3
         with pytest.raises(CorruptRecordError):  # again, while the position is at it
             await take()
         c.seek(TP, 5)
-        c._buffer[TP] = deque([_Fetched(after, 5, 6, [])])
+        c.fetcher.buffer.fetches[TP] = deque([CompletedFetch(after, 5, 6, [])])
         assert await take() == [b"e"]
 
     asyncio.run(run())
@@ -220,16 +216,17 @@ def test_prefetch_is_bounded() -> None:
     )
     tp2 = TopicPartition("t", 1)
     c.assign([TP, tp2])
-    c._positions = {TP: 0, tp2: 0}
-    assert c._fetchable() == [TP, tp2]
+    c.seek(TP, 0)
+    c.seek(tp2, 0)
+    assert c.fetcher.fetchable() == [TP, tp2]
     small = batch(0, [b"x"])
-    c._buffer[TP] = deque([_Fetched(small, 0, 1, [])])
+    c.fetcher.buffer.fetches[TP] = deque([CompletedFetch(small, 0, 1, [])])
     # one response being handed out: the next is fetched ahead, from where it ends
-    assert c._fetchable() == [TP, tp2] and c._fetch_offset(TP) == 1
-    c._buffer[TP].append(_Fetched(batch(1, [b"y"]), 1, 2, []))
-    assert c._fetchable() == [tp2]  # two responses held: no more for it
-    c._buffer[tp2] = deque([_Fetched(batch(0, [b"z" * 1000]), 0, 1, [])])
-    assert c._fetchable() == []  # fetch.max.bytes buffered in all: nothing more
+    assert c.fetcher.fetchable() == [TP, tp2] and c.fetcher.fetch_offset(TP) == 1
+    c.fetcher.buffer.fetches[TP].append(CompletedFetch(batch(1, [b"y"]), 1, 2, []))
+    assert c.fetcher.fetchable() == [tp2]  # two responses held: no more for it
+    c.fetcher.buffer.fetches[tp2] = deque([CompletedFetch(batch(0, [b"z" * 1000]), 0, 1, [])])
+    assert c.fetcher.fetchable() == []  # fetch.max.bytes buffered in all: nothing more
 
 
 @pytest.mark.parametrize("how", ["poll", "arrow"])
@@ -240,8 +237,8 @@ def test_position_moves_past_trailing_control_batches(how: str) -> None:
     c = consumer("read_committed")
     fill(c, (data, 0, aborted))
     rows = drain(c, how, 100)
-    assert rows[-1][0] == 9 and c._positions[TP] == 11
-    assert c._fetch_offset(TP) == 11
+    assert rows[-1][0] == 9 and c.subscriptions.position(TP) == 11
+    assert c.fetcher.fetch_offset(TP) == 11
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
@@ -265,7 +262,7 @@ def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
         fill(c, (data, start, aborted))
         got = asyncio.run(c.poll(0, 1000))
         assert got == want
-        assert c._positions[TP] == nxt == 20
+        assert c.subscriptions.position(TP) == nxt == 20
         assert len({r.producer_id for r in got}) > 1
     assert {r.producer_id for r in got} == {44, -1} and got[0].leader_epoch == 3
     assert got[0].headers == (("a", b"1"), ("b", None))

@@ -47,23 +47,21 @@ def test_lookup_answered_after_a_rebalance_is_dropped(stalled: str) -> None:
     async def run() -> AsyncConsumer:
         answered = asyncio.Event()
         c = _consumer(answered, stalled)
-        c._set_assignment([P0, P1, P2])
+        c.assign([P0, P1, P2])
         lookup = asyncio.create_task(c._init_positions([P0, P1, P2]))
         for _ in range(3):
             await asyncio.sleep(0)  # the lookup reaches the stalled request
-        # the rebalance (as _join after SyncGroup): P2 went to another member, which
-        # consumes and commits it; P0 and P1 stay but their offsets must be fetched anew
-        c._positions = {}
-        c._buffer = {}
-        c._set_assignment([P0, P1])
+        # the rebalance (as a classic join after SyncGroup): P2 went to another member,
+        # which consumes and commits it; P0 and P1 stay but their offsets must be fetched anew
+        c.subscriptions.assign([P0, P1], keep_positions=False)
         answered.set()
         await lookup
         return c
 
     c = asyncio.run(run())
-    assert P2 not in c._positions, "a partition no longer assigned got a position"
-    assert c._positions == {P0: None, P1: None}
-    assert c._fetchable() == [P0, P1]
+    assert P2 not in c.subscriptions.positions, "a partition no longer assigned got a position"
+    assert c.subscriptions.positions == {P0: None, P1: None}
+    assert c.fetcher.fetchable() == [P0, P1]
 
 
 @pytest.mark.parametrize(("stalled", "committed_at"), [("committed", 7), ("list_offsets", None)])
@@ -71,7 +69,7 @@ def test_lookup_does_not_override_a_seek(stalled: str, committed_at: int | None)
     async def run() -> AsyncConsumer:
         answered = asyncio.Event()
         c = _consumer(answered, stalled, committed_at)
-        c._set_assignment([P0, P1])
+        c.assign([P0, P1])
         lookup = asyncio.create_task(c._init_positions([P0, P1]))
         for _ in range(3):
             await asyncio.sleep(0)
@@ -81,7 +79,7 @@ def test_lookup_does_not_override_a_seek(stalled: str, committed_at: int | None)
         return c
 
     c = asyncio.run(run())
-    assert c._positions == {P0: 0 if committed_at is None else committed_at, P1: 42}
+    assert c.subscriptions.positions == {P0: 0 if committed_at is None else committed_at, P1: 42}
 
 
 def test_position_of_an_unassigned_partition_is_refused() -> None:
@@ -89,11 +87,11 @@ def test_position_of_an_unassigned_partition_is_refused() -> None:
         answered = asyncio.Event()
         answered.set()
         c = _consumer(answered, "committed", 3)
-        c._set_assignment([P0])
+        c.assign([P0])
         assert await c.position(P0) == 3
         with pytest.raises(KafkaError, match="not assigned") as err:
             await c.position(P1)
         assert err.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        assert P1 not in c._positions
+        assert P1 not in c.subscriptions.positions
 
     asyncio.run(run())

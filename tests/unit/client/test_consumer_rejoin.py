@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from samsa.client import AsyncConsumer, TopicPartition
-from samsa.client._consumer import _Fetched
+from samsa.client._fetcher import CompletedFetch
+from samsa.client._membership import ClassicMembership, ClassicState
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey
 from samsa.protocol.records import NewRecord, build_batch
@@ -30,13 +31,17 @@ def _member_with_fetched_ahead(sync_error: int) -> AsyncConsumer:
     """Generation 1 owns P2 with records 0-9 fetched ahead; the group is rebalancing and
     the member's SyncGroup of generation 2 is answered ``sync_error``."""
     c = AsyncConsumer({"group.id": "g", "enable.auto.commit": False})
+    c._started = True
     c.subscribe(["t"])
-    c._member_id, c._generation, c._started = "m-a", 1, True
-    c._set_assignment([P2])
+    m = c.membership
+    assert isinstance(m, ClassicMembership)
+    # generation 1 owned P2; its heartbeat was answered REBALANCE_IN_PROGRESS
+    m.member_id, m.generation, m.state = "m-a", 1, ClassicState.REJOIN_NEEDED
+    c.subscriptions.assign([P2])
     data = build_batch([NewRecord(value=b"v%d" % i) for i in range(10)], base_offset=0)
-    c._positions[P2] = 0
-    c._buffer[P2] = deque([_Fetched(data, 0, 10, [])])
-    assert c._needs_join  # the heartbeat answered REBALANCE_IN_PROGRESS
+    c.seek(P2, 0)
+    c.fetcher.buffer.fetches[P2] = deque([CompletedFetch(data, 0, 10, [])])
+    assert m.needs_join
 
     async def group_request(api_key: int, *_: Any, **__: Any) -> Any:
         if api_key == ApiKey.JOIN_GROUP:
@@ -48,7 +53,7 @@ def _member_with_fetched_ahead(sync_error: int) -> AsyncConsumer:
     async def refresh(*_: Any, **__: Any) -> None:
         return None
 
-    c._group_request = group_request  # type: ignore[method-assign]
+    m.group.request = group_request  # type: ignore[method-assign]
     c.cluster.refresh = refresh  # type: ignore[method-assign]
     return c
 
@@ -64,4 +69,4 @@ def test_records_fetched_for_the_old_assignment_are_not_handed_out(sync_error: i
     records, c = asyncio.run(run())
     assert records == [], "records of a partition given up by rejoining were handed out"
     assert c.assignment() == []
-    assert c._needs_join  # the next poll joins again
+    assert c.membership is not None and c.membership.needs_join  # the next poll joins again

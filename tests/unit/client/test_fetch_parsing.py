@@ -1,11 +1,14 @@
-"""parse_fetched on crafted fetch data: isolation levels, control batches, CRC, codecs."""
+"""The reference decoder (KeptBatches, then record by record) on crafted fetch data:
+isolation levels, control batches, CRC, codecs."""
 
 from __future__ import annotations
 
 import pytest
 
+from _fetch_reference import parse_fetched
 from samsa.client import CorruptRecordError, TopicPartition
-from samsa.client._consumer import READ_COMMITTED, AbortedTxn, parse_fetched
+from samsa.protocol.constants import READ_COMMITTED
+from samsa.protocol.fetched import AbortedTxn
 from samsa.protocol.records import (
     Compression,
     ControlType,

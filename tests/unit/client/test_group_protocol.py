@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from samsa.client import TopicPartition
-from samsa.client._consumer import (
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
+from samsa.client._assignors import (
+    assigned_partitions,
+    encode_plan,
     range_assign,
     roundrobin_assign,
 )
+from samsa.protocol.consumer_protocol import decode_subscription, encode_subscription
 
 
 def test_range_assignor_matches_kafka() -> None:
@@ -35,13 +34,15 @@ def test_assignors_respect_subscriptions() -> None:
 
 
 def test_subscription_and_assignment_round_trip() -> None:
-    data = encode_subscription(["b", "a"], [TopicPartition("a", 1)])
-    assert data[:2] == b"\x00\x01"  # version 1
-    assert decode_subscription(data) == ["a", "b"]
-    a = encode_assignment({"a": [0, 2], "b": [1]})
-    assert decode_assignment(a) == [
+    data = encode_subscription(["b", "a"], [TopicPartition("a", 1)], generation=4)
+    assert data[:2] == b"\x00\x03"  # version 3, as Kafka's ConsumerProtocol writes
+    sub = decode_subscription(data)
+    assert sub.topics == ("a", "b") and sub.owned == {"a": frozenset({1})}
+    ((member, a),) = encode_plan({"m": {"a": [0, 2], "b": [1]}})
+    assert member == "m" and a[:2] == b"\x00\x03"
+    assert assigned_partitions(a) == [
         TopicPartition("a", 0),
         TopicPartition("a", 2),
         TopicPartition("b", 1),
     ]
-    assert decode_assignment(b"") == []
+    assert assigned_partitions(b"") == []

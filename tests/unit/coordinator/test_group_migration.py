@@ -15,8 +15,8 @@ import pytest
 
 from _coordinators import CoordinatorHarness
 from samsa.broker.config import BrokerConfig, ConfigError
-from samsa.client._consumer import TopicPartition, encode_assignment, encode_subscription
-from samsa.client._consumer import decode_assignment as client_assignment
+from samsa.client import TopicPartition
+from samsa.client._assignors import assigned_partitions as client_assignment
 from samsa.coordinator.consumer_group import MemberState
 from samsa.coordinator.consumer_group_coordinator import (
     ConsumerConfig,
@@ -48,6 +48,8 @@ from samsa.protocol.consumer_protocol import (
     ConsumerProtocolError,
     decode_assignment,
     decode_subscription,
+    encode_assignment,
+    encode_subscription,
 )
 from samsa.protocol.errors import ErrorCode as E
 
@@ -414,7 +416,7 @@ def test_embedded_protocol_of_every_version_and_bad_bytes() -> None:
     assert decode_subscription(b"\x00\x09" + v3[2:]) == got
     assert decode_subscription(encode_subscription(["a", "b"])).topics == ("a", "b")
     assert decode_assignment(b"") == {}
-    assert decode_assignment(encode_assignment({"t": [4]})) == {"t": frozenset({4})}
+    assert decode_assignment(encode_assignment({"t": [4]}, version=3)) == {"t": frozenset({4})}
     for bad in (b"", b"\x00", b"\xff\xff" + v3[2:], b"\x00\x01\x00\x00\x00\x05\x00"):
         with pytest.raises(ConsumerProtocolError):
             decode_subscription(bad)

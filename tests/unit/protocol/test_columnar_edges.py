@@ -15,12 +15,12 @@ from samsa.protocol.columnar import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_HEADERS,
     HEADERS_TYPE,
-    READ_COMMITTED,
     decode_fetched,
     encode_batches,
     murmur2_array,
     partitions_for_keys,
 )
+from samsa.protocol.constants import READ_COMMITTED
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     CRC_START,

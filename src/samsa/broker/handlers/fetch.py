@@ -23,14 +23,13 @@ from samsa.broker.fetch_session import FetchSessionCache, SessionContext, TopicK
 from samsa.broker.handlers._base import HandlerResult, Op, RequestContext, Res, authorized_names
 from samsa.log.log import OffsetOutOfRangeError, release_chunks
 from samsa.log.segment import CorruptSegmentError
+from samsa.protocol.constants import READ_COMMITTED
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import FetchPartitionResult, encode_fetch_response
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
     from samsa.broker.topics import Partition
-
-READ_COMMITTED = 1
 
 log = logging.getLogger("samsa.fetch")
 

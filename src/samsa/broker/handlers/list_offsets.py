@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized_names
+from samsa.protocol.constants import EARLIEST, LATEST, READ_COMMITTED
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -14,13 +15,10 @@ if TYPE_CHECKING:
 
 K = ApiKey.LIST_OFFSETS
 log = logging.getLogger("samsa.list_offsets")
-LATEST = -1
-EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5  # v9+
 EARLIEST_PENDING_UPLOAD = -6  # v11+
-READ_COMMITTED = 1
 # The first version that may ask for each special timestamp; older ones get UNSUPPORTED_VERSION
 # for the partition, as from Kafka.
 SINCE_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}

@@ -1,0 +1,603 @@
+"""The fetcher: Fetch rounds, the buffer of completed fetches and handing records out.
+
+One Fetch per leader broker makes a *round*, waiting up to ``fetch.max.wait.ms`` on the
+broker side; rounds are sequential (one ``fetching`` task), as a KIP-227 fetch session
+allows one request in flight per broker. A fetched partition is buffered as received (a
+:class:`CompletedFetch`) and decoded when first handed out, by
+:func:`samsa.protocol.columnar.decode_fetched` (column-wise, no Python object per record;
+``poll()`` then builds its ConsumerRecords from the columns). The batches kept are those
+:class:`samsa.protocol.fetched.KeptBatches` selects: whole batches (a partial batch at the
+end of a response is normal), CRC-32C checked when ``check.crcs``, records below the
+position dropped (a fetch may start inside a batch), control batches and, with
+``read_committed``, aborted transactions skipped.
+
+A poll that hands out records sends the next round before returning (fetch ahead, from
+where the buffered data ends), so the broker works while the application handles the
+records; a partition holds at most two responses (the one being handed out and the next)
+and no round is sent while ``fetch.max.bytes`` are buffered in all. A corrupt batch is
+raised by poll once the position reaches it, after the records before it (Java's Fetcher),
+until a seek moves past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from samsa.client._cluster import Cluster
+from samsa.client._config import Config
+from samsa.client._errors import CorruptRecordError, KafkaError
+from samsa.client._fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchPlan,
+    FetchSessionHandler,
+    fetch_request,
+)
+from samsa.client._subscription import SubscriptionState
+from samsa.client._types import ConsumerRecord, TopicPartition
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.fetched import AbortedTxn
+from samsa.protocol.messages import ApiKey
+from samsa.protocol.records import (
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    InvalidBatchError,
+    RecordBatchView,
+    iter_batches,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger("samsa.client.consumer")
+
+_REFRESH_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    }
+)
+
+
+_BASE_AND_DELTA = struct.Struct(">q15xi")  # baseOffset ... lastOffsetDelta (at byte 23)
+
+
+def split_at_corrupt(
+    tp: TopicPartition,
+    data: bytes | memoryview,
+    position: int,
+    decodes: Callable[[memoryview], object],
+    cause: Exception,
+) -> tuple[memoryview, CorruptRecordError]:
+    """The whole batches before the first one that ``decodes`` fails on, and the error for it.
+
+    ``decodes`` raised ``cause`` on all of ``data``; the bad batch is the first whose prefix
+    of ``data`` fails (found by bisection, so the decoder's state, e.g. aborted transactions,
+    is the same as in the full decode). A header that cannot be walked is the bad batch when
+    every whole batch before it decodes."""
+    mv = memoryview(data).cast("B")
+    ends = [0]  # byte ends of the first k whole batches
+    after = [position]  # the offset after them
+    while len(mv) - ends[-1] >= HEADER_SIZE:
+        view = RecordBatchView(mv, ends[-1])
+        if view.batch_length < MIN_BATCH_LENGTH or ends[-1] + view.size > len(mv):
+            break
+        ends.append(ends[-1] + view.size)
+        after.append(max(after[-1], view.next_offset))
+
+    def ok(k: int) -> bool:
+        try:
+            decodes(mv[: ends[k]])
+        except (InvalidBatchError, KafkaError, ValueError):
+            return False
+        return True
+
+    lo, hi = 0, len(ends) - 1  # the first lo batches decode; find the largest such lo
+    if ok(hi):
+        lo = hi
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+    at = ends[lo]
+    # a header too damaged to walk has no offsets to trust: the error is where it starts
+    walked = lo < len(ends) - 1
+    base, delta = _BASE_AND_DELTA.unpack_from(mv, at) if walked else (after[lo], 0)
+    err = CorruptRecordError(
+        f"{tp.topic}-{tp.partition}: record batch at offset {base} is corrupt ({cause}); "
+        f"seek past offset {base + delta} to skip it",
+        tp.topic,
+        tp.partition,
+        max(after[lo], base),
+    )
+    return mv[:at], err
+
+
+@dataclass(slots=True)
+class CompletedFetch:
+    """One partition's records from one Fetch response, decoded when first handed out: into
+    ConsumerRecords by poll(), into Arrow by consume_arrow() (a switch between the two decodes
+    again from ``start``, which keeps the aborted-transaction state right)."""
+
+    data: bytes | memoryview
+    start: int  # the fetch offset
+    end: int  # the offset after its last whole batch: where a fetch ahead starts
+    aborted: list[AbortedTxn]
+    records: list[ConsumerRecord] | None = None  # the rest to hand out, once decoded
+    arrow: pa.RecordBatch | None = None
+    next_offset: int = -1  # the position after all of it (skipped batches included)
+    taken: int = 0  # rows of ``records`` already handed out
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = len(self.data)
+
+
+def batch_owners(data: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
+    """Base offset, producer id and partition leader epoch of each whole batch."""
+    bases: list[int] = []
+    pids: list[int] = []
+    epochs: list[int] = []
+    with contextlib.suppress(InvalidBatchError):
+        for batch in iter_batches(data):
+            if batch.batch_length < MIN_BATCH_LENGTH:
+                break
+            bases.append(batch.base_offset)
+            pids.append(batch.producer_id)
+            epochs.append(batch.partition_leader_epoch)
+    return bases, pids, epochs
+
+
+def end_offset(data: bytes | memoryview | None, start: int) -> int:
+    """The offset after the last whole batch in fetched data (``start`` if none)."""
+    end = start
+    if data:
+        with contextlib.suppress(InvalidBatchError):
+            for batch in iter_batches(data):
+                if batch.batch_length < MIN_BATCH_LENGTH:
+                    break
+                end = max(end, batch.next_offset)
+    return end
+
+
+class FetchBuffer:
+    """Fetched data per partition, in offset order (the response being handed out and at
+    most one fetched ahead of it), and the corrupt batch met per partition: raised by poll
+    while the position is at it (after the records before it), until a seek moves past it."""
+
+    def __init__(self) -> None:
+        self.fetches: dict[TopicPartition, deque[CompletedFetch]] = {}
+        self.corrupt: dict[TopicPartition, CorruptRecordError] = {}
+
+    def size(self) -> int:
+        return sum(e.size for q in self.fetches.values() for e in q)
+
+    def retain(self, tps: Iterable[TopicPartition], *, fetched: bool = True) -> None:
+        """Forget what is not of ``tps`` (and every fetch unless ``fetched``)."""
+        keep = set(tps)
+        self.fetches = {tp: q for tp, q in self.fetches.items() if fetched and tp in keep}
+        self.corrupt = {tp: e for tp, e in self.corrupt.items() if tp in keep}
+
+    def drop(self, tp: TopicPartition) -> None:
+        """A seek: what was fetched from the old position is not handed out."""
+        self.fetches.pop(tp, None)
+        self.corrupt.pop(tp, None)
+
+
+class Fetcher:
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: Config,
+        subscriptions: SubscriptionState,
+        isolation_level: int,
+        init_positions: Callable[[list[TopicPartition], float | None], Awaitable[None]],
+    ) -> None:
+        c = self.config = config
+        self.cluster = cluster
+        self.subscriptions = subscriptions
+        self.isolation_level = isolation_level
+        # positions unknown (None) are looked up by the consumer: committed, else reset
+        self._init_positions = init_positions
+        self.check_crcs = c.bool("check.crcs")
+        self.request_timeout = c.seconds("request.timeout.ms")
+        self.retry_backoff = c.seconds("retry.backoff.ms")
+        self.api_timeout = c.seconds("default.api.timeout.ms")
+        self.fetch_max_bytes = c.int("fetch.max.bytes")
+        self.buffer = FetchBuffer()
+        # The Fetch round in flight: sent when a poll hands out the last buffered records of
+        # a partition, so the broker works while the application handles them.
+        self.fetching: asyncio.Task[None] | None = None
+        # KIP-227 fetch sessions, one per broker (client/_fetch_session.py).
+        self.sessions: dict[int, FetchSessionHandler] = {}
+        self.closed = False
+
+    async def wait(self, deadline: float) -> None:
+        """Wait for the Fetch round in flight (sending one if none) until ``deadline``; a
+        round this poll sends is waited for whole (its broker-side wait fits the poll's)."""
+        loop = asyncio.get_running_loop()
+        remaining = max(0.0, deadline - loop.time())
+        task = self.fetching
+        if task is None:
+            max_wait = min(remaining, self.config.seconds("fetch.max.wait.ms"))
+            task = self.fetching = loop.create_task(self._fetch_once(max_wait, remaining))
+            await asyncio.wait({task})
+        else:
+            await asyncio.wait({task}, timeout=remaining)
+        if task.done():
+            if self.fetching is task:
+                self.fetching = None
+            task.result()  # its error, if any, is this poll's
+
+    def prefetch(self) -> None:
+        """Send the next Fetch round now, if a partition wants one, so its answer is on the
+        way while the application handles what this poll returns."""
+        done = self.fetching
+        if done is not None and done.done() and not done.cancelled() and not done.exception():
+            self.fetching = None  # (a failed one stays, for the next wait to raise)
+        if self.fetching is None and not self.closed and self.fetchable():
+            self.fetching = asyncio.get_running_loop().create_task(
+                self._fetch_once(self.config.seconds("fetch.max.wait.ms"), self.api_timeout)
+            )
+
+    def fetchable(self) -> list[TopicPartition]:
+        """Partitions to fetch. Prefetching is bounded: a partition is fetched while it holds
+        at most one response (the one being handed out; the next fetch starts after it), and
+        none while the buffered responses reach ``fetch.max.bytes`` in all."""
+        if self.buffer.size() >= self.fetch_max_bytes:
+            return []
+        out = []
+        for tp in self.subscriptions.partitions():
+            q = self.buffer.fetches.get(tp)
+            if tp in self.buffer.corrupt or (q and (len(q) > 1 or q[-1].end <= q[-1].start)):
+                continue
+            out.append(tp)
+        return out
+
+    def fetch_offset(self, tp: TopicPartition) -> int | None:
+        q = self.buffer.fetches.get(tp)
+        return q[-1].end if q else self.subscriptions.positions.get(tp)
+
+    def _take(
+        self,
+        limit: int,
+        hand_out: Callable[[TopicPartition, CompletedFetch, int], tuple[Any, int, int]],
+    ) -> list[tuple[TopicPartition, Any]]:
+        """Rows for up to ``limit`` records, partition after partition: ``hand_out`` gives
+        (rows, count, offset after the last) from the head response of a partition."""
+        out: list[tuple[TopicPartition, Any]] = []
+        for tp in list(self.buffer.fetches):
+            q = self.buffer.fetches[tp]
+            while q and limit > 0:
+                e = q[0]
+                rows, n, after = hand_out(tp, e, limit)
+                if n:
+                    out.append((tp, rows))
+                    self.subscriptions.positions[tp] = after
+                    limit -= n
+                if self._remaining(e) == 0:
+                    q.popleft()
+                    # past the skipped batches (control, aborted) after its last record
+                    pos = self.subscriptions.positions[tp]
+                    if pos is not None and e.next_offset > pos:
+                        self.subscriptions.positions[tp] = e.next_offset
+            if not q:
+                del self.buffer.fetches[tp]
+            if limit <= 0:
+                break
+        return out
+
+    @staticmethod
+    def _remaining(e: CompletedFetch) -> int:
+        if e.records is not None:
+            return len(e.records) - e.taken
+        return e.arrow.num_rows if e.arrow is not None else -1
+
+    def take_records(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        def hand_out(tp: TopicPartition, e: CompletedFetch, n: int) -> tuple[Any, int, int]:
+            recs = self._records_of(tp, e)
+            rows = recs[e.taken : e.taken + n]
+            e.taken += len(rows)
+            return rows, len(rows), rows[-1].offset + 1 if rows else 0
+
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for tp, rows in self._take(limit, hand_out):
+            out.setdefault(tp, []).extend(rows)
+        return out
+
+    def take_arrow(self, limit: int, include_headers: bool) -> list[pa.RecordBatch]:
+        def hand_out(tp: TopicPartition, e: CompletedFetch, n: int) -> tuple[Any, int, int]:
+            batch = self._arrow_of(tp, e, include_headers)
+            rows = batch.slice(0, n)
+            e.arrow = batch.slice(rows.num_rows)
+            if not rows.num_rows:
+                return rows, 0, 0
+            return rows, rows.num_rows, rows.column(4)[-1].as_py() + 1
+
+        return [rows for _, rows in self._take(limit, hand_out)]
+
+    def _records_of(self, tp: TopicPartition, e: CompletedFetch) -> list[ConsumerRecord]:
+        """The response's records not yet handed out, as ConsumerRecords (built once)."""
+        if e.records is not None:
+            return e.records
+
+        # Column-wise decoding, then one object per record built from the columns: about
+        # twice as fast as decoding record by record (benchmarks/client.py).
+        batch = self._arrow_of(tp, e, True)
+        n = batch.num_rows
+        records: list[ConsumerRecord] = []
+        if n:
+            import numpy as np
+
+            from samsa.protocol.columnar import to_numpy
+
+            cols = batch.columns
+            offsets = to_numpy(cols[4])
+            # producer id and leader epoch are per batch: found by offset among the batches
+            bases, pids, epochs = batch_owners(e.data)
+            at = np.searchsorted(np.asarray(bases, np.int64), offsets, "right") - 1
+            heads = cols[7]
+            if heads.offsets[-1].as_py() == heads.offsets[0].as_py():  # no headers at all
+                headers: Iterable[Any] = itertools.repeat((), n)
+            else:
+                headers = [tuple((h["key"], h["value"]) for h in hs) for hs in heads.to_pylist()]
+            records = list(
+                map(
+                    ConsumerRecord,
+                    itertools.repeat(tp.topic, n),
+                    itertools.repeat(tp.partition, n),
+                    offsets.tolist(),
+                    (to_numpy(cols[5]) // 1000).tolist(),
+                    cols[0].to_pylist(),
+                    cols[1].to_pylist(),
+                    headers,
+                    cols[6].to_pylist(),
+                    np.asarray(pids, np.int64)[at].tolist(),
+                    np.asarray(epochs, np.int64)[at].tolist(),
+                )
+            )
+        e.records, e.taken, e.arrow = records, 0, None
+        return records
+
+    def _arrow_of(
+        self, tp: TopicPartition, e: CompletedFetch, include_headers: bool
+    ) -> pa.RecordBatch:
+        """The response's records not yet handed out, decoded once (column-wise)."""
+        import numpy as np
+        import pyarrow as pa
+
+        from samsa.protocol.columnar import ARROW_SCHEMA, decode_fetched, to_numpy
+
+        batch = e.arrow
+        if batch is not None:
+            has = batch.num_columns > len(ARROW_SCHEMA)
+            if has and not include_headers:
+                return pa.RecordBatch.from_arrays(batch.columns[:-1], schema=ARROW_SCHEMA)
+            if has or not include_headers:
+                return batch
+
+        def decode(data: bytes | memoryview) -> Any:
+            return decode_fetched(
+                data,
+                tp.topic,
+                tp.partition,
+                e.start,
+                isolation_level=self.isolation_level,
+                aborted=e.aborted,
+                check_crcs=self.check_crcs,
+                include_headers=include_headers,
+            )
+
+        try:
+            d = decode(e.data)
+        except (InvalidBatchError, KafkaError, ValueError) as exc:
+            self._split_corrupt(tp, e, decode, exc)
+            d = decode(e.data)
+        batch, e.next_offset = d.batch, d.next_offset
+        pos = self.subscriptions.positions[tp]
+        if pos is not None and pos > e.start and batch.num_rows:  # some handed out already
+            offsets = to_numpy(batch.column(4))
+            batch = batch.slice(int(np.searchsorted(offsets, pos)))
+        e.arrow, e.records = batch, None
+        return batch
+
+    def _split_corrupt(
+        self, tp: TopicPartition, e: CompletedFetch, decode: Callable[[Any], Any], exc: Exception
+    ) -> None:
+        """Keep what precedes the batch ``decode`` failed on; poll raises at its offset after
+        handing that out (Java's Fetcher). Not retriable: the same bytes come back."""
+        e.data, err = split_at_corrupt(tp, e.data, e.start, decode, exc)
+        log.error("%s", err)
+        self.buffer.corrupt[tp] = err
+        e.end = err.offset
+        q = self.buffer.fetches.get(tp)
+        while q and q[-1] is not e:  # fetched after the corrupt batch
+            q.pop()
+
+    def raise_corrupt(self) -> None:
+        """Raise the CRC failure of a partition whose position reached the corrupt batch."""
+        for tp, err in self.buffer.corrupt.items():
+            if tp not in self.buffer.fetches:
+                # only skipped batches (control, aborted) lie between
+                self.subscriptions.positions[tp] = err.offset
+                raise err
+
+    async def _fetch_once(self, max_wait: float, time_left: float) -> None:
+        wanted = self.fetchable()
+        if not wanted:
+            await asyncio.sleep(max_wait)
+            return
+        unknown = [tp for tp in wanted if self.subscriptions.positions.get(tp) is None]
+        if unknown:
+            await self._init_positions(unknown, time_left)
+            # a rebalance meanwhile: what is no longer assigned is not fetched
+            wanted = [tp for tp in wanted if self.subscriptions.positions.get(tp) is not None]
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp in wanted:
+            leader = self.cluster.leader(*tp)
+            if leader is None:
+                await self.cluster.refresh([tp.topic])
+                leader = self.cluster.leader(*tp)
+            if leader is not None:
+                by_node.setdefault(leader, []).append(tp)
+        if not by_node:
+            await asyncio.sleep(min(max_wait, self.retry_backoff))
+            return
+        results = await asyncio.gather(
+            *(self._fetch_node(node, tps, max_wait) for node, tps in by_node.items()),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def _fetch_node(self, node: int, tps: list[TopicPartition], max_wait: float) -> None:
+        conn = await self.cluster.connection(node)
+        v = conn.version(ApiKey.FETCH, 4, 12)
+        c = self.config
+        positions = {tp: self.fetch_offset(tp) for tp in tps}
+        if any(p is None for p in positions.values()):
+            return  # seeked to "unknown" meanwhile; the next pass initialises it
+        part_max = c.int("max.partition.fetch.bytes")
+        wanted = {(tp.topic, tp.partition): (off, part_max) for tp, off in positions.items()}
+        # KIP-227 from Fetch v7 (as Java's consumer, always): a full request opens a session,
+        # later ones name only what changed. Rounds are sequential (one _fetching task, one
+        # request per node each), as a session allows one request in flight.
+        handler = self.sessions.setdefault(node, FetchSessionHandler()) if v >= 7 else None
+        if handler is not None:
+            plan = handler.build(wanted)
+        else:
+            plan = FetchPlan(INVALID_SESSION_ID, FINAL_EPOCH, wanted)
+        req = fetch_request(
+            v,
+            plan,
+            max_wait_ms=int(max_wait * 1000),
+            min_bytes=c.int("fetch.min.bytes"),
+            max_bytes=c.int("fetch.max.bytes"),
+            isolation_level=self.isolation_level,
+        )
+        try:
+            fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
+            try:
+                await conn.drain()
+                resp = await conn.wait_response(fut, ApiKey.FETCH, self.request_timeout + max_wait)
+            except asyncio.CancelledError:
+                # a fetch ahead cancelled (close, unsubscribe): its answer (or the connection's
+                # error) has nobody left to read it
+                fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise
+        except BaseException:
+            if handler is not None:
+                handler.handle_error()  # what the broker made of it is unknown: start over
+            raise
+        if handler is not None and not handler.handle_response(
+            int(resp.error_code), int(resp.session_id)
+        ):
+            # A session error: nothing was read; the next round fetches the same offsets in
+            # a full request (retried at once, as Java's consumer).
+            log.debug("fetch session with node %d: error %d; next fetch full", node,
+                      int(resp.error_code))  # fmt: skip
+            return
+        if resp.error_code:
+            raise KafkaError(int(resp.error_code), "Fetch")
+        for t in resp.responses:
+            for p in t.partitions:
+                self._on_partition(TopicPartition(t.topic, int(p.partition_index)), p, positions)
+
+    def _on_partition(
+        self, tp: TopicPartition, p: Any, positions: dict[TopicPartition, int | None]
+    ) -> None:
+        """Buffer one partition's answer to a Fetch sent from ``positions``, or act on its
+        error."""
+        if not self.subscriptions.is_assigned(tp) or self.fetch_offset(tp) != positions.get(tp):
+            return  # seeked or unassigned while fetching
+        code = int(p.error_code)
+        if code in _REFRESH_ERRORS:
+            self._spawn_refresh(tp.topic)
+            return
+        if code and tp in self.buffer.fetches:
+            return  # a fetch ahead: asked again once the buffered data is out
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.info("%s: offset %s out of range; resetting", tp, positions[tp])
+            self.subscriptions.positions[tp] = None
+            return
+        if code == ErrorCode.CORRUPT_MESSAGE:
+            # The broker met damaged data reading at this offset. Asking again reads the same
+            # bytes: not retried, as Java's consumer (a KafkaException).
+            pos = positions[tp]
+            assert pos is not None
+            self.buffer.corrupt[tp] = err = CorruptRecordError(
+                f"{tp.topic}-{tp.partition}: the broker found corrupt data fetching "
+                f"offset {pos}; seek past it to go on",
+                tp.topic,
+                tp.partition,
+                pos,
+            )
+            log.error("%s", err)
+            return
+        if code:
+            raise KafkaError(code, f"Fetch {tp.topic}-{tp.partition}")
+        if not p.records:
+            return
+        start = positions[tp]
+        assert start is not None
+        self.buffer.fetches.setdefault(tp, deque()).append(
+            CompletedFetch(
+                p.records,
+                start,
+                end_offset(p.records, start),
+                [
+                    AbortedTxn(int(a.producer_id), int(a.first_offset))
+                    for a in (p.aborted_transactions or ())
+                ],
+            )
+        )
+
+    async def stop(self) -> None:
+        """Cancel the Fetch round in flight (a fetch ahead): its answer is not wanted."""
+        if self.fetching is not None:
+            self.fetching.cancel()
+            with contextlib.suppress(BaseException):
+                await self.fetching
+            self.fetching = None
+
+    async def close_sessions(self) -> None:
+        """Close the fetch sessions (epoch -1), freeing their slots on the brokers at once
+        rather than when evicted; best effort, briefly, as Java's consumer on close."""
+        sessions, self.sessions = self.sessions, {}
+        for node, handler in sessions.items():
+            plan = handler.close()
+            if plan is None:
+                continue
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                conn = await asyncio.wait_for(self.cluster.connection(node), 1.0)
+                v = conn.version(ApiKey.FETCH, 7, 12)
+                req = fetch_request(
+                    v, plan, max_wait_ms=0, min_bytes=0, max_bytes=0,
+                    isolation_level=self.isolation_level,
+                )  # fmt: skip
+                fut = conn.send_nowait(ApiKey.FETCH, req, version=v)
+                await conn.drain()
+                await conn.wait_response(fut, ApiKey.FETCH, 1.0)
+
+    def _spawn_refresh(self, topic: str) -> None:
+        async def refresh() -> None:
+            with contextlib.suppress(KafkaError):
+                await self.cluster.refresh([topic])
+
+        asyncio.get_running_loop().create_task(refresh())
