@@ -160,8 +160,10 @@ class BrokerProcess:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.stop()
         if exc_type is not None:
-            print(f"--- last lines of the {self.name} broker's log ---\n{self.tail()}",
-                  file=sys.stderr)
+            print(
+                f"--- last lines of the {self.name} broker's log ---\n{self.tail()}",
+                file=sys.stderr,
+            )
 
     def start(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -208,8 +210,18 @@ class SamsaBroker(BrokerProcess):
         if self.profile_out is None:
             raise ValueError("profile_out is needed with profile")
         if self.profile == "pyinstrument":
-            return [py, "-m", "pyinstrument", "-r", "pyisession", "-o", str(self.profile_out),
-                    "-m", "samsa", *args]
+            return [
+                py,
+                "-m",
+                "pyinstrument",
+                "-r",
+                "pyisession",
+                "-o",
+                str(self.profile_out),
+                "-m",
+                "samsa",
+                *args,
+            ]
         raise ValueError(f"unknown profiler {self.profile!r}")
 
     def start(self) -> None:
@@ -261,13 +273,25 @@ class PySpy:
         spy = find_py_spy()
         if spy is None:
             raise BrokerStartError("py-spy is not installed")
-        self.cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking",
-                    "--rate", str(rate), "-o", str(out)]
+        self.cmd = [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--rate",
+            str(rate),
+            "-o",
+            str(out),
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PySpy:
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         time.sleep(1.0)  # attaching takes a moment
         if self.proc.poll() is not None:
             err = self.proc.stderr.read().decode() if self.proc.stderr else ""

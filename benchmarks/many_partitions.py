@@ -114,8 +114,10 @@ def main() -> None:
                 code = create_topic(c, TOPIC, n)
                 times["create"] = time.monotonic() - t
                 if code != 0:
-                    print(f"CreateTopics of {n} partitions under a limit of {args.limit}: "
-                          f"error {code}")
+                    print(
+                        f"CreateTopics of {n} partitions under a limit of {args.limit}: "
+                        f"error {code}"
+                    )
                     print("\n".join(line for line in broker.lines if "ERROR" in line)[-500:])
                     return
                 t = time.monotonic()
@@ -148,8 +150,10 @@ def main() -> None:
     print(f"{n:,} partitions under RLIMIT_NOFILE {args.limit:,}:")
     for step, seconds in times.items():
         print(f"  {step:>14}: {seconds:6.1f} s")
-    print(f"  {whole:,} of {n:,} partitions read back with both records; the broker held "
-          f"{held} descriptors; 'Too many open files' in its log: {emfile}")
+    print(
+        f"  {whole:,} of {n:,} partitions read back with both records; the broker held "
+        f"{held} descriptors; 'Too many open files' in its log: {emfile}"
+    )
 
 
 if __name__ == "__main__":

@@ -167,8 +167,11 @@ def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> No
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md and md.error is None and len(md.partitions) == partitions and all(
-            p.leader >= 0 for p in md.partitions.values()
+        if (
+            md
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
         ):
             return
         time.sleep(0.1)
@@ -387,6 +390,7 @@ def run(scale: Scale, work: Path) -> list[Row]:
             return n / s
 
         row("produce, 1 producer, 100 B (confluent, idempotent)", "rec/s", p100)
+
         def on(topic: str, fn: Callable[[str], float], partitions: int = PARTITIONS
                ) -> Callable[[str, BrokerProcess], float]:  # fmt: skip
             """A row body: create ``topic`` on the broker, then time ``fn(bootstrap)``."""
@@ -397,16 +401,31 @@ def run(scale: Scale, work: Path) -> list[Row]:
 
             return body
 
-        row("produce, 1 producer, 1 KB", "rec/s",
-            on("p1k", lambda bs: _rate(produce(bs, "p1k", scale.produce_1k, 1000))))
-        row("produce, 4 producer processes, 100 B", "rec/s",
-            on("p4", lambda bs: _rate(produce_parallel(bs, "p4", scale.produce_each))))
-        row("produce, Kafka's ProducerPerformance, 100 B", "rec/s",
-            on("pp", lambda bs: producer_performance(bs, "pp", scale.produce)))
-        row("transactions of 10 records, 1 partition", "txn/s",
-            on("tx1", lambda bs: _rate(transactions(bs, "tx1", scale.txns, 1))))
-        row("transactions of 10 records, 10 partitions", "txn/s",
-            on("tx10", lambda bs: _rate(transactions(bs, "tx10", scale.txns, 10)), 10))
+        row(
+            "produce, 1 producer, 1 KB",
+            "rec/s",
+            on("p1k", lambda bs: _rate(produce(bs, "p1k", scale.produce_1k, 1000))),
+        )
+        row(
+            "produce, 4 producer processes, 100 B",
+            "rec/s",
+            on("p4", lambda bs: _rate(produce_parallel(bs, "p4", scale.produce_each))),
+        )
+        row(
+            "produce, Kafka's ProducerPerformance, 100 B",
+            "rec/s",
+            on("pp", lambda bs: producer_performance(bs, "pp", scale.produce)),
+        )
+        row(
+            "transactions of 10 records, 1 partition",
+            "txn/s",
+            on("tx1", lambda bs: _rate(transactions(bs, "tx1", scale.txns, 1))),
+        )
+        row(
+            "transactions of 10 records, 10 partitions",
+            "txn/s",
+            on("tx10", lambda bs: _rate(transactions(bs, "tx10", scale.txns, 10)), 10),
+        )
 
         def fill(b: BrokerProcess) -> None:
             if not getattr(b, "_filled", False):
@@ -424,6 +443,7 @@ def run(scale: Scale, work: Path) -> list[Row]:
             return n / s
 
         row("fetch, confluent consumer (librdkafka defaults)", "rec/s", f_default)
+
         def f_nobackoff(_name: str, b: BrokerProcess) -> float:
             fill(b)
             return _rate(fetch(b.bootstrap, "f", scale.fetch, {"fetch.queue.backoff.ms": 0}))
@@ -446,7 +466,8 @@ def run(scale: Scale, work: Path) -> list[Row]:
         def lat_load(name: str, b: BrokerProcess) -> float:
             create_topic(b.bootstrap, "sat")
             sat = mp.get_context("spawn").Process(
-                target=_saturate, args=(b.bootstrap, "sat", scale.latency_seconds + 5))
+                target=_saturate, args=(b.bootstrap, "sat", scale.latency_seconds + 5)
+            )
             sat.start()
             try:
                 time.sleep(2)

@@ -160,7 +160,11 @@ def with_sequence(template: bytearray, base_sequence: int) -> bytes:
 
 
 def build_frames(
-    conn: BlockingConnection, topic: str, producer_id: int, epoch: int, per_batch: int,
+    conn: BlockingConnection,
+    topic: str,
+    producer_id: int,
+    epoch: int,
+    per_batch: int,
     n_requests: int,
 ) -> list[bytes]:
     """Encoded Produce frames, correlation ids 1..n, one batch per partition in each."""
@@ -216,8 +220,11 @@ def check_parser(frame: bytes) -> None:
 
 
 def pipelined_produce(
-    conn: BlockingConnection, frames: list[bytes], records_per_batch: int,
-    max_seconds: float, depth: int = PIPELINE,
+    conn: BlockingConnection,
+    frames: list[bytes],
+    records_per_batch: int,
+    max_seconds: float,
+    depth: int = PIPELINE,
 ) -> Result:
     """Send prebuilt frames with up to ``depth`` in flight; stop sending at the deadline."""
     sock = conn.sock
@@ -289,8 +296,14 @@ def raw_produce(port: int, topic: str, per_batch: int, records: int, max_seconds
 
 
 def _worker(
-    port: int, topic: str, per_batch: int, records: int, max_seconds: float,
-    ready: Any, go: Any, out: Any,
+    port: int,
+    topic: str,
+    per_batch: int,
+    records: int,
+    max_seconds: float,
+    ready: Any,
+    go: Any,
+    out: Any,
 ) -> None:
     """One load-generator process of the concurrent variant."""
     try:
@@ -302,8 +315,9 @@ def _worker(
             go.wait()
             start = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
             r = pipelined_produce(conn, frames, per_batch, max_seconds)
-            out.put((start, start + r.seconds, r.records, dict(r.errors), r.note,
-                     r.client_cpu, None))
+            out.put(
+                (start, start + r.seconds, r.records, dict(r.errors), r.note, r.client_cpu, None)
+            )
         finally:
             conn.close()
     except BaseException as exc:  # reported to the parent, which raises it
@@ -315,7 +329,11 @@ def _worker(
 
 
 def concurrent_produce(
-    port: int, topic: str, per_batch: int, records_each: int, connections: int,
+    port: int,
+    topic: str,
+    per_batch: int,
+    records_each: int,
+    connections: int,
     max_seconds: float,
 ) -> Result:
     ctx = multiprocessing.get_context("spawn")
@@ -427,12 +445,20 @@ def confluent_produce(port: int, topic: str, records: int, max_seconds: float) -
 
 def high_watermarks(port: int, topic: str) -> dict[int, int]:
     """Each partition's end offset (a Fetch that asks for as little data as it can)."""
-    req = fetch_request({(topic, p): 0 for p in range(PARTITIONS)}, max_wait_ms=100,
-                        max_bytes=1, partition_max_bytes=1)
+    req = fetch_request(
+        {(topic, p): 0 for p in range(PARTITIONS)},
+        max_wait_ms=100,
+        max_bytes=1,
+        partition_max_bytes=1,
+    )
     with BlockingConnection(HOST, port, client_id="samsa-bench") as conn:
         resp = conn.request(ApiKey.FETCH, FETCH_V, req)
-    ends = {int(part.partition_index): int(part.high_watermark)
-            for t in resp.responses for part in t.partitions if int(part.error_code) == 0}
+    ends = {
+        int(part.partition_index): int(part.high_watermark)
+        for t in resp.responses
+        for part in t.partitions
+        if int(part.error_code) == 0
+    }
     if sorted(ends) != list(range(PARTITIONS)):
         raise RuntimeError(f"{topic}: no end offset for every partition ({ends})")
     return ends
@@ -576,29 +602,73 @@ def workloads(scale: Scale) -> list[Workload]:
 
     fetched = "bench-a100"
     return [
-        Workload("a1", "(a) raw, 1 rec/batch, 1 conn", "bench-a1",
-                 raw(1, scale.batches_1 // r, "bench-a1"), r),
-        Workload("a100", "(a) raw, 100 rec/batch, 1 conn", fetched,
-                 raw(100, scale.records_100 // r, fetched), r),
-        Workload("a1000", "(a) raw, 1000 rec/batch, 1 conn", "bench-a1000",
-                 raw(1000, scale.records_1000 // r, "bench-a1000"), r),
-        Workload(f"a100x{c}", f"(a) raw, 100 rec/batch, {c} conns", f"bench-a100x{c}",
-                 conc(scale.records_conc, f"bench-a100x{c}"), r),
-        Workload("f100", "(a) raw, 100 rec/batch, 1 conn, fsync", "bench-f100",
-                 lambda tg: raw_produce(tg.port, "bench-f100", 100, scale.records_fsync, t),
-                 1, ("samsa-fsync",)),
-        Workload(f"f100x{c}", f"(a) raw, 100 rec/batch, {c} conns, fsync", f"bench-f100x{c}",
-                 conc(scale.records_fsync // c, f"bench-f100x{c}"), 1, ("samsa-fsync",)),
-        Workload("b", "(b) confluent-kafka producer", "bench-b",
-                 lambda tg: confluent_produce(tg.port, "bench-b", scale.records_confluent // r,
-                                              t),
-                 r),
-        Workload("c-raw", "(c) fetch, raw Fetch v12", fetched,
-                 lambda tg: raw_fetch(tg.port, fetched, tg.read_to[fetched], 30.0),
-                 r, produces=False),
-        Workload("c-confluent", "(c) fetch, confluent consumer", fetched,
-                 lambda tg: confluent_fetch(tg.port, fetched, tg.read_to[fetched], 30.0),
-                 1, produces=False),
+        Workload(
+            "a1",
+            "(a) raw, 1 rec/batch, 1 conn",
+            "bench-a1",
+            raw(1, scale.batches_1 // r, "bench-a1"),
+            r,
+        ),
+        Workload(
+            "a100",
+            "(a) raw, 100 rec/batch, 1 conn",
+            fetched,
+            raw(100, scale.records_100 // r, fetched),
+            r,
+        ),
+        Workload(
+            "a1000",
+            "(a) raw, 1000 rec/batch, 1 conn",
+            "bench-a1000",
+            raw(1000, scale.records_1000 // r, "bench-a1000"),
+            r,
+        ),
+        Workload(
+            f"a100x{c}",
+            f"(a) raw, 100 rec/batch, {c} conns",
+            f"bench-a100x{c}",
+            conc(scale.records_conc, f"bench-a100x{c}"),
+            r,
+        ),
+        Workload(
+            "f100",
+            "(a) raw, 100 rec/batch, 1 conn, fsync",
+            "bench-f100",
+            lambda tg: raw_produce(tg.port, "bench-f100", 100, scale.records_fsync, t),
+            1,
+            ("samsa-fsync",),
+        ),
+        Workload(
+            f"f100x{c}",
+            f"(a) raw, 100 rec/batch, {c} conns, fsync",
+            f"bench-f100x{c}",
+            conc(scale.records_fsync // c, f"bench-f100x{c}"),
+            1,
+            ("samsa-fsync",),
+        ),
+        Workload(
+            "b",
+            "(b) confluent-kafka producer",
+            "bench-b",
+            lambda tg: confluent_produce(tg.port, "bench-b", scale.records_confluent // r, t),
+            r,
+        ),
+        Workload(
+            "c-raw",
+            "(c) fetch, raw Fetch v12",
+            fetched,
+            lambda tg: raw_fetch(tg.port, fetched, tg.read_to[fetched], 30.0),
+            r,
+            produces=False,
+        ),
+        Workload(
+            "c-confluent",
+            "(c) fetch, confluent consumer",
+            fetched,
+            lambda tg: confluent_fetch(tg.port, fetched, tg.read_to[fetched], 30.0),
+            1,
+            produces=False,
+        ),
     ]
 
 
@@ -627,8 +697,11 @@ def run_all(scale: Scale, targets: dict[str, Target]) -> dict[str, Row]:
             for tg, e in zip(here, ends, strict=True):
                 tg.read_to[w.topic] = common
                 if e != common:
-                    print(f"  {tg.name:<11} {w.topic}: reading {sum(common.values())} of its "
-                          f"{sum(e.values())} records, as many as every broker has", flush=True)
+                    print(
+                        f"  {tg.name:<11} {w.topic}: reading {sum(common.values())} of its "
+                        f"{sum(e.values())} records, as many as every broker has",
+                        flush=True,
+                    )
         runs: dict[str, list[Result]] = {tg.name: [] for tg in here}
         for i in range(w.repeats):
             for tg in here if i % 2 == 0 else here[::-1]:
@@ -654,8 +727,15 @@ def median(runs: list[Result]) -> Result:
     """The run with the median rate; errors of all runs; the spread in its note."""
     ordered = sorted(runs, key=lambda r: r.rate)
     mid = ordered[len(ordered) // 2]
-    out = Result(mid.records, mid.seconds, sum((r.errors for r in runs), Counter()), mid.note,
-                 mid.client_cpu, sum(r.records for r in runs), mid.broker_cpu)
+    out = Result(
+        mid.records,
+        mid.seconds,
+        sum((r.errors for r in runs), Counter()),
+        mid.note,
+        mid.client_cpu,
+        sum(r.records for r in runs),
+        mid.broker_cpu,
+    )
     if len(runs) > 1:
         spread = f"median of {len(runs)}: {ordered[0].rate:,.0f}..{ordered[-1].rate:,.0f}"
         out.note = f"{spread}; {out.note}" if out.note else spread
@@ -665,16 +745,20 @@ def median(runs: list[Result]) -> Result:
 def _print_run(broker: str, label: str, r: Result) -> None:
     errs = _format_errors(r.errors)
     note = f"  ({r.note})" if r.note else ""
-    print(f"  {broker:<11} {label:<42}{r.records:>8} rec {r.seconds:6.2f} s "
-          f"{r.rate:>10,.0f} rec/s {r.mb_s:6.1f} MB/s  cpu: broker {r.broker_load:4.0%} "
-          f"client {r.client_load:4.0%}  errors: {errs}{note}", flush=True)
+    print(
+        f"  {broker:<11} {label:<42}{r.records:>8} rec {r.seconds:6.2f} s "
+        f"{r.rate:>10,.0f} rec/s {r.mb_s:6.1f} MB/s  cpu: broker {r.broker_load:4.0%} "
+        f"client {r.client_load:4.0%}  errors: {errs}{note}",
+        flush=True,
+    )
 
 
 def _format_errors(errors: Counter[int]) -> str:
     if not errors:
         return "0"
-    return ", ".join(f"{n}x{code} {ERROR_NAMES.get(code, '')}".rstrip() for code, n in
-                     errors.most_common())
+    return ", ".join(
+        f"{n}x{code} {ERROR_NAMES.get(code, '')}".rstrip() for code, n in errors.most_common()
+    )
 
 
 def warm_up(tg: Target) -> None:
@@ -703,11 +787,11 @@ def print_table(rows: dict[str, Row], columns: list[str]) -> None:
         if len(columns) == 2:
             s, t = row.results.get("samsa"), row.results.get("tansu")
             line += f"{s.rate / t.rate:>12.2f}x" if s and t and t.rate else f"{'-':>13}"
-        line += "  " + ", ".join(f"{b} {_format_errors(r.errors)}"
-                                 for b, r in row.results.items())
+        line += "  " + ", ".join(f"{b} {_format_errors(r.errors)}" for b, r in row.results.items())
         print(line)
-    notes = [(row.label, b, r.note) for row in rows.values() for b, r in row.results.items()
-             if r.note]
+    notes = [
+        (row.label, b, r.note) for row in rows.values() for b, r in row.results.items() if r.note
+    ]
     if notes:
         print()
         for label, b, note in notes:
@@ -724,13 +808,15 @@ def profile_samsa(
     tool = profiler
     if tool == "auto":
         tool = "py-spy" if find_py_spy() else "pyinstrument"
-    out = out_dir / ("samsa-broker.collapsed.txt" if tool == "py-spy"
-                     else "samsa-broker.pyisession")
+    out = out_dir / (
+        "samsa-broker.collapsed.txt" if tool == "py-spy" else "samsa-broker.pyisession"
+    )
     records = {1: scale.batches_1, 100: scale.records_100, 1000: scale.records_1000}[per_batch]
     records //= REPEATS
     label = f"(a) raw, {per_batch} rec/batch, profiled"
-    with SamsaBroker(work / "samsa-profile", profile=None if tool == "py-spy" else tool,
-                     profile_out=out) as b:
+    with SamsaBroker(
+        work / "samsa-profile", profile=None if tool == "py-spy" else tool, profile_out=out
+    ) as b:
         print(f"samsa broker on port {b.port}, profiled with {tool}")
         tg = Target("samsa", b)
         topic = f"bench-profile-{per_batch}"
@@ -740,8 +826,9 @@ def profile_samsa(
         spy = PySpy(b.pid or 0, out) if tool == "py-spy" else contextlib.nullcontext()
         with spy:
             for i in range(REPEATS):
-                r = _timed(tg, lambda: raw_produce(b.port, topic, per_batch, records,
-                                                   scale.max_seconds))
+                r = _timed(
+                    tg, lambda: raw_produce(b.port, topic, per_batch, records, scale.max_seconds)
+                )
                 _print_run("samsa", f"{label} #{i + 1}", r)
     if not out.exists():
         print(f"no profile written to {out}")
@@ -851,9 +938,11 @@ def _pyinstrument_report(session_path: Path, out_dir: Path, top: int = 30) -> No
     for name in [n for n in self_time if n.startswith(("wrapper (", "serve ("))]:
         self_time.pop(name)  # start-up/shutdown coroutine, not the load
     loop = sum(t for n, t in self_time.items() if n.startswith("Runner.run ("))
-    print(f"\nbroker main thread: {root.time:.2f} s sampled; {loop:.2f} s ({loop / root.time:.0%})"
-          " in the event loop's own C code (waiting in epoll, and uvloop's socket reads and "
-          "writes, which pyinstrument cannot see into); shares below are of all samples")
+    print(
+        f"\nbroker main thread: {root.time:.2f} s sampled; {loop:.2f} s ({loop / root.time:.0%})"
+        " in the event loop's own C code (waiting in epoll, and uvloop's socket reads and "
+        "writes, which pyinstrument cannot see into); shares below are of all samples"
+    )
     _print_hotspots(self_time, inclusive, root.time, top)
 
 
@@ -864,16 +953,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts, a smoke run")
     parser.add_argument("--only", choices=("samsa", "tansu"), help="run one broker only")
-    parser.add_argument("--profile", action="store_true",
-                        help="only run (a) against a samsa broker under py-spy or pyinstrument")
-    parser.add_argument("--profile-batch", type=int, choices=(1, 100, 1000), default=100,
-                        help="records per batch of the profiled run (default 100)")
-    parser.add_argument("--profiler", choices=("auto", "py-spy", "pyinstrument"),
-                        default="auto", help="auto: py-spy if installed, else pyinstrument")
-    parser.add_argument("--profile-dir", type=Path,
-                        help="where to save the profile (default: a new directory in $TMPDIR)")
-    parser.add_argument("--work-dir", type=Path,
-                        help="parent directory for broker data (default $TMPDIR); removed after")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only run (a) against a samsa broker under py-spy or pyinstrument",
+    )
+    parser.add_argument(
+        "--profile-batch",
+        type=int,
+        choices=(1, 100, 1000),
+        default=100,
+        help="records per batch of the profiled run (default 100)",
+    )
+    parser.add_argument(
+        "--profiler",
+        choices=("auto", "py-spy", "pyinstrument"),
+        default="auto",
+        help="auto: py-spy if installed, else pyinstrument",
+    )
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        help="where to save the profile (default: a new directory in $TMPDIR)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="parent directory for broker data (default $TMPDIR); removed after",
+    )
     args = parser.parse_args(argv)
     scale = QUICK if args.quick else FULL
     log_py = Path(__file__).resolve().parent.parent / "src" / "samsa" / "log" / "log.py"
@@ -891,26 +998,36 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             targets: dict[str, Target] = {}
             if "samsa" in columns:
-                targets["samsa"] = Target("samsa", stack.enter_context(
-                    SamsaBroker(work / "samsa")))
-                targets["samsa-fsync"] = Target("samsa-fsync", stack.enter_context(
-                    SamsaBroker(work / "samsa-fsync", {"log.flush.interval.messages": "1"})))
+                targets["samsa"] = Target("samsa", stack.enter_context(SamsaBroker(work / "samsa")))
+                targets["samsa-fsync"] = Target(
+                    "samsa-fsync",
+                    stack.enter_context(
+                        SamsaBroker(work / "samsa-fsync", {"log.flush.interval.messages": "1"})
+                    ),
+                )
             if "tansu" in columns:
                 targets["tansu"] = Target("tansu", stack.enter_context(TansuBroker()))
-            print(f"{'quick' if args.quick else 'full'} run on {os.cpu_count()} CPUs: "
-                  f"{PARTITIONS} partitions, {VALUE_SIZE} B values, {PIPELINE} requests in "
-                  f"flight, acks=-1")
+            print(
+                f"{'quick' if args.quick else 'full'} run on {os.cpu_count()} CPUs: "
+                f"{PARTITIONS} partitions, {VALUE_SIZE} B values, {PIPELINE} requests in "
+                f"flight, acks=-1"
+            )
             for tg in targets.values():
-                where = f", data dir {tg.broker.data_dir}" if isinstance(
-                    tg.broker, SamsaBroker) else ", memory storage"
+                where = (
+                    f", data dir {tg.broker.data_dir}"
+                    if isinstance(tg.broker, SamsaBroker)
+                    else ", memory storage"
+                )
                 print(f"  {tg.name} on 127.0.0.1:{tg.port}{where}")
             for tg in targets.values():
                 warm_up(tg)
             rows = run_all(scale, targets)
         print_table(rows, columns)
-        print(f"\n(total {time.perf_counter() - t0:.0f} s; records/s = records acknowledged "
-              f"or read per wall-clock second, median of the repeats; MB/s = record values, "
-              f"{VALUE_SIZE} B each; fsync rows: samsa with log.flush.interval.messages=1)")
+        print(
+            f"\n(total {time.perf_counter() - t0:.0f} s; records/s = records acknowledged "
+            f"or read per wall-clock second, median of the repeats; MB/s = record values, "
+            f"{VALUE_SIZE} B each; fsync rows: samsa with log.flush.interval.messages=1)"
+        )
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -612,6 +612,8 @@ def _delete_group(h: Harness, p: str) -> int:
 
 
 def _offset_delete(h: Harness, p: str) -> int:
+    # The group must exist for its offsets to be deleted: made here, not by an earlier case.
+    assert h.commit_offset(ADMIN, "team-a.grp", "team-b.events", 0) == 0
     part = make_request(ApiKey.OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=0)
     t = make_request(
         ApiKey.OFFSET_DELETE,

@@ -175,12 +175,8 @@ def test_pending_responses_stop_decoding_until_they_complete(tmp_path: Path) -> 
     async def body(broker: Broker) -> None:
         broker.create_topic("t", 1)
         conn, transport = _connect(broker)
-        fetch = encode_request(
-            ApiKey.FETCH, 12, fetch_request({("t", 0): 0}, max_wait_ms=20_000)
-        )
-        frames = b"".join(
-            frame_request(ApiKey.FETCH, 12, i, "t", fetch, True) for i in range(200)
-        )
+        fetch = encode_request(ApiKey.FETCH, 12, fetch_request({("t", 0): 0}, max_wait_ms=20_000))
+        frames = b"".join(frame_request(ApiKey.FETCH, 12, i, "t", fetch, True) for i in range(200))
         conn.data_received(frames)
         deadline = time.monotonic() + 10  # turns take long on a loaded machine
         while conn.handled < MAX_PENDING_RESPONSES and time.monotonic() < deadline:
@@ -212,8 +208,8 @@ def test_a_client_that_does_not_read_its_responses_is_paused(tmp_path: Path) -> 
         for _ in range(1000):
             await asyncio.sleep(0)
         turn = MAX_PENDING_RESPONSES * 1024  # an ApiVersions response is < 1 KiB
-        assert MAX_QUEUED_RESPONSE_BYTES < len(transport.written) < (
-            MAX_QUEUED_RESPONSE_BYTES + turn
+        assert (
+            MAX_QUEUED_RESPONSE_BYTES < len(transport.written) < (MAX_QUEUED_RESPONSE_BYTES + turn)
         )
         held = conn.handled
         assert held < 20_000 and not transport.reading

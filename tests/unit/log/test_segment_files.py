@@ -148,9 +148,7 @@ def test_out_of_descriptors_gives_back_cached_files(tmp_path: Path) -> None:
         print("open", sum(s.is_open for s in segs), "of", len(segs))
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "out of file descriptors" in out.stderr
     assert out.stdout.split()[1] == "15"  # 29 cached, 15 closed, then segs[0] opened
