@@ -451,10 +451,10 @@ def test_mutated_frames_get_a_response_or_a_closed_connection(fuzz_env: Any, fra
         conn.data_received(frame)
         budget = LONG_POLL_MS / 1000 + 0.05 if long_polls else ANSWER_WITHIN_S
         deadline = loop.time() + budget
-        while not conn.closed and conn.queue and loop.time() < deadline:
+        while not conn.closed and conn.core.queue and loop.time() < deadline:
             await asyncio.sleep(0.002)
         closed = conn.closed
-        pending = [] if closed else [e.correlation_id for e in conn.queue]
+        pending = [] if closed else [e.correlation_id for e in conn.core.queue]
         conn.connection_lost(None)  # cancels whatever still waits (a client hanging up)
         await asyncio.sleep(0)
         return closed, pending
