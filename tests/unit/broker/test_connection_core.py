@@ -73,14 +73,20 @@ def test_answers_leave_in_request_order_whatever_order_they_complete_in() -> Non
     assert core.idle
 
 
-def test_an_answer_queued_behind_a_waiting_one_counts_as_unsent() -> None:
-    core = _core()
-    waiting = core.expect(1, False, frame_bytes=0)
-    core.respond(2, False, b"x" * MAX_QUEUED_RESPONSE_BYTES)
-    assert core.blocked  # the client cannot make the broker hold more
-    core.complete(waiting, b"")
-    assert _responses(core) == [1, 2]
-    assert not core.blocked
+def test_answers_queued_behind_a_waiting_one_count_as_unsent() -> None:
+    # Whether ready at once or completed early, an answer that cannot leave yet is held for
+    # the client: the connection stops taking requests at MAX_QUEUED_RESPONSE_BYTES of them.
+    for completed_early in (False, True):
+        core = _core()
+        waiting = core.expect(1, False, frame_bytes=0)
+        if completed_early:
+            core.complete(core.expect(2, False, frame_bytes=0), b"x" * MAX_QUEUED_RESPONSE_BYTES)
+        else:
+            core.respond(2, False, b"x" * MAX_QUEUED_RESPONSE_BYTES)
+        assert core.blocked
+        core.complete(waiting, b"")
+        assert _responses(core) == [1, 2]
+        assert not core.blocked
 
 
 def test_a_frame_over_the_limit_is_refused_as_soon_as_its_size_is_in() -> None:
