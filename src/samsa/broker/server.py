@@ -2,6 +2,13 @@
 
 Theory of operation
 -------------------
+A connection is a thin asyncio adapter, :class:`KafkaConnection`, over a sans-IO
+:class:`~samsa.broker.connection.ConnectionCore` that keeps its state and limits (request
+memory, back-pressure, SASL gating, response order; ``broker/connection.py``), with the
+zero-copy :class:`~samsa.broker.writer.ZeroCopyWriter` (``broker/writer.py``) beside it. The
+adapter passes the transport's events and the clock in, dispatches the frames the core lets
+through, and writes what it hands back.
+
 Each connection (an ``asyncio.BufferedProtocol``) has the transport read straight into the
 buffers of a sans-IO :class:`FrameDecoder`: small frames, many at a time, into one read buffer
 shared by all connections; a large frame into a buffer of its declared size, allocated once the
@@ -17,8 +24,8 @@ appends of pipelined produce requests happen in request order, and their fsyncs 
 round.
 
 Fetch responses on plain sockets carry record bytes as pinned segment-file slices
-(:class:`FileSlice`): once the transport has written everything before them, the connection
-writes such a response itself, the header with ``os.write`` and the slices with
+(:class:`FileSlice`): once the transport has written everything before them, the connection's
+writer writes such a response itself, the header with ``os.write`` and the slices with
 ``os.sendfile`` on a duplicate of the socket's descriptor, as Kafka's ``FileRecords.writeTo``
 does (uvloop's ``loop.sendfile`` would copy through Python). Responses behind it wait; its
 unsent bytes count against the per-connection limit below. TLS connections copy.
