@@ -411,7 +411,8 @@ def _well_formed(request: bytes, response: bytes) -> None:
     a body that decodes to the last byte. An ApiVersions request of a version the broker does
     not serve is answered in v0 with UNSUPPORTED_VERSION (as Kafka)."""
     api_key, version, correlation_id = peek_request_header(request)
-    flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
+    # ApiVersions first: is_flexible cannot look up a version kio does not know.
+    flexible = api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version)
     cid, offset = split_response(response, flexible)
     assert cid == correlation_id
     if api_key == ApiKey.API_VERSIONS:
@@ -451,10 +452,10 @@ def test_mutated_frames_get_a_response_or_a_closed_connection(fuzz_env: Any, fra
         conn.data_received(frame)
         budget = LONG_POLL_MS / 1000 + 0.05 if long_polls else ANSWER_WITHIN_S
         deadline = loop.time() + budget
-        while not conn.closed and conn.queue and loop.time() < deadline:
+        while not conn.closed and conn.core.queue and loop.time() < deadline:
             await asyncio.sleep(0.002)
         closed = conn.closed
-        pending = [] if closed else [e.correlation_id for e in conn.queue]
+        pending = [] if closed else [e.correlation_id for e in conn.core.queue]
         conn.connection_lost(None)  # cancels whatever still waits (a client hanging up)
         await asyncio.sleep(0)
         return closed, pending

@@ -2,6 +2,13 @@
 
 Theory of operation
 -------------------
+A connection is a thin asyncio adapter, :class:`KafkaConnection`, over a sans-IO
+:class:`~samsa.broker.connection.ConnectionCore` that keeps its state and limits (request
+memory, back-pressure, SASL gating, response order; ``broker/connection.py``), with the
+zero-copy :class:`~samsa.broker.writer.ZeroCopyWriter` (``broker/writer.py``) beside it. The
+adapter passes the transport's events and the clock in, dispatches the frames the core lets
+through, and writes what it hands back.
+
 Each connection (an ``asyncio.BufferedProtocol``) has the transport read straight into the
 buffers of a sans-IO :class:`FrameDecoder`: small frames, many at a time, into one read buffer
 shared by all connections; a large frame into a buffer of its declared size, allocated once the
@@ -17,8 +24,8 @@ appends of pipelined produce requests happen in request order, and their fsyncs 
 round.
 
 Fetch responses on plain sockets carry record bytes as pinned segment-file slices
-(:class:`FileSlice`): once the transport has written everything before them, the connection
-writes such a response itself, the header with ``os.write`` and the slices with
+(:class:`FileSlice`): once the transport has written everything before them, the connection's
+writer writes such a response itself, the header with ``os.write`` and the slices with
 ``os.sendfile`` on a duplicate of the socket's descriptor, as Kafka's ``FileRecords.writeTo``
 does (uvloop's ``loop.sendfile`` would copy through Python). Responses behind it wait; its
 unsent bytes count against the per-connection limit below. TLS connections copy.
@@ -76,7 +83,6 @@ import signal
 import socket
 import ssl
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -84,6 +90,14 @@ from typing import Any
 
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
+from samsa.broker.connection import (
+    MAX_PENDING_RESPONSES,
+    MAX_QUEUED_RESPONSE_BYTES,
+    ConnectionCore,
+    Pending,
+    RequestMemory,
+    release_pieces,
+)
 from samsa.broker.handlers import APIS, RequestContext, unsupported_api_versions_response
 from samsa.broker.listeners import (
     ANONYMOUS,
@@ -96,22 +110,19 @@ from samsa.broker.listeners import (
 )
 from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, metrics_bind_host
 from samsa.broker.sasl import PlainUsers, SaslSession, clip, credentials_for
+from samsa.broker.writer import ZeroCopyWriter
 from samsa.log.segment import SEGMENT_FILES, FileSlice
 from samsa.protocol.framing import (
     FrameDecoder,
     FrameError,
-    frame_response,
     parse_request_header,
     peek_request_header,
-    response_prefix,
 )
 from samsa.protocol.messages import ApiKey, api_name, decode_request, is_flexible
 
 log = logging.getLogger("samsa.server")
 
-MAX_PENDING_RESPONSES = 128  # requests in progress or unsent per connection; frames per turn
 TURN_S = 0.002  # a connection's turn ends after the frame that passes this much time
-MAX_QUEUED_RESPONSE_BYTES = 1 << 20  # response bytes waiting to be sent per connection
 LOG_INTERVAL_S = 10.0  # refused connections and accept errors: one log line per interval
 ACCEPT_BACKLOG = 100
 ACCEPT_RETRY_S = 0.1  # after EMFILE/ENFILE, accept again after this (or when one closes)
@@ -144,53 +155,6 @@ class _Throttled:
         log.warning(msg, *args)
         self._suppressed = 0
         self._next_at = now + self.interval_s
-
-
-class RequestMemory:
-    """``queued.max.request.bytes``: bytes of requests being read or waiting to be handled,
-    broker-wide. Connections claim and release; those that could not claim wait here."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = max(limit, 0)  # 0: unbounded (Kafka's -1)
-        self.reserve = self.limit // 16  # kept for frames no larger than this
-        self.used = 0
-        self.peak = 0  # for tests and benchmarks
-        self._waiters: dict[KafkaConnection, None] = {}
-
-    def fits(self, held: int, need: int) -> bool:
-        """May a connection holding ``held`` bytes for its partial frame hold ``need``?"""
-        if not self.limit:
-            return True
-        others = self.used - held
-        if others <= 0:
-            return True  # alone, even a frame larger than the pool may be read
-        cap = self.limit - self.reserve if need > self.reserve else self.limit
-        return others + need <= cap
-
-    def has_room(self) -> bool:
-        return not self.limit or self.used < self.limit
-
-    def change(self, delta: int) -> None:
-        self.used += delta
-        if delta > 0:
-            if self.used > self.peak:
-                self.peak = self.used
-        elif self._waiters:
-            self._wake()
-
-    def wait(self, conn: KafkaConnection) -> None:
-        self._waiters[conn] = None
-
-    def forget(self, conn: KafkaConnection) -> None:
-        self._waiters.pop(conn, None)
-
-    def _wake(self) -> None:
-        # First come, first served; a waiter that still does not fit keeps its place.
-        for conn in list(self._waiters):
-            if not self.has_room():
-                return
-            if conn.retry_memory():
-                self._waiters.pop(conn, None)
 
 
 class ConnectionLimits:
@@ -245,10 +209,6 @@ def _count(counts: dict[str, int], ip: str, delta: int) -> None:
         counts.pop(ip, None)
 
 
-# Kafka's rule: before SASL authentication completes, only these are served.
-_PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-
-
 @dataclass(slots=True)
 class Endpoint:
     """One listener as its connections see it: its protocol, the address given to its
@@ -268,33 +228,12 @@ class Endpoint:
     per_ip: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Pending:
-    correlation_id: int
-    flexible_header: bool
-    body: bytes | list[Any] | None = None  # list: pieces, bytes or FileSlice
-    done: bool = False
-    task: asyncio.Future[Any] | None = None
-    frame_bytes: int = 0  # request bytes held in the pool until the response is ready
-    unsent: int = 0  # response bytes counted as waiting behind an unfinished response
-    raw: bool = False  # a bare SASL token (after SaslHandshake v0): no response header
-
-
-def _release_pieces(pieces: Any) -> None:
-    for piece in pieces:
-        if isinstance(piece, FileSlice):
-            piece.release()
-
-
-def _body_size(body: bytes | list[Any] | None) -> int:
-    if body is None:
-        return 0
-    if isinstance(body, list):
-        return sum(len(b) for b in body)
-    return len(body)
-
-
 class KafkaConnection(asyncio.BufferedProtocol):
+    """The asyncio side of one connection: the transport's events go into its sans-IO
+    :class:`ConnectionCore`, the frames it lets through are dispatched to the handlers, and
+    the responses it hands back are written by the transport, or by the
+    :class:`ZeroCopyWriter` on a duplicate of the socket's descriptor."""
+
     # Send Fetch record bytes from segment files with os.sendfile where the transport is a
     # plain socket (not TLS); False: always copy (tests compare the two).
     sendfile_enabled = hasattr(os, "sendfile")
@@ -308,45 +247,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
     ) -> None:
         self.broker = broker
         self.endpoint = endpoint
-        self.tls = False  # a TLS transport: response bytes must go through it (no sendfile)
-        self.principal = ANONYMOUS
-        self.session: SaslSession | None = None
         self.limits = limits if limits is not None else ConnectionLimits(broker.config)
-        self.memory = self.limits.memory
         self.ip = ip  # set when the server counted this connection against the limits
-        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes, self.limits.read_buffer)
-        # Frames draw on queued.max.request.bytes; not before SASL authentication, when they
-        # are bounded by sasl.server.max.receive.size instead (as Kafka's authenticator reads
-        # them outside its memory pool).
-        self._pooled = True
-        self._join_pool = False
-        self._auth_deadline: float | None = None  # SASL: authenticated by then, or closed
-        self._failing: str | None = None  # a failed authentication, closing after the delay
+        decoder = FrameDecoder(broker.config.socket_request_max_bytes, self.limits.read_buffer)
+        self.core = ConnectionCore(decoder, self.limits.memory, self._update_reading, 0.0)
+        # A response with FileSlice pieces is written by the writer, with our own syscalls on
+        # _out_fd, once the transport's buffer is empty; later responses wait behind it.
+        self.writer = ZeroCopyWriter()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.queue: deque[_Pending] = deque()
-        self.backlog: deque[bytes] = deque()  # frames decoded, not yet handled
-        self.closed = False
-        self.handled = 0  # frames handled, for tests
-        self._reading_paused = False
-        self._writing_paused = False
+        self.tls = False  # a TLS transport: response bytes must go through it (no sendfile)
+        self.principal = ANONYMOUS
         self._scheduled = False  # a call_soon(_process) is pending
-        self._waiting_memory = False
-        self._granted = False  # the partial frame's declared size is claimed
-        self._partial_claim = 0  # pool bytes claimed for the partial frame
-        self._held = 0  # pool bytes held in all: partial + backlog + waiting requests
-        self._unsent_bytes = 0  # done responses queued behind an unfinished one
-        self._frame_since: float | None = None  # when the partial frame started, if reading
-        self._last_active = 0.0
-        self.draining = False  # the server is stopping: answer what was read, read no more
-        # Zero-copy writing: a response with FileSlice pieces is written by _send_some, with
-        # our own syscalls on a duplicate of the socket's descriptor, once the transport's
-        # buffer is empty; later responses wait behind it (and count against the limits).
         self._out_fd = -1
-        self._sending: deque[Any] | None = None  # pieces of the response being pumped
-        self._sending_off = 0  # bytes of _sending[0] already written
-        self._sending_bytes = 0  # bytes of the pumped response not yet written
         self._writer_added = False
+
+    @property
+    def closed(self) -> bool:
+        return self.core.closed
 
     @property
     def zero_copy(self) -> bool:
@@ -364,7 +282,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
-        self._last_active = time.monotonic()
+        self.core.last_active = now = time.monotonic()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.transport.set_write_buffer_limits(high=MAX_QUEUED_RESPONSE_BYTES)
@@ -375,11 +293,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if endpoint is None:
             return
         if endpoint.new_session is not None:
-            self.session = endpoint.new_session()
-            self._pooled = False
-            self.decoder.max_frame_size = endpoint.max_receive
-            self.decoder.limit_name = "sasl.server.max.receive.size"
-            self._auth_deadline = self._last_active + endpoint.auth_timeout_s
+            self.core.require_sasl(
+                endpoint.new_session(), endpoint.max_receive, endpoint.auth_timeout_s, now
+            )
         elif endpoint.mapper is not None and ssl_object is not None:
             try:
                 self.principal = endpoint.mapper.principal(ssl_object.getpeercert())
@@ -387,47 +303,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.close(str(exc))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
         # Nobody will read these responses: stop long polls and the like now.
-        self._drop_queue()
-        self.backlog.clear()
-        self.memory.forget(self)
-        self._release_all()
+        for entry in self.core.drop():
+            if entry.task is not None and not entry.task.done():
+                entry.task.cancel()
+        self.core.close()
         self._stop_sending()
         self.limits.connections.discard(self)
         if self.ip is not None:
             self.limits.release(self.ip, self.endpoint)
             self.ip = None
 
-    def _hold(self, delta: int) -> None:
-        """Request bytes this connection holds changed; the pool counts them once pooled."""
-        self._held += delta
-        if self._pooled:
-            self.memory.change(delta)
-
-    def _release_all(self) -> None:
-        self._partial_claim = 0
-        self._hold(-self._held)
-
     def _authenticated(self, principal: str) -> None:
         if self.principal != principal:
             self.principal = principal
             log.debug("%s authenticated as %s", self.peer, clip(principal))
-        self._auth_deadline = None
-        if not self._pooled:
-            # From now on requests may be as large as any client's, and are the pool's (from
-            # the end of this turn: the frame being handled was not the pool's).
-            self._join_pool = True
-            self.decoder.max_frame_size = self.broker.config.socket_request_max_bytes
-            self.decoder.limit_name = "socket.request.max.bytes"
+        self.core.authenticated()
 
     def close(self, reason: str) -> None:
         self._abort(reason, logging.WARNING)
 
     def _abort(self, reason: str, level: int, *, graceful: bool = False) -> None:
-        if not self.closed:
+        if not self.core.closed:
             log.log(level, "closing connection from %s: %s", self.peer, clip(reason, 1024))
-            self.closed = True
+            self.core.close()
             if self.transport is not None:
                 # graceful: what was written (a last response) is sent first, but a client
                 # that does not read cannot keep the connection: cut after the read timeout.
@@ -438,17 +337,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     )
                 else:
                     self.transport.abort()
-            self.memory.forget(self)
-            self._release_all()
             self._stop_sending()
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
+        self.core.writing_paused = True
         self._update_reading()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
-        self._last_active = time.monotonic()
+        self.core.writing_paused = False
+        self.core.last_active = time.monotonic()
         self._continue()
 
     # -- reading ------------------------------------------------------------------------------
@@ -457,108 +354,39 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # The transport reads straight into the decoder: small frames into the shared read
         # buffer, a large one into a buffer of its declared size once the pool granted it
         # (reading stays paused until then), so a half-sent frame is never copied as it grows.
-        return self.decoder.get_buffer(sizehint)
+        return self.core.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._read(self.decoder.buffer_updated, nbytes)
+        self._read(self.core.receive_into, nbytes)
 
     def data_received(self, data: bytes) -> None:
         """Bytes already read (the tests' transports): as if read into our buffers."""
-        self._read(self.decoder.feed, data)
+        self._read(self.core.receive, data)
 
-    def _read(self, decode: Callable[[Any], list[bytes]], arg: Any) -> None:
-        if self.closed:
+    def _read(self, receive: Callable[[Any, float], None], arg: Any) -> None:
+        if self.core.closed:
             return
         try:
-            frames = decode(arg)
+            receive(arg, time.monotonic())
         except FrameError as exc:
             self.close(str(exc))
             return
-        self._last_active = now = time.monotonic()
-        if frames:
-            # The claimed partial frame (if any) is complete: its claim moves to the backlog.
-            self._granted = False
-            self._frame_since = None
-            size = -self._partial_claim
-            self._partial_claim = 0
-            for frame in frames:
-                size += len(frame)
-            self.backlog.extend(frames)
-            self._hold(size)
-        if self.decoder.buffered:
-            if self._frame_since is None:
-                self._frame_since = now
-        else:
-            self._frame_since = None
-        self._claim_partial()
         self._process()
 
-    def _claim_partial(self) -> None:
-        """Claim pool bytes for the incomplete frame: its declared size once known (as Kafka
-        allocates the whole buffer), else what is buffered. Without the room, wait. Nothing is
-        claimed before SASL authentication, when frames are small (sasl.server.max.receive.size).
-        """
-        if not self._pooled:
-            return
-        decoder = self.decoder
-        size = decoder.pending_frame_size
-        memory = self.memory
-        if size is None or self._granted:
-            need = decoder.buffered if size is None else self._partial_claim
-            ok = size is not None or memory.has_room()
-        else:
-            need = size + 4
-            ok = memory.fits(self._partial_claim, need)
-            if ok:
-                self._granted = True
-            else:
-                need = decoder.buffered
-        delta = need - self._partial_claim
-        if delta:
-            self._partial_claim = need
-            self._hold(delta)
-        if ok != (not self._waiting_memory):
-            self._waiting_memory = not ok
-            if ok:
-                memory.forget(self)
-            else:
-                memory.wait(self)
-
-    def retry_memory(self) -> bool:
-        """Called by the pool when bytes were released; True once this connection fits."""
-        if self.closed:
-            return True
-        self._claim_partial()
-        if self._waiting_memory:
-            return False
-        self._update_reading()
-        return True
-
     # -- handling -----------------------------------------------------------------------------
-
-    def _blocked(self) -> bool:
-        """Back-pressure: too many responses in progress or too many bytes unsent; or a failed
-        authentication waiting out its delay, after which nothing more is served."""
-        if (
-            self._writing_paused
-            or len(self.queue) >= MAX_PENDING_RESPONSES
-            or self._failing is not None
-        ):
-            return True
-        return self._unsent_bytes + self._sending_bytes >= MAX_QUEUED_RESPONSE_BYTES
 
     def _process(self) -> None:
         """Handle frames from the backlog: at most one turn's worth, and only while the
         connection is not blocked; what is left waits for the next turn or for a drain."""
         self._scheduled = False
-        backlog = self.backlog
+        core = self.core
         handled = 0
         released = 0
         turn_ends = time.perf_counter() + TURN_S
-        while backlog and handled < MAX_PENDING_RESPONSES and not self._blocked():
+        while handled < MAX_PENDING_RESPONSES and core.has_work:
             if handled and time.perf_counter() > turn_ends:
                 break
-            frame = backlog.popleft()
+            frame = core.take_frame()
             handled += 1
             try:
                 held = self._handle(frame)
@@ -569,19 +397,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 log.exception("handler failed; closing connection from %s", self.peer)
                 self.close("internal error")
                 return
-            if self.closed:
+            if core.closed:
                 return
             if not held:
                 released += len(frame)
-        self.handled += handled
-        if released:
-            self._hold(-released)
-        if self._join_pool:
-            self._join_pool, self._pooled = False, True
-            if self._held:
-                self.memory.change(self._held)
+        core.end_turn(handled, released)
         self._write_ready()
-        if backlog and not self._scheduled and not self._blocked():
+        if core.has_work and not self._scheduled:
             # A turn's worth done: let the other connections have theirs first.
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._process)
@@ -589,48 +411,43 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _continue(self) -> None:
         """Responses drained or room freed: resume handling and reading if no longer held."""
-        if self.closed:
+        if self.core.closed:
             return
-        if self.backlog and not self._scheduled and not self._blocked():
+        if self.core.has_work and not self._scheduled:
             self._process()
         else:
             self._update_reading()
 
     def drain(self) -> None:
         """Stop reading for good; requests already read are still answered."""
-        self.draining = True
+        self.core.draining = True
         self._update_reading()
 
     @property
     def quiet(self) -> bool:
         """Nothing read is left unanswered and every answer has left the process."""
-        return self.closed or (
-            not self.queue
-            and not self.backlog
-            and self._sending is None
+        return self.core.closed or (
+            self.core.idle
+            and not self.writer.busy
             and (self.transport is None or self.transport.get_write_buffer_size() == 0)
         )
 
     def _update_reading(self) -> None:
-        if self.transport is None or self.closed:
+        if self.transport is None or self.core.closed:
             return
-        should_pause = (
-            self.draining or bool(self.backlog) or self._waiting_memory or self._blocked()
-        )
-        if should_pause and not self._reading_paused:
+        pause = self.core.update_reading(time.monotonic())
+        if pause:
             self.transport.pause_reading()
-            self._reading_paused = True
-            self._frame_since = None  # our pause: the client is not the one holding it up
-        elif not should_pause and self._reading_paused:
+        elif pause is not None:
             self.transport.resume_reading()
-            self._reading_paused = False
-            if self.decoder.buffered:
-                self._frame_since = time.monotonic()
 
     def _handle(self, frame: bytes) -> bool:
-        """Handle one request; True if its frame stays held until its response is ready."""
-        if self.session is not None and self.session.awaits_raw_token:
-            self._raw_sasl_token(self.session, frame)
+        """Dispatch one request to its handler; True if its frame stays held until its
+        response is ready."""
+        core = self.core
+        session = core.session
+        if session is not None and session.awaits_raw_token:
+            self._raw_sasl_token(session, frame)
             return False
         api_key, version, correlation_id = peek_request_header(frame)
         api = APIS.get(api_key)
@@ -639,21 +456,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not api.min_version <= version <= api.max_version:
             if api_key == ApiKey.API_VERSIONS:
                 # Kafka answers with a v0 body and header, listing what it does serve.
-                self._enqueue(correlation_id, False, unsupported_api_versions_response())
+                core.respond(correlation_id, False, unsupported_api_versions_response())
                 return False
             raise FrameError(
                 f"{api_name(api_key)} v{version} is not supported "
                 f"(supported: v{api.min_version}-v{api.max_version})"
             )
-        session = self.session
-        if session is not None and api_key not in _PRE_AUTH_APIS:
-            if not session.authenticated:
-                raise FrameError(f"{api_name(api_key)} before SASL authentication")
-            if session.expired(time.monotonic()):
-                raise FrameError(
-                    f"{api_name(api_key)} after the SASL session expired "
-                    "(connections.max.reauth.ms) without re-authentication"
-                )
+        if session is not None:
+            core.gate(api_key, time.monotonic())
         flexible = is_flexible(api_key, version)
         header = parse_request_header(frame, flexible)
         request = decode_request(api_key, version, frame, header.body_offset)
@@ -677,10 +487,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # ApiVersions responses always use header v0, whatever the request version.
         flexible_header = flexible and api_key != ApiKey.API_VERSIONS
         if isinstance(result, bytes | list):
-            self._enqueue(correlation_id, flexible_header, result)
+            core.respond(correlation_id, flexible_header, result)
             return False
-        entry = _Pending(correlation_id, flexible_header, frame_bytes=len(frame))
-        self.queue.append(entry)
+        entry = core.expect(correlation_id, flexible_header, len(frame))
         entry.task = future = asyncio.ensure_future(result)
         future.add_done_callback(lambda f, e=entry: self._on_done(e, f))
         return True
@@ -690,7 +499,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     ) -> None:
         """A SASL step's answer goes out; a failed one is the connection's last."""
         assert isinstance(result, bytes)
-        self._enqueue(correlation_id, flexible, result)
+        self.core.respond(correlation_id, flexible, result)
         if session.failed is not None:
             self._fail_authentication(session.failed)
         elif session.principal is not None:
@@ -705,13 +514,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._write_ready()
             self._abort(reason, logging.WARNING, graceful=True)
             return
-        self._failing = reason
+        self.core.failing = reason
         self._update_reading()
         asyncio.get_running_loop().call_later(delay, self._failed_authentication)
 
     def _failed_authentication(self) -> None:
-        reason, self._failing = self._failing, None
-        if self.closed or reason is None:
+        reason, self.core.failing = self.core.failing, None
+        if self.core.closed or reason is None:
             return
         self._write_ready()
         self._abort(reason, logging.WARNING, graceful=True)
@@ -724,29 +533,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if error:
             self._fail_authentication(session.failed or "SASL authentication failed")
             return
-        entry = _Pending(-1, False, reply, True, raw=True)
-        if self.queue:
-            entry.unsent = len(reply)
-            self._unsent_bytes += entry.unsent
-        self.queue.append(entry)
+        self.core.respond_raw(reply)
         if session.principal is not None:
             self._authenticated(session.principal)
 
-    def _enqueue(
-        self, correlation_id: int, flexible_header: bool, body: bytes | list[bytes]
-    ) -> None:
-        entry = _Pending(correlation_id, flexible_header, body, True)
-        if self.queue:  # behind another response: count what waits
-            entry.unsent = _body_size(body)
-            self._unsent_bytes += entry.unsent
-        self.queue.append(entry)
-
-    def _on_done(self, entry: _Pending, future: asyncio.Future[Any]) -> None:
-        if self.closed:
+    def _on_done(self, entry: Pending, future: asyncio.Future[Any]) -> None:
+        if self.core.closed:
             if not future.cancelled() and future.exception() is None:
                 body = future.result()
                 if isinstance(body, list):
-                    _release_pieces(body)
+                    release_pieces(body)
             return
         if future.cancelled():
             self.close("request cancelled")
@@ -756,60 +552,42 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.error("request failed", exc_info=exc)
             self.close("internal error")
             return
-        entry.body = future.result()
-        entry.done = True
-        if entry is not self.queue[0]:
-            entry.unsent = _body_size(entry.body)
-            self._unsent_bytes += entry.unsent
-        if entry.frame_bytes:
-            self._hold(-entry.frame_bytes)
-            entry.frame_bytes = 0
+        self.core.complete(entry, future.result())
         self._write_ready()
         self._continue()
 
+    # -- writing ------------------------------------------------------------------------------
+
     def _write_ready(self) -> None:
+        """Write the responses ready in request order: with one ``writelines``, up to one
+        with file slices on a plain socket, which the zero-copy writer sends on its own."""
+        core = self.core
         if (
-            self.closed
+            core.closed
             or self.transport is None
-            or self._sending is not None
-            or self._failing is not None  # held for the failed-authentication delay
+            or self.writer.busy
+            or core.failing is not None  # held for the failed-authentication delay
         ):
             return
         out: list[bytes] = []
-        queue = self.queue
-        while queue and queue[0].done:
-            entry = queue.popleft()
-            self._unsent_bytes -= entry.unsent
-            body = entry.body
-            if isinstance(body, list):
-                size = sum(len(b) for b in body)
-                prefix = response_prefix(entry.correlation_id, size, entry.flexible_header)
-                if not any(isinstance(b, FileSlice) for b in body):
-                    out.append(prefix)
-                    out.extend(body)
-                    continue
-                if not self.zero_copy:
-                    out.append(prefix)
-                    out.extend(b.read() if isinstance(b, FileSlice) else b for b in body)
-                    _release_pieces(body)
-                    continue
-                if out:
-                    self.transport.writelines(out)
-                    out = []
-                self._sending = deque(body)
-                self._sending.appendleft(prefix)
-                self._sending_off = 0
-                self._sending_bytes = len(prefix) + size
-                if not self._send_some():
-                    return  # the rest when the socket is writable (_on_writable)
-            elif entry.raw:
-                assert isinstance(body, bytes)
-                out.append(len(body).to_bytes(4, "big") + body)
-            elif body is not None:
-                out.append(frame_response(entry.correlation_id, body, entry.flexible_header))
+        while (pieces := core.pop_response()) is not None:
+            if len(pieces) < 2 or not any(isinstance(p, FileSlice) for p in pieces):
+                out.extend(pieces)
+                continue
+            if not self.zero_copy:
+                out.extend(p.read() if isinstance(p, FileSlice) else p for p in pieces)
+                release_pieces(pieces)
+                continue
+            if out:
+                self.transport.writelines(out)
+                out = []
+            self.writer.start(pieces)
+            core.sending_bytes = self.writer.unsent
+            if not self._send_some():
+                return  # the rest when the socket is writable (_on_writable)
         if out:
             self.transport.writelines(out)
-            self._last_active = time.monotonic()
+            core.last_active = time.monotonic()
 
     def _on_writable(self) -> None:
         if self._send_some():
@@ -817,52 +595,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._continue()
 
     def _send_some(self) -> bool:
-        """Write the response in ``_sending``: bytes with ``os.write``, file slices with
-        ``os.sendfile`` (kernel to socket, no copy through Python), as far as the socket
-        takes them, then wait for it to be writable; True once all is written. Writes only
-        once the transport has written all it buffered, so the bytes leave in order."""
-        pieces = self._sending
+        """Let the writer go on with its response, once the transport has written all it
+        buffered (so the bytes leave in order); True once all is written, else wait for the
+        socket to be writable."""
+        writer = self.writer
         transport = self.transport
-        if pieces is None or self.closed or transport is None:
+        if not writer.busy or self.core.closed or transport is None:
             return False
         if transport.get_write_buffer_size():
             self._wait_writable()  # the transport drains first
             return False
         if self._out_fd < 0:
             self._out_fd = os.dup(transport.get_extra_info("socket").fileno())
-        fd = self._out_fd
-        off = self._sending_off
         try:
-            while pieces:
-                piece = pieces[0]
-                if isinstance(piece, FileSlice):
-                    n = os.sendfile(fd, piece.fd, piece.position + off, piece.size - off)
-                    if n == 0:
-                        raise OSError(errno.EIO, f"segment file ended inside {piece!r}")
-                else:
-                    n = os.write(fd, memoryview(piece)[off:])
-                off += n
-                self._sending_bytes -= n
-                if off == len(piece):
-                    pieces.popleft()
-                    if isinstance(piece, FileSlice):
-                        piece.release()
-                    off = 0
-        except (BlockingIOError, InterruptedError):
-            self._sending_off = off
-            self._last_active = time.monotonic()
-            self._wait_writable()
-            return False
+            done = writer.send(self._out_fd)
         except OSError as exc:
-            self._sending_off = off
             self._abort(f"sending a response failed: {exc}", logging.INFO)
             return False
-        self._sending = None
-        self._sending_off = self._sending_bytes = 0
+        self.core.sending_bytes = writer.unsent
+        self.core.last_active = time.monotonic()
+        if not done:
+            self._wait_writable()
+            return False
         if self._writer_added:
             self._writer_added = False
-            asyncio.get_running_loop().remove_writer(fd)
-        self._last_active = time.monotonic()
+            asyncio.get_running_loop().remove_writer(self._out_fd)
         return True
 
     def _wait_writable(self) -> None:
@@ -874,10 +631,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _stop_sending(self) -> None:
         """The connection is gone: unpin what was not sent, close our descriptor."""
-        if self._sending is not None:
-            _release_pieces(self._sending)
-            self._sending = None
-            self._sending_bytes = 0
+        self.writer.stop()
+        self.core.sending_bytes = 0
         fd, self._out_fd = self._out_fd, -1
         if fd >= 0:
             if self._writer_added:
@@ -885,47 +640,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 asyncio.get_running_loop().remove_writer(fd)
             os.close(fd)
 
-    def _drop_queue(self) -> None:
-        for entry in self.queue:
-            if entry.task is not None and not entry.task.done():
-                entry.task.cancel()
-            if isinstance(entry.body, list):
-                _release_pieces(entry.body)
-        self.queue.clear()
-
     # -- timeouts -----------------------------------------------------------------------------
 
     def check_timeouts(self, now: float) -> None:
-        """Close the connection if its partial request is overdue or it has been idle."""
-        if self.closed:
-            return
+        """Close the connection if it is not authenticated in time, its partial request is
+        overdue, or it has been idle."""
         limits = self.limits
-        deadline = self._auth_deadline
-        if deadline is not None and now > deadline and self.endpoint is not None:
-            self.close(
-                f"not authenticated within {self.endpoint.auth_timeout_s * 1000:.0f} ms "
-                "(sasl.server.authentication.timeout.ms)"
-            )
+        why = self.core.timeout(now, limits.read_timeout_s, limits.idle_s)
+        if why is None:
             return
-        since = self._frame_since
-        if since is not None and now - since > limits.read_timeout_s:
-            size = self.decoder.pending_frame_size
-            self.close(
-                f"request not complete after {limits.read_timeout_s * 1000:.0f} ms "
-                f"(socket.request.read.timeout.ms): {self.decoder.buffered} of "
-                f"{'?' if size is None else size + 4} bytes received"
-            )
-            return
-        if (
-            limits.idle_s >= 0
-            and now - self._last_active > limits.idle_s
-            and not self.queue
-            and not self.decoder.buffered
-        ):
-            self._abort(
-                f"idle for more than {limits.idle_s * 1000:.0f} ms (connections.max.idle.ms)",
-                logging.INFO,
-            )
+        reason, routine = why
+        if routine:
+            self._abort(reason, logging.INFO)
+        else:
+            self.close(reason)
 
 
 def raise_descriptor_limit() -> int:
@@ -1294,6 +1022,8 @@ def run(config: BrokerConfig) -> None:
 
 
 __all__ = [
+    "MAX_PENDING_RESPONSES",
+    "MAX_QUEUED_RESPONSE_BYTES",
     "BrokerServer",
     "ConnectionLimits",
     "Endpoint",

@@ -108,18 +108,18 @@ def test_one_turn_per_connection_then_the_others(tmp_path: Path) -> None:
         a, ta = _connect(broker)
         b, tb = _connect(broker)
         a.data_received(API_VERSIONS_V0 * 1000)
-        assert 0 < a.handled <= MAX_PENDING_RESPONSES
+        assert 0 < a.core.handled <= MAX_PENDING_RESPONSES
         assert not ta.reading  # the rest waits decoded; nothing more is read meanwhile
         b.data_received(API_VERSIONS_V0 * 1000)
-        assert 0 < b.handled <= MAX_PENDING_RESPONSES
+        assert 0 < b.core.handled <= MAX_PENDING_RESPONSES
         turns = 0
-        while a.handled < 1000 or b.handled < 1000:
-            before = (a.handled, b.handled)
+        while a.core.handled < 1000 or b.core.handled < 1000:
+            before = (a.core.handled, b.core.handled)
             await asyncio.sleep(0)  # one loop iteration: one turn each
             turns += 1
-            assert a.handled - before[0] <= MAX_PENDING_RESPONSES
-            if a.handled < 1000 and b.handled < 1000:
-                assert a.handled > before[0] and b.handled > before[1]
+            assert a.core.handled - before[0] <= MAX_PENDING_RESPONSES
+            if a.core.handled < 1000 and b.core.handled < 1000:
+                assert a.core.handled > before[0] and b.core.handled > before[1]
         assert turns >= 1000 // MAX_PENDING_RESPONSES
         assert _responses(ta.written) == _responses(tb.written) == 1000
         assert ta.reading and tb.reading
@@ -139,8 +139,8 @@ def test_one_turn_per_connection_also_without_responses(tmp_path: Path) -> None:
         frame = frame_request(ApiKey.PRODUCE, 9, 1, "t", request, True)
         conn, transport = _connect(broker)
         conn.data_received(frame * 1000)
-        assert 0 < conn.handled <= MAX_PENDING_RESPONSES and not transport.reading
-        while conn.handled < 1000:
+        assert 0 < conn.core.handled <= MAX_PENDING_RESPONSES and not transport.reading
+        while conn.core.handled < 1000:
             await asyncio.sleep(0)
         partition = broker.topics.get_partition("t", 0)
         assert partition is not None and partition.log.log_end_offset == 1000
@@ -158,13 +158,13 @@ def test_a_turn_ends_after_its_time(tmp_path: Path) -> None:
         )
         conn, transport = _connect(broker)
         conn.data_received(frame_request(ApiKey.METADATA, 1, 1, "t", request, False) * 200)
-        assert 0 < conn.handled < 64 and not transport.reading
+        assert 0 < conn.core.handled < 64 and not transport.reading
         answered = 0
         while answered < 200:
             await asyncio.sleep(0)
             answered += _responses(transport.written)
             transport.drain()  # the client reads its responses
-        assert conn.handled == 200
+        assert conn.core.handled == 200
 
     _run(tmp_path, body)
 
@@ -179,11 +179,11 @@ def test_pending_responses_stop_decoding_until_they_complete(tmp_path: Path) -> 
         frames = b"".join(frame_request(ApiKey.FETCH, 12, i, "t", fetch, True) for i in range(200))
         conn.data_received(frames)
         deadline = time.monotonic() + 10  # turns take long on a loaded machine
-        while conn.handled < MAX_PENDING_RESPONSES and time.monotonic() < deadline:
+        while conn.core.handled < MAX_PENDING_RESPONSES and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)  # and then no more are taken
-        assert conn.handled == MAX_PENDING_RESPONSES
-        assert len(conn.backlog) == 200 - MAX_PENDING_RESPONSES
+        assert conn.core.handled == MAX_PENDING_RESPONSES
+        assert len(conn.core.backlog) == 200 - MAX_PENDING_RESPONSES
         assert not transport.reading
         partition = broker.topics.get_partition("t", 0)
         assert partition is not None
@@ -193,7 +193,7 @@ def test_pending_responses_stop_decoding_until_they_complete(tmp_path: Path) -> 
             if _responses(transport.written) == 200:
                 break
             await asyncio.sleep(0.01)
-        assert conn.handled == 200 and _responses(transport.written) == 200
+        assert conn.core.handled == 200 and _responses(transport.written) == 200
         assert transport.reading
 
     _run(tmp_path, body)
@@ -211,12 +211,12 @@ def test_a_client_that_does_not_read_its_responses_is_paused(tmp_path: Path) -> 
         assert (
             MAX_QUEUED_RESPONSE_BYTES < len(transport.written) < (MAX_QUEUED_RESPONSE_BYTES + turn)
         )
-        held = conn.handled
+        held = conn.core.handled
         assert held < 20_000 and not transport.reading
         transport.drain()  # the client reads: handling resumes where it stopped
         for _ in range(10):
             await asyncio.sleep(0)
-        assert conn.handled > held
+        assert conn.core.handled > held
 
     _run(tmp_path, body)
 
@@ -262,13 +262,15 @@ def test_queued_max_request_bytes_bounds_half_sent_frames(tmp_path: Path) -> Non
         for _ in range(200):
             await asyncio.sleep(0.02)
             conns = list(server.limits.connections)
-            if len(conns) == 6 and any(c.decoder.buffered == len(frames[0]) - 1 for c in conns):
+            if len(conns) == 6 and any(
+                c.core.decoder.buffered == len(frames[0]) - 1 for c in conns
+            ):
                 break
         await asyncio.sleep(0.2)
-        buffered = sum(c.decoder.buffered for c in conns)
+        buffered = sum(c.core.decoder.buffered for c in conns)
         assert memory.used <= limit and memory.peak <= limit
         assert buffered <= limit  # without the limit: 6 x 4 MB
-        assert sum(c._waiting_memory for c in conns) >= 4
+        assert sum(c.core.waiting_memory for c in conns) >= 4
         # A small request from another client still gets through.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(API_VERSIONS_V0)

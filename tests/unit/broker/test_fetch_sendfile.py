@@ -134,10 +134,10 @@ def test_sendfile_response_equals_the_copied_one(
         assert conn.zero_copy
         writer.write(frames[0])
         # The response is stuck mid-way in sendfile: the client reads nothing yet.
-        await _until(lambda: conn._sending is not None, "a response being sent")
-        assert conn._sending_bytes > MAX_QUEUED_RESPONSE_BYTES  # counted until written
-        assert conn._blocked()
-        pinned = any(isinstance(p, FileSlice) for p in conn._sending)
+        await _until(lambda: conn.writer.busy, "a response being sent")
+        assert conn.writer.unsent > MAX_QUEUED_RESPONSE_BYTES  # counted until written
+        assert conn.core.blocked
+        pinned = any(isinstance(p, FileSlice) for p in conn.writer.pieces or ())
         assert pinned
         # Evict every segment file from the cache and close the rest as a deletion does:
         # pinned descriptors stay open until their slice is sent.
@@ -178,7 +178,7 @@ def test_connection_lost_mid_send_releases_the_pins(tmp_path: Path, loop: str) -
         _reader, writer = await _connect(server.port)
         conn = _server_conn(server)
         writer.write(_fetch_frame({0: 0, 1: 0}))
-        await _until(lambda: conn._sending is not None, "a response being sent")
+        await _until(lambda: conn.writer.busy, "a response being sent")
         assert any(pins for pins, _ in _pins(server))
         writer.transport.abort()
         await _until(lambda: conn.closed and conn._out_fd < 0, "the connection closed")
@@ -225,7 +225,7 @@ def test_sendfile_waits_for_bytes_the_transport_buffered(
         await _until(lambda: conn.transport.get_write_buffer_size() > 0, "bytes buffered")
         monkeypatch.undo()
         writer.write(frames[1])
-        await _until(lambda: conn._sending is not None, "a response being sent")
+        await _until(lambda: conn.writer.busy, "a response being sent")
         writer.transport.resume_reading()  # type: ignore[attr-defined]
         sent = [await _read_frame(reader), await _read_frame(reader)]
         writer.close()
@@ -250,7 +250,7 @@ def test_a_client_that_stops_reading_is_closed_when_idle(tmp_path: Path) -> None
         _reader, writer = await _connect(server.port)
         conn = _server_conn(server)
         writer.write(_fetch_frame({0: 0, 1: 0}))
-        await _until(lambda: conn._sending is not None, "a response being sent")
+        await _until(lambda: conn.writer.busy, "a response being sent")
         assert any(pins for pins, _ in _pins(server))
         await _until(lambda: conn.closed, "the idle connection closed")
         await _until(lambda: conn._out_fd < 0, "its descriptor closed")

@@ -533,7 +533,7 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
     async def main() -> None:
         conn = KafkaConnection(broker)
         conn.connection_made(T())  # type: ignore[arg-type]
-        conn.session = _plain_session(0, tmp_path)
+        conn.core.session = _plain_session(0, tmp_path)
         hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
         bad = make_request(
             ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0no"
