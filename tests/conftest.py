@@ -16,6 +16,7 @@ import pytest
 from hypothesis import settings
 
 from _broker import BrokerProcess
+from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster
 from samsa.testing.oracle import summary_lines
 from samsa.testing.tansu import tansu_broker_args
 
@@ -76,7 +77,20 @@ def _uses_brokers(item: pytest.Item) -> bool:
     return any(f is not None and _starts_a_broker(f) for f in funcs)
 
 
+# Longest first: `make test` runs two workers that each take the next file as they free up,
+# so the suites of minutes-long files (Spark, Kafka JVMs) start early and the many short unit
+# files fill the end, instead of one worker finishing a Spark file alone. Files stay whole
+# (a stable sort by directory), so module fixtures are built once.
+_RUN_ORDER = ("spark", "oracle", "chaos", "interop", "property", "unit")
+
+
+def _run_rank(item: pytest.Item) -> int:
+    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+    return _RUN_ORDER.index(parts[0]) if parts[0] in _RUN_ORDER else len(_RUN_ORDER)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_run_rank)
     for item in items:
         if _uses_brokers(item):
             item.add_marker(pytest.mark.brokers)
@@ -112,6 +126,28 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    cluster = KafkaCluster(
+        tmp_path_factory.mktemp("kafka-cluster"),
+        overrides=FAST_FAILOVER,
+    ).start(timeout=300)  # JVMs start slowly on a loaded machine
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """Three KRaft nodes with fast failure detection, one cluster per test process (three
+    JVMs start in tens of seconds): each test names its own topics, groups and
+    transactional ids, and whatever nodes it kills or pauses are serving again after it."""
+    yield _kafka_cluster
+    for node in _kafka_cluster.nodes:
+        if node.alive():
+            node.resume()  # a no-op unless the test left it stopped
+    _kafka_cluster.wait_all()
 
 
 @pytest.fixture(scope="session")

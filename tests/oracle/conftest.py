@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pytest
 
-from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster, KafkaNode
+from samsa.testing.kafka import KafkaNode
 from samsa.testing.oracle import (
     USER_PROPERTY,
     Deviation,
@@ -27,17 +27,6 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNode]:
     node = KafkaNode(tmp_path_factory.mktemp("kafka")).start()
     yield node
     node.stop()
-
-
-@pytest.fixture(scope="module")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    """Three KRaft nodes with fast failure detection, shared by the module's tests."""
-    cluster = KafkaCluster(
-        tmp_path_factory.mktemp("kafka-cluster"),
-        overrides=FAST_FAILOVER,
-    ).start(timeout=300)  # JVMs start slowly on a loaded machine
-    yield cluster
-    cluster.stop()
 
 
 # --- differential scenarios (samsa.testing.oracle) ---------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,9 @@ from samsa.protocol.messages import ApiKey, make_request
 from samsa.spark._options import SinkOptions, SparkOptionError
 from samsa.spark._write import commit_job, committed_batches, write_task
 from samsa.testing import read_topic
-from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster, KafkaNode
+from samsa.testing.kafka import KafkaCluster, KafkaNode
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(
-        tmp_path_factory.mktemp("spark-kafka-cluster"),
-        overrides=FAST_FAILOVER,
-    ).start(timeout=300)  # JVMs start slowly on a loaded machine
-    yield cluster
-    cluster.stop()
 
 
 def query(spark: Any, bs: str, src: str, out: str, checkpoint: str, **sink: str) -> Any:
