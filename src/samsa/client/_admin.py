@@ -9,19 +9,23 @@ answer TOPIC_ALREADY_EXISTS / UNKNOWN_TOPIC_OR_PARTITION; the error then says so
 from __future__ import annotations
 
 import asyncio
-import datetime
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-from samsa.client import _describe_configs as describe
-from samsa.client._assignors import assigned_partitions
-from samsa.client._cluster import KEY_GROUP, KEY_TRANSACTION, Cluster
+from samsa.client._admin_configs import (
+    AlterConfigOp,
+    ConfigAdmin,
+    ConfigEntry,
+    ConfigResource,
+)
+from samsa.client._admin_groups import GroupAdmin, GroupDescription, GroupListing
+from samsa.client._admin_txns import TransactionAdmin
+from samsa.client._cluster import Cluster
 from samsa.client._config import ADMIN, Config
 from samsa.client._errors import KafkaConnectionError, KafkaError
-from samsa.client._retry import INVALID_METADATA, RetryLater
-from samsa.client._transactions import REFIND, RETRY, TxnChannel
+from samsa.client._retry import RetryLater
 from samsa.client._types import (
     NewTopic,
     PartitionMetadata,
@@ -34,85 +38,6 @@ from samsa.client._types import (
 from samsa.protocol.constants import LATEST
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, api_name, make_request
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str
-    state: str
-    group_type: str = "classic"  # "consumer": a KIP-848 consumer-protocol group
-
-
-@dataclass(frozen=True, slots=True)
-class GroupMember:
-    member_id: str
-    client_id: str
-    client_host: str
-    assignment: tuple[TopicPartition, ...]
-    instance_id: str | None = None
-    # consumer (KIP-848) groups only: the member's epoch and the assignment it is moving to
-    member_epoch: int = -1
-    target_assignment: tuple[TopicPartition, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str  # classic: the chosen assignor; consumer: the server-side assignor
-    members: tuple[GroupMember, ...]
-    error: int = 0
-    group_type: str = "classic"
-    group_epoch: int = -1  # consumer groups only
-    assignment_epoch: int = -1  # consumer groups only
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigResource:
-    """A topic's or a broker's configs (``name`` "" for a broker: the cluster defaults)."""
-
-    type: int
-    name: str
-
-    TOPIC: ClassVar[int] = describe.TOPIC
-    BROKER: ClassVar[int] = describe.BROKER
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigSynonym:
-    name: str
-    value: str | None
-    source: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    """One config as DescribeConfigs gives it; ``value`` None when sensitive or unset.
-    ``source`` is Kafka's ConfigSource (1 DYNAMIC_TOPIC_CONFIG, 2 DYNAMIC_BROKER_CONFIG,
-    4 STATIC_BROKER_CONFIG, 5 DEFAULT_CONFIG, ...)."""
-
-    name: str
-    value: str | None
-    source: int
-    read_only: bool
-    sensitive: bool
-    synonyms: tuple[ConfigSynonym, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class AlterConfigOp:
-    """One change of IncrementalAlterConfigs (Java's ``AlterConfigOp``)."""
-
-    name: str
-    value: str | None
-    op: int = 0
-
-    SET: ClassVar[int] = 0
-    DELETE: ClassVar[int] = 1
-    APPEND: ClassVar[int] = 2
-    SUBTRACT: ClassVar[int] = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +81,11 @@ class AsyncAdmin:
         self.request_timeout = c.seconds("request.timeout.ms")
         self.api_timeout = c.seconds("default.api.timeout.ms")
         self.cluster = Cluster.from_config(c, api_timeout=self.api_timeout)
+        # One collaborator per family of calls, sharing the cluster; the methods below that
+        # only forward to them keep this the one public admin class.
+        self.groups = GroupAdmin(self.cluster, self.api_timeout)
+        self.configs = ConfigAdmin(self.cluster, self.api_timeout)
+        self.transactions = TransactionAdmin(self.cluster, self.api_timeout)
 
     async def start(self) -> None:
         await self.cluster.refresh([])
@@ -344,231 +274,6 @@ class AsyncAdmin:
             )
         return out
 
-    # --- producers -------------------------------------------------------------------------
-
-    async def describe_producers(
-        self, partitions: Iterable[TopicPartition | tuple[str, int]]
-    ) -> dict[TopicPartition, list[ProducerInfo]]:
-        """DescribeProducers, sent to each partition's leader (found again when stale)."""
-        tps = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
-        out: dict[TopicPartition, list[ProducerInfo]] = {}
-
-        names = sorted({tp.topic for tp in tps})
-        await self.cluster.refresh(names)
-        for tp in tps:
-            info = self.cluster.topics.get(tp.topic)
-            if info is None or tp.partition not in info.partitions:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
-
-        async def attempt() -> None:
-            by_node: dict[int, list[TopicPartition]] = {}
-            for tp in tps:
-                if tp in out:
-                    continue
-                leader = self.cluster.leader(*tp)
-                if leader is None:
-                    await self.cluster.refresh(names)
-                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition}")
-                by_node.setdefault(leader, []).append(tp)
-            stale = 0
-            for node, group in by_node.items():
-                topics: dict[str, list[int]] = {}
-                for tp in group:
-                    topics.setdefault(tp.topic, []).append(tp.partition)
-                resp = await self.cluster.send(
-                    node,
-                    ApiKey.DESCRIBE_PRODUCERS,
-                    (0, 0),
-                    "DescribeProducersRequest",
-                    lambda v, topics=topics: {
-                        "topics": tuple(
-                            make_request(
-                                ApiKey.DESCRIBE_PRODUCERS,
-                                v,
-                                "TopicRequest",
-                                name=t,
-                                partition_indexes=tuple(ps),
-                            )
-                            for t, ps in topics.items()
-                        )
-                    },
-                )
-                for t in resp.topics:
-                    for p in t.partitions:
-                        code = int(p.error_code)
-                        if code in INVALID_METADATA:
-                            stale = code
-                            continue
-                        if code:
-                            raise KafkaError(code, f"{t.name}-{p.partition_index}")
-                        out[TopicPartition(t.name, int(p.partition_index))] = [
-                            ProducerInfo(
-                                int(s.producer_id),
-                                int(s.producer_epoch),
-                                int(s.last_sequence),
-                                int(s.last_timestamp),
-                                int(s.coordinator_epoch),
-                                int(s.current_txn_start_offset),
-                            )
-                            for s in p.active_producers
-                        ]
-            if stale:
-                await self.cluster.refresh(names)
-                raise RetryLater(stale, "DescribeProducers")
-
-        await self.cluster.retry(attempt, what="DescribeProducers")
-        return out
-
-    # --- groups ----------------------------------------------------------------------------
-
-    async def _each_broker(self, what: str, call: Any) -> list[Any]:
-        """``call(node)`` on every broker, each retried on its own."""
-        await self.cluster.refresh([])
-        out: list[Any] = []
-        for node in list(self.cluster.brokers):
-            out.append(
-                await self.cluster.retry(lambda node=node: call(node), what=f"{what} to {node}")
-            )
-        return out
-
-    async def list_groups(self) -> list[GroupListing]:
-        async def call(node: int) -> list[GroupListing]:
-            resp = await self.cluster.send(
-                node,
-                ApiKey.LIST_GROUPS,
-                (0, 5),
-                "ListGroupsRequest",
-                lambda v: {"states_filter": (), "types_filter": ()},
-            )
-            if resp.error_code:
-                raise KafkaError(int(resp.error_code), "ListGroups")
-            return [
-                GroupListing(
-                    g.group_id,
-                    g.protocol_type,
-                    getattr(g, "group_state", ""),
-                    getattr(g, "group_type", "") or "classic",
-                )
-                for g in resp.groups
-            ]
-
-        found = await self._each_broker("ListGroups", call)
-        return sorted((g for gs in found for g in gs), key=lambda g: g.group_id)
-
-    async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
-        """Each group as Java's AdminClient describes it: ConsumerGroupDescribe to the
-        group's coordinator, and DescribeGroups for a group it does not know as a consumer
-        (KIP-848) group (GROUP_ID_NOT_FOUND) or when the broker predates that API. An
-        unknown group is described by DescribeGroups as Dead."""
-        out: list[GroupDescription] = []
-        for group_id in group_ids:
-            found = await self._describe_consumer_group(group_id)
-            out.append(found if found is not None else await self._describe_classic(group_id))
-        return out
-
-    async def _describe_consumer_group(self, group_id: str) -> GroupDescription | None:
-        """ConsumerGroupDescribe; None when the group is not a consumer group."""
-        try:
-            resp, code = await self.cluster.coordinator_call(
-                KEY_GROUP,
-                group_id,
-                ApiKey.CONSUMER_GROUP_DESCRIBE,
-                (0, 0),
-                "ConsumerGroupDescribeRequest",
-                lambda v: {"group_ids": (group_id,), "include_authorized_operations": False},
-                lambda r: [int(g.error_code) for g in r.groups],
-            )
-        except KafkaError as exc:
-            if exc.code == ErrorCode.UNSUPPORTED_VERSION:
-                return None
-            raise
-        g = resp.groups[0]
-        if code == ErrorCode.GROUP_ID_NOT_FOUND:
-            return None
-        if code:
-            raise KafkaError(code, g.error_message or f"describe group {group_id}")
-
-        def tps(assignment: Any) -> tuple[TopicPartition, ...]:
-            return tuple(
-                sorted(
-                    TopicPartition(t.topic_name, int(p))
-                    for t in assignment.topic_partitions
-                    for p in t.partitions
-                )
-            )
-
-        members = tuple(
-            GroupMember(
-                m.member_id,
-                m.client_id,
-                m.client_host,
-                tps(m.assignment),
-                m.instance_id,
-                int(m.member_epoch),
-                tps(m.target_assignment),
-            )
-            for m in g.members
-        )
-        return GroupDescription(
-            g.group_id,
-            g.group_state,
-            "consumer",
-            g.assignor_name,
-            members,
-            0,
-            "consumer",
-            int(g.group_epoch),
-            int(g.assignment_epoch),
-        )
-
-    async def _describe_classic(self, group_id: str) -> GroupDescription:
-        resp, _ = await self.cluster.coordinator_call(
-            KEY_GROUP,
-            group_id,
-            ApiKey.DESCRIBE_GROUPS,
-            (0, 5),
-            "DescribeGroupsRequest",
-            lambda v: {"groups": (group_id,), "include_authorized_operations": False},
-            lambda r: [int(g.error_code) for g in r.groups],
-        )
-        g = resp.groups[0]
-        members = tuple(
-            GroupMember(
-                m.member_id,
-                m.client_id,
-                m.client_host,
-                tuple(assigned_partitions(m.member_assignment))
-                if g.protocol_type == "consumer"
-                else (),
-                getattr(m, "group_instance_id", None),
-            )
-            for m in g.members
-        )
-        return GroupDescription(
-            g.group_id, g.group_state, g.protocol_type, g.protocol_data, members, int(g.error_code)
-        )
-
-    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        """The group's committed offsets (OffsetFetch for all its partitions), as Java's
-        ``listConsumerGroupOffsets``; partitions without one are left out."""
-        resp, _ = await self.cluster.coordinator_call(
-            KEY_GROUP,
-            group_id,
-            ApiKey.OFFSET_FETCH,
-            (1, 7),
-            "OffsetFetchRequest",
-            lambda v: {"group_id": group_id, "topics": None, "require_stable": False},
-            lambda r: [int(r.error_code)] if hasattr(r, "error_code") else [],
-        )
-        out: dict[TopicPartition, int] = {}
-        for t in resp.topics:
-            for p in t.partitions:
-                if int(p.error_code):
-                    raise KafkaError(int(p.error_code), f"{t.name}-{p.partition_index}")
-                if int(p.committed_offset) >= 0:
-                    out[TopicPartition(t.name, int(p.partition_index))] = int(p.committed_offset)
-        return out
-
     async def list_offsets(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], timestamp: int = LATEST
     ) -> dict[TopicPartition, int]:
@@ -596,151 +301,6 @@ class AsyncAdmin:
         return out
 
     # --- configs, partitions, records ------------------------------------------------------
-
-    def _config_node(self, resource: ConfigResource) -> int | None:
-        """A broker's own configs are asked of that broker (as Java's AdminClient does);
-        topics' and the cluster defaults of any broker."""
-        if resource.type == ConfigResource.BROKER and resource.name:
-            try:
-                return int(resource.name)
-            except ValueError:
-                raise KafkaError(
-                    ErrorCode.INVALID_REQUEST, f"broker id {resource.name!r} is not a number"
-                ) from None
-        return None
-
-    async def describe_configs(
-        self, resources: Iterable[ConfigResource], *, include_synonyms: bool = True
-    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
-        """DescribeConfigs: every config of each resource by name; a resource's error
-        (UNKNOWN_TOPIC_OR_PARTITION, ...) raises KafkaError."""
-        out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
-        for r in dict.fromkeys(resources):
-            node = self._config_node(r)
-            if node is not None:
-                await self.cluster.refresh([])
-
-            async def attempt(r: ConfigResource = r, node: int | None = node) -> Any:
-                return await self.cluster.send(
-                    node,
-                    ApiKey.DESCRIBE_CONFIGS,
-                    describe.VERSIONS,
-                    describe.REQUEST,
-                    describe.describe_configs_body(
-                        r.type, r.name, include_synonyms=include_synonyms
-                    ),
-                )
-
-            result = (await self.cluster.retry(attempt, what="DescribeConfigs")).results[0]
-            if int(result.error_code):
-                raise KafkaError(int(result.error_code), result.error_message or r.name)
-            out[r] = {
-                c.name: ConfigEntry(
-                    c.name,
-                    c.value,
-                    int(c.config_source),
-                    bool(c.read_only),
-                    bool(c.is_sensitive),
-                    tuple(
-                        ConfigSynonym(s.name, s.value, int(s.source))
-                        for s in getattr(c, "synonyms", ()) or ()
-                    ),
-                )
-                for c in result.configs
-            }
-        return out
-
-    async def _alter_configs_call(
-        self,
-        api_key: int,
-        versions: tuple[int, int],
-        cls: str,
-        resources: list[ConfigResource],
-        build: Any,
-        validate_only: bool,
-    ) -> dict[ConfigResource, KafkaError | None]:
-        """One AlterConfigs / IncrementalAlterConfigs per resource's broker; ``build(v, r)``
-        is the request's entry for resource ``r``."""
-        out: dict[ConfigResource, KafkaError | None] = {}
-        by_node: dict[int | None, list[ConfigResource]] = {}
-        for r in resources:
-            by_node.setdefault(self._config_node(r), []).append(r)
-        if any(n is not None for n in by_node):
-            await self.cluster.refresh([])
-        for node, group in by_node.items():
-
-            async def attempt(node: int | None = node, group: list[ConfigResource] = group) -> Any:
-                return await self.cluster.send(
-                    node,
-                    api_key,
-                    versions,
-                    cls,
-                    lambda v: {
-                        "resources": tuple(build(v, r) for r in group),
-                        "validate_only": validate_only,
-                    },
-                )
-
-            resp = await self.cluster.retry(attempt, what=api_name(api_key))
-            for answer in resp.responses:
-                r = ConfigResource(int(answer.resource_type), answer.resource_name)
-                code = int(answer.error_code)
-                out[r] = KafkaError(code, answer.error_message or r.name) if code else None
-        return out
-
-    async def incremental_alter_configs(
-        self,
-        changes: dict[ConfigResource, Iterable[AlterConfigOp]],
-        *,
-        validate_only: bool = False,
-    ) -> dict[ConfigResource, KafkaError | None]:
-        """IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single configs, keeping
-        the others; maps each resource to None (done) or its error."""
-        ops = {r: list(c) for r, c in changes.items()}
-        k = ApiKey.INCREMENTAL_ALTER_CONFIGS
-
-        def build(v: int, r: ConfigResource) -> Any:
-            return make_request(
-                k,
-                v,
-                "AlterConfigsResource",
-                resource_type=r.type,
-                resource_name=r.name,
-                configs=tuple(
-                    make_request(
-                        k, v, "AlterableConfig", name=o.name, config_operation=o.op, value=o.value
-                    )
-                    for o in ops[r]
-                ),
-            )
-
-        return await self._alter_configs_call(
-            k, (0, 1), "IncrementalAlterConfigsRequest", list(ops), build, validate_only
-        )
-
-    async def alter_configs(
-        self, configs: dict[ConfigResource, dict[str, str]], *, validate_only: bool = False
-    ) -> dict[ConfigResource, KafkaError | None]:
-        """AlterConfigs (deprecated in Kafka for incremental_alter_configs): each resource's
-        dynamic configs become exactly ``configs[resource]``, the others reset."""
-        k = ApiKey.ALTER_CONFIGS
-
-        def build(v: int, r: ConfigResource) -> Any:
-            return make_request(
-                k,
-                v,
-                "AlterConfigsResource",
-                resource_type=r.type,
-                resource_name=r.name,
-                configs=tuple(
-                    make_request(k, v, "AlterableConfig", name=n, value=val)
-                    for n, val in configs[r].items()
-                ),
-            )
-
-        return await self._alter_configs_call(
-            k, (0, 2), "AlterConfigsRequest", list(configs), build, validate_only
-        )
 
     async def create_partitions(
         self, new_counts: dict[str, int], *, validate_only: bool = False
@@ -851,70 +411,46 @@ class AsyncAdmin:
             for tp, v in found.items()
         }
 
-    # --- transactions ----------------------------------------------------------------------
+    # --- groups, configs, producers and transactions (forwarded) ----------------------------
+
+    async def list_groups(self) -> list[GroupListing]:
+        return await self.groups.list_groups()
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        return await self.groups.describe_groups(group_ids)
+
+    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        return await self.groups.list_group_offsets(group_id)
+
+    async def describe_configs(
+        self, resources: Iterable[ConfigResource], *, include_synonyms: bool = True
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        return await self.configs.describe_configs(resources, include_synonyms=include_synonyms)
+
+    async def incremental_alter_configs(
+        self, changes: dict[ConfigResource, Iterable[AlterConfigOp]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, KafkaError | None]:
+        return await self.configs.incremental_alter_configs(changes, validate_only=validate_only)
+
+    async def alter_configs(
+        self, configs: dict[ConfigResource, dict[str, str]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, KafkaError | None]:
+        return await self.configs.alter_configs(configs, validate_only=validate_only)
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, list[ProducerInfo]]:
+        return await self.transactions.describe_producers(partitions)
 
     async def list_transactions(
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:
-        """ListTransactions on every broker (each lists the ids it coordinates)."""
-        state_filters, pid_filters = tuple(states), tuple(producer_ids)
-
-        async def call(node: int) -> list[TransactionListing]:
-            resp = await self.cluster.send(
-                node,
-                ApiKey.LIST_TRANSACTIONS,
-                (0, 1),
-                "ListTransactionsRequest",
-                lambda v: {
-                    "state_filters": state_filters,
-                    "producer_id_filters": pid_filters,
-                    "duration_filter": -1,
-                },
-            )
-            if resp.error_code:
-                raise KafkaError(int(resp.error_code), "ListTransactions")
-            return [
-                TransactionListing(t.transactional_id, int(t.producer_id), t.transaction_state)
-                for t in resp.transaction_states
-            ]
-
-        found = await self._each_broker("ListTransactions", call)
-        return sorted((t for ts in found for t in ts), key=lambda t: t.transactional_id)
+        return await self.transactions.list_transactions(states=states, producer_ids=producer_ids)
 
     async def describe_transactions(
         self, transactional_ids: Iterable[str]
     ) -> dict[str, TransactionDescription]:
-        """DescribeTransactions, sent to each id's transaction coordinator; an unknown id
-        is described with ``error`` TRANSACTIONAL_ID_NOT_FOUND."""
-        channel = TxnChannel(self.cluster, timeout=self.api_timeout)
-        out: dict[str, TransactionDescription] = {}
-        for tid in transactional_ids:
-            resp, _ = await channel.call(
-                KEY_TRANSACTION,
-                tid,
-                ApiKey.DESCRIBE_TRANSACTIONS,
-                (0, 0),
-                "DescribeTransactionsRequest",
-                lambda v, tid=tid: {"transactional_ids": (tid,)},
-                # a per-id error (TRANSACTIONAL_ID_NOT_FOUND) is reported in the result
-                lambda r: [
-                    int(t.error_code)
-                    for t in r.transaction_states
-                    if t.error_code in RETRY or t.error_code in REFIND
-                ],
-            )
-            for t in resp.transaction_states:
-                out[t.transactional_id] = TransactionDescription(
-                    t.transactional_id,
-                    t.transaction_state,
-                    int(t.producer_id),
-                    int(t.producer_epoch),
-                    _millis(t.transaction_timeout),
-                    _millis(t.transaction_start_time),
-                    tuple(TopicPartition(d.topic, int(p)) for d in t.topics for p in d.partitions),
-                    int(t.error_code),
-                )
-        return out
+        return await self.transactions.describe_transactions(transactional_ids)
 
     # --- features --------------------------------------------------------------------------
 
@@ -1015,14 +551,3 @@ class AsyncAdmin:
                 for b in self.cluster.brokers.values()
             ],
         }
-
-
-def _millis(value: Any) -> int:
-    """kio decodes durations as timedelta and timestamps as datetime; -1 means unset."""
-    if value is None:
-        return -1
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)

@@ -465,6 +465,15 @@ class Cluster:
             return None
         return p.leader
 
+    async def each_broker(self, what: str, call: Callable[[int], Awaitable[Any]]) -> list[Any]:
+        """``call(node)`` on every broker, each retried on its own (ListGroups,
+        ListTransactions: each broker answers for what it coordinates)."""
+        await self.refresh([])
+        out: list[Any] = []
+        for node in list(self.brokers):
+            out.append(await self.retry(lambda node=node: call(node), what=f"{what} to {node}"))
+        return out
+
     async def leader_call(
         self,
         tps: list[TopicPartition],

@@ -10,7 +10,7 @@ from kio.schema.describe_transactions.v0 import response as schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from samsa.client._admin import _millis
+from samsa.client._admin_txns import _millis
 from samsa.protocol.messages import ApiKey, decode_response
 
 
