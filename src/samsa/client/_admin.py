@@ -19,8 +19,9 @@ from samsa.client._admin_configs import (
     ConfigAdmin,
     ConfigEntry,
     ConfigResource,
+    ConfigSynonym,
 )
-from samsa.client._admin_groups import GroupAdmin, GroupDescription, GroupListing
+from samsa.client._admin_groups import GroupAdmin, GroupDescription, GroupListing, GroupMember
 from samsa.client._admin_txns import TransactionAdmin
 from samsa.client._cluster import Cluster
 from samsa.client._config import ADMIN, Config
@@ -38,6 +39,22 @@ from samsa.client._types import (
 from samsa.protocol.constants import LATEST
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, api_name, make_request
+
+# The records of the collaborators' calls are the admin API's too.
+__all__ = [
+    "AlterConfigOp",
+    "AsyncAdmin",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSynonym",
+    "DeletedRecords",
+    "FeatureMetadata",
+    "FeatureUpdate",
+    "GroupDescription",
+    "GroupListing",
+    "GroupMember",
+    "UpgradeType",
+]
 
 
 @dataclass(frozen=True, slots=True)
