@@ -6,7 +6,6 @@ client against a broker with OAUTHBEARER listeners."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import http.server
 import json
 import threading
@@ -15,10 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from _jwt import Keys, claims, initial, unsigned
 from samsa.broker import oauthbearer
 from samsa.broker.config import BrokerConfig, ConfigError
 from samsa.broker.listeners import check_security_config
@@ -38,19 +36,6 @@ from samsa.protocol.errors import ErrorCode
 from samsa.protocol.sasl import SaslError
 
 NOW = 1_800_000_000.0
-
-
-def _b64(doc: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
-
-
-def unsigned(claims: dict[str, Any], header: dict[str, Any] | None = None, sig: str = "") -> str:
-    return f"{_b64(header or {'alg': 'none'})}.{_b64(claims)}.{sig}"
-
-
-def initial(token: str, authzid: str = "") -> bytes:
-    a = f"a={authzid}" if authzid else ""
-    return f"n,{a},\x01auth=Bearer {token}\x01\x01".encode()
 
 
 # -- the client's initial response --------------------------------------------------------
@@ -116,42 +101,13 @@ def test_unsecured_validator() -> None:
 # -- the signed-JWT validator (KIP-768) ------------------------------------------------------
 
 
-class Keys:
-    def __init__(self) -> None:
-        self.rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.ec = ec.generate_private_key(ec.SECP256R1())
-        self.other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    def jwks(self, *, with_ec: bool = True) -> dict[str, Any]:
-        keys = [
-            {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.rsa.public_key())), "kid": "r1"}
-        ]
-        if with_ec:
-            ec_jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.ec.public_key()))
-            keys.append({**ec_jwk, "kid": "e1"})
-        return {"keys": keys}
-
-    def sign(self, claims: dict[str, Any], kid: str = "r1", key: Any = None) -> str:
-        alg = "ES256" if kid == "e1" else "RS256"
-        key = key or (self.ec if kid == "e1" else self.rsa)
-        return jwt.encode(claims, key, algorithm=alg, headers={"kid": kid})
-
-
 @pytest.fixture(scope="module")
 def keys() -> Keys:
     return Keys()
 
 
 def _claims(**over: Any) -> dict[str, Any]:
-    now = int(time.time())
-    return {
-        "sub": "alice",
-        "iat": now,
-        "exp": now + 600,
-        "aud": "kafka",
-        "iss": "https://idp",
-        **over,
-    }
+    return claims(**{"iss": "https://idp", **over})
 
 
 def _file_jwks(tmp_path: Path, doc: dict[str, Any]) -> Jwks:
