@@ -299,7 +299,7 @@ class SaslSession:
         if mech.complete:
             self.principal = principal
             self._start_session(getattr(mech, "expires_ms", None))
-        return ErrorCode.NONE, None, reply
+        return ErrorCode.NONE, "", reply  # Kafka's default message: empty, not null
 
     def _start_session(self, credential_expires_ms: int | None) -> None:
         """KIP-368 as Kafka's SaslServerAuthenticator: the session ends at

@@ -240,7 +240,7 @@ def test_refused_token_answers_the_status_then_fails_on_the_dummy_message(
     # RFC 7628: no error yet, the JSON status as the challenge...
     assert session.authenticate(initial(expired)) == (
         ErrorCode.NONE,
-        None,
+        "",
         b'{"status":"invalid_token"}',
     )
     assert session.failed is None and not session.authenticated
@@ -274,7 +274,7 @@ def test_session_lifetime_is_the_tokens_unless_reauth_ms_is_shorter(tmp_path: Pa
     for reauth_ms, low, high in ((0, 99_000, 100_000), (5_000, 5_000, 5_000)):
         session = _session(tmp_path, UnsecuredValidator(), reauth_ms)
         session.handshake("OAUTHBEARER")
-        assert session.authenticate(token) == (ErrorCode.NONE, None, b"")
+        assert session.authenticate(token) == (ErrorCode.NONE, "", b"")
         assert session.principal == "User:alice"
         assert low <= session.lifetime_ms <= high and session.expires_at is not None
         # KIP-368: re-authentication with a fresh token renews the session, same principal
