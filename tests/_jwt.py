@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -55,3 +56,11 @@ class Keys:
         alg = "ES256" if kid == "e1" else "RS256"
         key = key or (self.ec if kid == "e1" else self.rsa)
         return jwt.encode(payload, key, algorithm=alg, headers={"kid": kid})
+
+
+def keys_and_jwks(root: Path) -> tuple[Keys, Path]:
+    """Fresh keys, and their JWKS written to ``root/jwks.json`` (a broker's JWKS file)."""
+    keys = Keys()
+    jwks = root / "jwks.json"
+    jwks.write_text(json.dumps(keys.jwks()))
+    return keys, jwks

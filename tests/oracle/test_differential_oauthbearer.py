@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from _broker import BrokerProcess
-from _jwt import AUDIENCE, ISSUER, Keys, claims, initial, unsigned
+from _jwt import AUDIENCE, ISSUER, Keys, claims, initial, keys_and_jwks, unsigned
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
@@ -49,9 +49,7 @@ class Brokers:
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
     root = tmp_path_factory.mktemp("oauthbearer")
-    keys = Keys()
-    jwks = root / "jwks.json"
-    jwks.write_text(json.dumps(keys.jwks()))
+    keys, jwks = keys_and_jwks(root)
     node = KafkaNode(root / "kafka", jvm_args=[f"-D{ALLOWED_URLS}={jwks.as_uri()}"])
     unsecured, signed = free_port(), free_port()
     node.overrides = {

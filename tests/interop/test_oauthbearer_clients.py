@@ -6,7 +6,6 @@ SASL_AUTHENTICATION_FAILED, and the broker's log says why."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -14,13 +13,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer as CkConsumer
 from confluent_kafka import KafkaError as CkError
-from confluent_kafka import Producer as CkProducer
 from confluent_kafka.admin import AdminClient, NewTopic
+from test_security import _ck_round_trip
 
 from _broker import BrokerProcess
-from _jwt import AUDIENCE, ISSUER, Keys, claims
+from _jwt import AUDIENCE, ISSUER, Keys, claims, keys_and_jwks
 
 LISTENER = re.compile(r"listener (\w+) \(\w+\) on 127\.0\.0\.1:(\d+)")
 
@@ -59,9 +57,7 @@ class OAuthBroker:
 @pytest.fixture(scope="module")
 def oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthBroker]:
     root = tmp_path_factory.mktemp("oauth")
-    keys = Keys()
-    jwks = root / "jwks.json"
-    jwks.write_text(json.dumps(keys.jwks()))
+    keys, jwks = keys_and_jwks(root)
     overrides = {
         "listeners": "UNSECURED://127.0.0.1:0,SIGNED://127.0.0.1:0",
         "listener.security.protocol.map": "UNSECURED:SASL_PLAINTEXT,SIGNED:SASL_PLAINTEXT",
@@ -80,20 +76,7 @@ def _round_trip(conf: dict[str, Any], n: int = 5) -> list[bytes]:
     topic = f"oauth-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(conf)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=20)
-    producer = CkProducer({**conf, "enable.idempotence": True})
-    for i in range(n):
-        producer.produce(topic, b"m-%d" % i)
-    assert producer.flush(20) == 0
-    consumer = CkConsumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < n and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg.value())
-    consumer.close()
-    return got
+    return _ck_round_trip(conf, topic, n)
 
 
 def test_confluent_kafka_with_an_unsecured_jwt(oauth: OAuthBroker) -> None:
