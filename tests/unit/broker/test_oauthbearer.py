@@ -357,3 +357,44 @@ def test_unsecured_jwt_of_the_client() -> None:
     found = UnsecuredValidator().validate(token)
     assert (found.principal, found.scope) == ("svc", frozenset({"x", "y"}))
     assert abs(expiry - time.time() - 30) < 2
+
+
+def test_samsa_client_reauthenticates_before_the_token_expires(tmp_path: Path) -> None:
+    """KIP-368 with no connections.max.reauth.ms: the token's exp ends the session, and samsa's
+    client re-authenticates on the same connection with a fresh token from oauth_cb."""
+    config = BrokerConfig(data_dir=tmp_path / "data", port=0).with_properties(
+        {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "OAUTHBEARER"}
+    )
+    config = config.with_overrides(port=0).validate()
+    tokens: list[str] = []
+
+    def oauth_cb(_config: str | None) -> tuple[str, float]:
+        token, expiry = unsecured_jwt("principal=alice lifeSeconds=2")
+        tokens.append(token)
+        return token, expiry
+
+    server = BrokerServer(config)
+
+    def run(port: int) -> None:
+        conf = {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER",
+            "oauth_cb": oauth_cb,
+        }
+        with Admin(conf) as admin:
+            admin.list_topics()
+            before = set(server.limits.connections)
+            time.sleep(2.5)  # past the first token's exp
+            admin.list_topics()
+            assert set(server.limits.connections) == before  # the same connections
+        assert len(tokens) >= 2 * len(before)
+
+    async def main() -> None:
+        await server.start()
+        try:
+            await asyncio.to_thread(run, server.port)
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
