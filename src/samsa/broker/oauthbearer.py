@@ -334,7 +334,8 @@ class JwtValidator:
         keys = self.jwks.keys
         if keys is None:
             raise TokenRefused(f"Could not validate the access token: no JWKS from {self.jwks.url}")
-        candidates = [k for k in keys if kid is None or k.key_id == kid]
+        kty = "EC" if alg.startswith("ES") else "RSA"  # as jose4j's VerificationJwkSelector
+        candidates = [k for k in keys if (kid is None or k.key_id == kid) and k.key_type == kty]
         if not candidates:
             self.jwks.expedite()
             raise TokenRefused(f"Could not validate the access token: no key with kid {kid!r}")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 
 from _jwt import Keys, claims, initial, unsigned
@@ -123,6 +124,9 @@ def test_signed_jwt_validator(tmp_path: Path, keys: Keys) -> None:
     v = JwtValidator(jwks, ["kafka"], "https://idp", clock_skew_s=30)
     assert v.validate(keys.sign(_claims())).principal == "alice"
     assert v.validate(keys.sign(_claims(sub="bob"), kid="e1")).principal == "bob"
+    # without a kid, the keys of the algorithm's type are tried (RSA first in the set)
+    no_kid = jwt.encode(_claims(sub="carl"), keys.ec, algorithm="ES256")
+    assert v.validate(no_kid).principal == "carl"
     assert v.validate(keys.sign(_claims(exp=int(time.time()) - 10))).principal == "alice"  # skew
     cases = {
         "Audience doesn.t match": keys.sign(_claims(aud="other")),
