@@ -220,6 +220,16 @@ def test_jwks_over_http_refreshes_for_an_unknown_key(
                 await asyncio.sleep(0.02)
             assert v.validate(ec_token).principal == "alice"
             assert served["hits"] == 2
+            # Bounded: tokens naming unknown keys as fast as they come make at most one fetch
+            # per JWKS_MIN_REFRESH_S, not one each.
+            unknown = keys.sign(_claims(), kid="nope", key=keys.rsa)
+            refused, end = 0, time.monotonic() + 0.5
+            while time.monotonic() < end:
+                with pytest.raises(TokenRefused):
+                    v.validate(unknown)
+                refused += 1
+                await asyncio.sleep(0.001)
+            assert refused > 20 and served["hits"] - 2 <= 0.5 / 0.05 + 2
         finally:
             jwks.close()
 
