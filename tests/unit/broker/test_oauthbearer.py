@@ -10,7 +10,7 @@ import http.server
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +310,19 @@ def test_server_mechanism_rejects_steps_after_completion() -> None:
 # -- a broker with OAUTHBEARER listeners, samsa's client -----------------------------------
 
 
+def _serve(server: BrokerServer, run: Callable[[int], None]) -> None:
+    """Start ``server``, run the blocking ``run(port)`` in a thread, stop the server."""
+
+    async def main() -> None:
+        await server.start()
+        try:
+            await asyncio.to_thread(run, server.port)
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_samsa_client_over_oauthbearer(tmp_path: Path, keys: Keys) -> None:
     jwks_file = tmp_path / "jwks.json"
     jwks_file.write_text(json.dumps(keys.jwks()))
@@ -324,6 +337,7 @@ def test_samsa_client_over_oauthbearer(tmp_path: Path, keys: Keys) -> None:
         }
     )
     config = config.with_overrides(port=0).validate()
+    server = BrokerServer(config)
 
     def run(port: int) -> None:
         unsecured = {
@@ -354,16 +368,7 @@ def test_samsa_client_over_oauthbearer(tmp_path: Path, keys: Keys) -> None:
             assert info.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
             assert '{"status":"invalid_token"}' in str(info.value)
 
-    server = BrokerServer(config)
-
-    async def main() -> None:
-        await server.start()
-        try:
-            await asyncio.to_thread(run, server.port)
-        finally:
-            await server.stop()
-
-    asyncio.run(asyncio.wait_for(main(), 60))
+    _serve(server, run)
 
 
 def test_unsecured_jwt_of_the_client() -> None:
@@ -404,11 +409,4 @@ def test_samsa_client_reauthenticates_before_the_token_expires(tmp_path: Path) -
             assert set(server.limits.connections) == before  # the same connections
         assert len(tokens) >= 2 * len(before)
 
-    async def main() -> None:
-        await server.start()
-        try:
-            await asyncio.to_thread(run, server.port)
-        finally:
-            await server.stop()
-
-    asyncio.run(asyncio.wait_for(main(), 30))
+    _serve(server, run)
