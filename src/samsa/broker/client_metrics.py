@@ -19,6 +19,7 @@ not fit is counted, not kept.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -74,6 +75,11 @@ KEYS: dict[str, tuple[ConfigType, str]] = {
 LIST_DEFAULTS = {n: d for n, (t, d) in KEYS.items() if t == ConfigType.LIST}
 
 
+def kafka_uuid(value: uuid.UUID) -> str:
+    """A client instance id as Kafka and its clients print it (URL-safe base64)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
 def monotonic_ms() -> int:
     """The clock the callers hand the manager: intervals and expiry ignore wall-clock jumps."""
     return time.monotonic_ns() // 1_000_000
@@ -100,8 +106,10 @@ def parse_match(patterns: list[str]) -> dict[str, Any]:
         name, regex = name.strip(), regex.strip()
         if not eq or "=" in regex or name not in SELECTORS or not regex:
             raise ClientMetricsError(f"Illegal client matching pattern: {pattern}", True)
+        options = re2.Options()
+        options.log_errors = False
         try:
-            out[name] = re2.compile(regex)
+            out[name] = re2.compile(regex, options=options)
         except re2.error:
             raise ClientMetricsError(f"Illegal client matching pattern: {pattern}", True) from None
     return out
@@ -156,7 +164,7 @@ class ClientInfo:
 
     def matches(self, instance_id: uuid.UUID, match: Mapping[str, Any]) -> bool:
         values = {
-            "client_instance_id": str(instance_id),
+            "client_instance_id": kafka_uuid(instance_id),
             "client_id": self.client_id,
             "client_software_name": self.software_name,
             "client_software_version": self.software_version,
@@ -246,9 +254,11 @@ class ClientMetricsConfigs:
         if not name:
             raise ClientMetricsError("Client metrics subscription name must not be empty")
         source = ConfigSource.CLIENT_METRICS_CONFIG
+        own = self.resources.get(name, {})
         return [
-            DescribedConfig(key, value, source, ConfigType.UNKNOWN, (), "")
-            for key, value in self.resources.get(name, {}).items()
+            DescribedConfig(key, own[key], source, ConfigType.UNKNOWN, (), "")
+            for key in KEYS
+            if key in own
         ]
 
 
@@ -357,9 +367,11 @@ class ClientMetricsManager:
                 while len(self.instances) > MAX_CLIENT_INSTANCES:
                     self._drop(next(iter(self.instances)))
                     self.instances_evicted += 1
-            else:
+            else:  # as Kafka's new instance on a subscription change: asked again at once
                 inst.subscription_id, inst.version = sub_id, self.version
                 inst.metrics, inst.interval_ms = metrics, interval
+                inst.last_get_ms = inst.last_push_ms = None
+                inst.terminating = False
         inst.last_request_ms = now_ms
         self.instances.move_to_end(instance_id)
         return inst

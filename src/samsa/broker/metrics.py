@@ -39,6 +39,7 @@ from samsa.broker.client_metrics import (
     MAX_CLIENT_INSTANCES,
     MAX_SERIES,
     MAX_SERIES_PER_CLIENT,
+    kafka_uuid,
     monotonic_ms,
 )
 from samsa.protocol.errors import ErrorCode
@@ -393,7 +394,10 @@ def _client_telemetry(broker: Broker) -> Iterator[Metric]:
         family = families.get(prom)
         if family is None:
             family = families[prom] = Metric(prom, f"Pushed by clients (KIP-714): {name}", "gauge")
-        tags = {"client_instance_id": str(inst.instance_id), "client_id": inst.info.client_id}
+        tags = {
+            "client_instance_id": kafka_uuid(inst.instance_id),
+            "client_id": inst.info.client_id,
+        }
         for k, v in labels:
             tags.setdefault(k, v)  # the broker's labels win over a same-named attribute
         family.add_sample(prom, tags, value)
