@@ -139,10 +139,8 @@ def test_get_and_push_answer_as_kafka(telemetry_broker: BrokerProcess) -> None:
         m.gauge.data_points.add(as_int=42)
         payload = data.SerializeToString()
         assert push(conn, instance, sub + 1, payload) == ErrorCode.UNKNOWN_SUBSCRIPTION_ID
-        assert int(get_subscriptions(conn, instance).error_code) == 0
-        assert push(conn, instance, sub, b"\x00not otlp") == ErrorCode.INVALID_RECORD
-        throttled = get_subscriptions(conn, instance).error_code
-        assert throttled == ErrorCode.THROTTLING_QUOTA_EXCEEDED  # the refusal was not its id's
+        assert get_subscriptions(conn, instance).error_code == 0  # may fetch it again at once
+        assert push(conn, instance, sub, payload) == ErrorCode.THROTTLING_QUOTA_EXCEEDED
         assert push(conn, instance, sub, payload, terminating=True) == 0
         assert push(conn, instance, sub, payload) == ErrorCode.INVALID_REQUEST
         assert push(conn, uuid.UUID(int=0), sub, payload) == ErrorCode.INVALID_REQUEST

@@ -294,12 +294,13 @@ class ClientMetricsManager:
         self.expire(now_ms)
         inst = self._instance(instance_id, info, now_ms)
         # A client asking again before its interval is throttled, unless its last push was
-        # refused for a subscription it has to fetch anew.
+        # refused for a subscription it has to fetch anew (then the time is not taken).
         last = max(inst.last_get_ms or 0, inst.last_push_ms or 0)
-        early = inst.last_get_ms is not None or inst.last_push_ms is not None
-        if early and now_ms - last < inst.interval_ms and inst.last_error not in _REFETCH:
+        never = inst.last_get_ms is None and inst.last_push_ms is None
+        if never or now_ms - last >= inst.interval_ms:
+            inst.last_get_ms = now_ms
+        elif inst.last_error not in _REFETCH:
             return Answer(ErrorCode.THROTTLING_QUOTA_EXCEEDED, instance_id)
-        inst.last_get_ms = now_ms
         inst.last_error = ErrorCode.NONE
         return Answer(
             ErrorCode.NONE, instance_id, inst.subscription_id, inst.metrics, inst.interval_ms

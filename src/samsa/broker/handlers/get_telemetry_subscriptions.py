@@ -36,7 +36,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             "GetTelemetrySubscriptionsResponse",
             throttle_time=0,
             error_code=answer.error,
-            client_instance_id=answer.instance_id,
+            client_instance_id=answer.instance_id if ok else None,  # as Kafka's error answer
             subscription_id=answer.subscription_id,
             accepted_compression_types=ACCEPTED_COMPRESSION if ok else (),
             push_interval=answer.interval_ms if ok else 0,
