@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from samsa.broker.config import ConfigError
-from samsa.broker.topic_config import ConfigSource, ConfigType, DescribedConfig
+from samsa.broker.topic_config import ConfigSource, ConfigType, DescribedConfig, Synonym
 from samsa.log.durable import write_atomically
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.record_check import inflate
@@ -249,17 +249,21 @@ class ClientMetricsConfigs:
         return True
 
     def describe(self, name: str) -> list[DescribedConfig]:
-        """The resource's own keys only, without synonyms or types, as Kafka's ConfigHelper
-        describes a CLIENT_METRICS resource (nothing for one that does not exist)."""
+        """Every key, as Kafka 4.4 describes a CLIENT_METRICS resource (existing or not): the
+        resource's own value (its own synonym), else the default (no synonym)."""
         if not name:
             raise ClientMetricsError("Client metrics subscription name must not be empty")
-        source = ConfigSource.CLIENT_METRICS_CONFIG
         own = self.resources.get(name, {})
-        return [
-            DescribedConfig(key, own[key], source, ConfigType.UNKNOWN, (), "")
-            for key in KEYS
-            if key in own
-        ]
+        out = []
+        for key, (config_type, default) in KEYS.items():
+            if key in own:
+                source = ConfigSource.CLIENT_METRICS_CONFIG
+                synonyms: tuple[Synonym, ...] = (Synonym(key, own[key], source),)
+                out.append(DescribedConfig(key, own[key], source, config_type, synonyms, ""))
+            else:
+                out.append(DescribedConfig(key, default, ConfigSource.DEFAULT_CONFIG,
+                                           config_type, (), ""))  # fmt: skip
+        return out
 
 
 class ClientMetricsManager:
