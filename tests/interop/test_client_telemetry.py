@@ -151,8 +151,10 @@ def test_get_and_push_answer_as_kafka(telemetry_broker: BrokerProcess) -> None:
 
 
 def test_librdkafka_pushes_arrive_on_metrics(telemetry_broker: BrokerProcess) -> None:
+    # ApiVersions names the software: confluent-kafka's wrapper, over librdkafka
+    match = "client_id=rdkafka-telemetry,client_software_name=confluent-kafka-python"
     subscribe(telemetry_broker, "librdkafka", metrics="org.apache.kafka.producer.",
-              interval_ms="200", match="client_id=rdkafka-telemetry")  # fmt: skip
+              interval_ms="200", match=match)  # fmt: skip
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": telemetry_broker.bootstrap, "client.id": "rdkafka-telemetry"}
     )

@@ -108,7 +108,8 @@ def test_java_client_pushes_arrive_on_metrics(broker_factory: type[BrokerProcess
     broker = broker_factory(overrides={"metrics.port": "0"}).start()
     tool = run_tool("kafka-client-metrics", "--bootstrap-server", broker.bootstrap, "--alter",
                     "--name", "java", "--metrics", "org.apache.kafka.producer.",
-                    "--interval", "500", "--match", "client_id=java-telemetry")  # fmt: skip
+                    "--interval", "500", "--match",
+                    "client_id=java-telemetry,client_software_name=apache-kafka-java")  # fmt: skip
     assert tool.returncode == 0, tool.stderr
     cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath(), str(PROGRAM),
            broker.bootstrap, "java-telemetry", "java-telemetry", "3"]  # fmt: skip

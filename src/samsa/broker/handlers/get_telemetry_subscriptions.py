@@ -20,7 +20,7 @@ K = ApiKey.GET_TELEMETRY_SUBSCRIPTIONS
 def client_info(ctx: RequestContext) -> ClientInfo:
     """What a subscription's ``match`` can select this connection's client by."""
     host, _, port = ctx.peer.rpartition(":")
-    return ClientInfo(ctx.header.client_id or "", host.strip("[]"), port)
+    return ClientInfo(ctx.header.client_id or "", host.strip("[]"), port, *ctx.software)
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
