@@ -34,7 +34,8 @@ LIST = ApiKey.LIST_CONFIG_RESOURCES
 
 @pytest.fixture(scope="module")
 def telemetry_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("telemetry"), {"metrics.port": "0"}).start()
+    overrides = {"metrics.port": "0", "telemetry.max.bytes": "4096"}
+    b = BrokerProcess(tmp_path_factory.mktemp("telemetry"), overrides).start()
     yield b
     b.stop()
 
@@ -131,6 +132,7 @@ def test_get_and_push_answer_as_kafka(telemetry_broker: BrokerProcess) -> None:
         assert first.push_interval.total_seconds() == 60
         assert first.accepted_compression_types == ACCEPTED_COMPRESSION
         assert first.delta_temporality is True
+        assert first.telemetry_max_bytes == 4096
         sub = first.subscription_id
         again = get_subscriptions(conn, instance)
         assert int(again.error_code) == ErrorCode.THROTTLING_QUOTA_EXCEEDED
@@ -144,6 +146,9 @@ def test_get_and_push_answer_as_kafka(telemetry_broker: BrokerProcess) -> None:
         assert push(conn, instance, sub, payload, terminating=True) == 0
         assert push(conn, instance, sub, payload) == ErrorCode.INVALID_REQUEST
         assert push(conn, uuid.UUID(int=0), sub, payload) == ErrorCode.INVALID_REQUEST
+        other = get_subscriptions(conn, None)  # another instance, to push too much at once
+        big = push(conn, other.client_instance_id, other.subscription_id, b"\0" * 4097)
+        assert big == ErrorCode.TELEMETRY_TOO_LARGE
     samples = scrape(telemetry_broker)["samsa_client_org_samsa_test_x"]
     assert samples == [
         ({"client_id": "raw-telemetry", "client_instance_id": kafka_uuid(instance)}, 42.0)

@@ -22,7 +22,7 @@ from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.testing.kafka import KafkaNode, classpath, run_tool
-from samsa.testing.oracle import Outcome, Rule, Side
+from samsa.testing.oracle import Deviation, Outcome, Rule, Side
 
 Run = Callable[..., Outcome]
 CLIENT_METRICS = 16
@@ -92,11 +92,20 @@ def test_telemetry_answers(differential: Run) -> None:
         _push(s, "push-terminating", conn, instance, sub, payload, terminating=True)
         _push(s, "push-after-terminating", conn, instance, sub, payload)
         _push(s, "push-no-instance", conn, uuid.UUID(int=0), sub, payload)
+        other = _get(s, "get-other", conn, None)
+        _push(s, "push-not-otlp", conn, other.client_instance_id, other.subscription_id,
+              b"\x00not OTLP")  # fmt: skip
         _alter(s, "delete", name, [("metrics", 1, None), ("interval.ms", 1, None),
                                    ("match", 1, None)])  # fmt: skip
         _alter(s, "delete-partial", s.unique("partial"), [("metrics", 1, None)])
 
-    differential(scenario, rules={"client_instance_id": Rule.ANY, "subscription_id": Rule.ANY})
+    # D-TELEM-2: samsa reads what it exports; Kafka without a telemetry plugin reads nothing.
+    not_read = Deviation("push-not-otlp.error_code", "INVALID_RECORD", "NONE", "D-TELEM-2")
+    differential(
+        scenario,
+        deviations=[not_read],
+        rules={"client_instance_id": Rule.ANY, "subscription_id": Rule.ANY},
+    )
 
 
 def _metrics_port(broker: BrokerProcess) -> int:

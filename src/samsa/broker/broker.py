@@ -90,7 +90,7 @@ class Broker:
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
         # Client telemetry subscriptions and the instances pushing (KIP-714).
-        self.client_metrics = ClientMetricsManager(client_metrics)
+        self.client_metrics = ClientMetricsManager(client_metrics, config.telemetry_max_bytes)
         # Finalized features (rule 45): the persisted levels, else the transaction.version setting.
         try:
             self.features = Features(
