@@ -20,7 +20,6 @@ not fit is counted, not kept.
 from __future__ import annotations
 
 import base64
-import json
 import re
 import time
 import uuid
@@ -37,7 +36,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from samsa.broker.config import ConfigError
 from samsa.broker.topic_config import ConfigSource, ConfigType, DescribedConfig, Synonym
-from samsa.log.durable import write_atomically
+from samsa.log.durable import read_versioned_json, write_versioned_json
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.record_check import inflate
 from samsa.protocol.records import InvalidBatchError
@@ -215,18 +214,14 @@ class ClientMetricsConfigs:
 
     def load(self) -> None:
         """Read the file, if any; ConfigError, naming it, if it is damaged."""
-        if not self.path.exists():
-            return
         try:
-            doc = json.loads(self.path.read_text())
-            if not isinstance(doc, dict) or doc.get("version") != 1:
-                raise ValueError("expected a JSON object with version 1")
-            resources = doc["subscriptions"]
+            doc = read_versioned_json(self.path) or {"subscriptions": {}}
+            resources = {n: dict(c) for n, c in doc["subscriptions"].items()}
             for name, configs in resources.items():
                 validate(name, configs)
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             raise ConfigError(f"cannot read the client metrics from {self.path}: {exc}") from None
-        self.resources = {n: dict(c) for n, c in resources.items()}
+        self.resources = resources
 
     def get(self, name: str) -> dict[str, str]:
         return dict(self.resources.get(name, {}))
@@ -243,8 +238,7 @@ class ClientMetricsConfigs:
             resources[name] = dict(configs)
         if resources == self.resources:
             return False
-        doc = {"version": 1, "subscriptions": resources}
-        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        write_versioned_json(self.path, subscriptions=resources)
         self.resources = resources
         return True
 
