@@ -291,3 +291,16 @@ def test_pushed_metrics_are_exported_with_bounded_labels(tmp_path: Path) -> None
     registry.register(Collector())
     text = generate_latest(registry).decode()  # valid exposition: the parser reads it back
     assert {f.name for f in text_string_to_metric_families(text)} >= {name}
+
+
+def test_subscriptions_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cm, "MAX_SUBSCRIPTIONS", 2)
+    configs = ClientMetricsConfigs(tmp_path / "cm.json")
+    for name in ("a", "b"):
+        configs.alter(name, {"metrics": "*"}, validate_only=False)
+    with pytest.raises(ClientMetricsError, match="at most 2"):
+        configs.alter("c", {"metrics": "*"}, validate_only=False)
+    configs.alter("b", {"metrics": "x."}, validate_only=False)  # an existing one may change
+    configs.alter("b", {}, validate_only=False)  # and go, making room
+    configs.alter("c", {"metrics": "*"}, validate_only=False)
+    assert sorted(configs.resources) == ["a", "c"]
