@@ -371,6 +371,7 @@ class ClientMetricsManager:
                 inst.metrics, inst.interval_ms = metrics, interval
                 inst.last_get_ms = inst.last_push_ms = None
                 inst.terminating = False
+                self._unsubscribed(inst)
         inst.last_request_ms = now_ms
         self.instances.move_to_end(instance_id)
         return inst
@@ -396,6 +397,14 @@ class ClientMetricsManager:
         ]
         for instance_id in stale:
             self._drop(instance_id)
+
+    def _unsubscribed(self, inst: ClientInstance) -> None:
+        """Drop the series no longer asked for, which the client will not push again."""
+        if ALL_METRICS in inst.metrics:
+            return
+        for key in [k for k in inst.series if not k[0].startswith(inst.metrics or ("\0",))]:
+            del inst.series[key]
+            self.series_count -= 1
 
     def _drop(self, instance_id: uuid.UUID) -> None:
         inst = self.instances.pop(instance_id)

@@ -304,3 +304,17 @@ def test_subscriptions_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     configs.alter("b", {}, validate_only=False)  # and go, making room
     configs.alter("c", {"metrics": "*"}, validate_only=False)
     assert sorted(configs.resources) == ["a", "c"]
+
+
+def test_series_no_longer_subscribed_are_dropped(tmp_path: Path) -> None:
+    m = manager(tmp_path, s={"metrics": "a.,b."})
+    first = subscribed(m)
+    assert push(m, first, payload(("a.x", 1.0), ("b.y", 2.0)), T0 + 1) == ErrorCode.NONE
+    m.configs.alter("s", {"metrics": "b."}, validate_only=False)
+    m.subscriptions_changed()
+    assert m.get_subscriptions(first.instance_id, INFO, T0 + 2).metrics == ("b.",)
+    assert series(m) == {"b.y": 2.0} and m.series_count == 1
+    m.configs.alter("s", {}, validate_only=False)
+    m.subscriptions_changed()
+    assert m.get_subscriptions(first.instance_id, INFO, T0 + 3).metrics == ()
+    assert series(m) == {} and m.series_count == 0
