@@ -68,6 +68,13 @@ def test_telemetry_answers(differential: Run) -> None:
         _alter(s, "bad-match", s.unique("bad2"), [("match", 0, "nosuch=1")])
         _alter(s, "unknown-key", s.unique("bad3"), [("no.such", 0, "1")])
         _alter(s, "subscribe-partial", s.unique("partial"), [("metrics", 0, "*")])
+        for v in (0, 1):  # this module's are the only subscriptions on either broker
+            lk = ApiKey.LIST_CONFIG_RESOURCES
+            req = make_request(lk, v, "ListConfigResourcesRequest", resource_types=(16,))
+            listed = s.conn.request(lk, v, req)
+            # Kafka lists them in hash order
+            names = sorted(r.resource_name for r in listed.config_resources)
+            s.note(f"list-v{v}", {"error": int(listed.error_code), "names": names})
         k, v = ApiKey.DESCRIBE_CONFIGS, 4
         resources = tuple(
             make_request(k, v, "DescribeConfigsResource", resource_type=CLIENT_METRICS,
