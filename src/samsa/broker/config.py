@@ -36,6 +36,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.max.open.files": "log_max_open_files",
     "max.partitions": "max_partitions",
     "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
+    "telemetry.max.bytes": "telemetry_max_bytes",
     "broker.id": "broker_id",
     "node.id": "broker_id",
     "log.dirs": "data_dir",
@@ -210,6 +211,7 @@ _RANGES: dict[str, Range] = {
     "log_max_open_files": Range(1),  # samsa's own
     "max_partitions": Range(1),  # samsa's own
     "max_incremental_fetch_session_cache_slots": Range(0),
+    "telemetry_max_bytes": Range(1),  # as Kafka: atLeast(1)
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
     "sasl_server_max_receive_size": Range(1),  # Kafka: no validator; 0 would refuse all
     "connection_failed_authentication_delay_ms": Range(0),
@@ -361,6 +363,7 @@ class BrokerConfig:
     max_partitions: int = 100_000
     # KIP-227: fetch sessions kept at once (broker/fetch_session.py); 0: none.
     max_incremental_fetch_session_cache_slots: int = 1000
+    telemetry_max_bytes: int = 1024 * 1024  # KIP-714: the largest PushTelemetry, inflated
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
     # Broker defaults of the topic configs segment.ms, cleanup.policy, message.timestamp.type.

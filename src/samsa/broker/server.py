@@ -260,6 +260,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.tls = False  # a TLS transport: response bytes must go through it (no sendfile)
         self.principal = ANONYMOUS
+        self.software = ("", "")  # ApiVersions v3+ (KIP-511): the client's name and version
         self._scheduled = False  # a call_soon(_process) is pending
         self._out_fd = -1
         self._writer_added = False
@@ -469,6 +470,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         flexible = is_flexible(api_key, version)
         header = parse_request_header(frame, flexible)
         request = decode_request(api_key, version, frame, header.body_offset)
+        if api_key == ApiKey.API_VERSIONS and version >= 3:
+            self.software = (request.client_software_name, request.client_software_version)
         endpoint = self.endpoint
         ctx = RequestContext(
             header=header,
@@ -478,6 +481,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             advertised=endpoint.advertised if endpoint is not None else None,
             session=session,
             zero_copy=api_key == ApiKey.FETCH and self.zero_copy,
+            software=self.software,
         )
         started = time.perf_counter()
         result = self.broker.metrics.timed(api_key, started, api.handler(self.broker, ctx, request))
