@@ -5,6 +5,7 @@ waits; another on the same broker does not), with the throttle exported per enti
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -107,6 +108,22 @@ def test_quotas_are_stored_kept_and_enforced(
     assert (
         'samsa_client_quota_throttled_total{client_id="slow",quota="Produce",user=""}' in exported
     )
+
+    # connection_creation_rate of an address: over it, a new connection is closed at once.
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        local = ClientQuotaEntity.of({"ip": "127.0.0.1"})
+        assert admin.alter_client_quotas({local: {"connection_creation_rate": 0}}) == {local: None}
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(API_VERSIONS_V0)
+        try:
+            answer = sock.recv(100)
+        except ConnectionResetError:
+            answer = b""  # closed before our request was read
+        assert answer == b""
+
+
+# size, api key 18, version 0, correlation id 1, client id "q"
+API_VERSIONS_V0 = b"\x00\x00\x00\x0b\x00\x12\x00\x00\x00\x00\x00\x01\x00\x01q"
 
 
 def _throttled(caplog: pytest.LogCaptureFixture) -> bool:

@@ -166,7 +166,7 @@ def test_kafka_configs_scram_users(pair: Pair) -> None:
     assert ok.rc == 0
     pair.settled("kafka-configs", *bs, *bob_etl, "--describe", agree=lambda s, k: s == k)
     bad = pair.same("kafka-configs", *bs, *bob, "--alter", "--add-config", "producer_byte_rate=1.5")
-    assert bad.rc == 1
+    assert bad.rc == 1 and "producer_byte_rate cannot be a fractional value." in bad.err[-1]
 
 
 def _blocks(out: Out) -> list[list[str]]:

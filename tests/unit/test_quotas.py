@@ -149,7 +149,7 @@ def test_bad_entities_are_refused(pairs: list[tuple[str, str | None]], message: 
 
 def test_bad_values_are_refused() -> None:
     user = entity_of([_user("a")])
-    with pytest.raises(QuotaError, match="Configuration producer_byte_rate must be a Long"):
+    with pytest.raises(QuotaError, match="producer_byte_rate cannot be a fractional value"):
         check_value(user, PRODUCE, 1.5)
     with pytest.raises(QuotaError, match="Invalid configuration key connection_creation_rate"):
         check_value(user, "connection_creation_rate", 1.0)
@@ -192,3 +192,21 @@ def test_a_muted_connection_takes_no_frames() -> None:
     m.owe(5)
     m.owe(3)
     assert m.take() == 5 and m.take() == 0
+
+
+def test_connection_rate_of_an_address_else_the_default_ip() -> None:
+    q = ClientQuotas(None, window_num=11, window_s=1.0)
+    assert q.connection_quota("10.0.0.1") is None
+    q.alter(
+        [
+            (entity_of([("ip", None)]), {"connection_creation_rate": 100.0}),
+            (entity_of([("ip", "10.0.0.2")]), {"connection_creation_rate": 1.0}),
+        ]
+    )
+    default, own = q.connection_quota("10.0.0.1"), q.connection_quota("10.0.0.2")
+    assert default is not None and default.bound == 100.0 and default.user == "10.0.0.1"
+    assert own is not None and own.bound == 1.0
+    # 10 connections in the first 10 s are the bound; the 11th is over, throttled one window
+    # at most.
+    assert [q.record(own, 1, now=0.0) for _ in range(10)] == [0] * 10
+    assert q.record(own, 1, now=0.0) == 1000

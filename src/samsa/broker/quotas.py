@@ -13,7 +13,9 @@ client-id, default user, client-id, default client-id; the first that sets the k
 every client matched through it shares its rate. Rates are measured over ``quota.window.num``
 windows of ``quota.window.size.seconds`` (Kafka's sampled Rate); a client over its bound
 waits ``(rate - bound) / bound * window`` (Kafka's QuotaUtils.throttleTime), at most one
-window for ``request_percentage`` (as Kafka bounds request-time throttling).
+window for ``request_percentage`` (as Kafka bounds request-time throttling). An IP's
+``connection_creation_rate`` (its own, else the default IP's) counts accepted connections; one
+over it is closed at once.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_percentage"
 MUTATION = "controller_mutation_rate"  # stored and described; samsa's controller is local
-CONNECTION = "connection_creation_rate"
+CONNECTION = "connection_creation_rate"  # of IP entities: connections accepted per second
 
 # Kafka's names of the quota types (its metric groups).
 QUOTA_TYPES = {PRODUCE: "Produce", FETCH: "Fetch", REQUEST: "Request"}
@@ -98,7 +100,7 @@ def check_value(entity: Entity, key: str, value: float) -> None:
     if kind is None:
         raise QuotaError(f"Invalid configuration key {key}")
     if kind in ("LONG", "INT") and abs(math.floor(value + 1e-6) - value) > 1e-6:
-        raise QuotaError(f"Configuration {key} must be a {kind.title()} value")
+        raise QuotaError(f"{key} cannot be a fractional value.")
 
 
 class Rate:
@@ -307,6 +309,16 @@ class ClientQuotas:
                 return Charge(key, tag_user, tag_client, values[key])
         return None
 
+    def connection_quota(self, ip: str) -> Charge | None:
+        """``connection_creation_rate`` of an address: its own, else the default IP's."""
+        if CONNECTION not in self.keys:
+            return None
+        for name in (ip, None):
+            values = self.quotas.get(((IP, name),))
+            if values is not None and CONNECTION in values:
+                return Charge(CONNECTION, ip, "", values[CONNECTION])
+        return None
+
     def record(self, charge: Charge, value: float, now: float) -> int:
         """Charge ``value`` (bytes, or percent-seconds of handler time) and return the
         throttle time in ms it earns (0 within the bound)."""
@@ -328,7 +340,7 @@ class ClientQuotas:
             throttle_s = window
         else:
             throttle_s = (observed - charge.bound) / charge.bound * window
-            if charge.key == REQUEST:
+            if charge.key in (REQUEST, CONNECTION):  # bounded, as Kafka bounds these
                 throttle_s = min(throttle_s, self.window_s)
         return round(throttle_s * 1000)
 
@@ -367,6 +379,7 @@ def user_name(principal: str) -> str:
 
 __all__ = [
     "CLIENT_QUOTAS_FILE",
+    "CONNECTION",
     "ENTITY_TYPES",
     "FETCH",
     "PRODUCE",

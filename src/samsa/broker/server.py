@@ -815,7 +815,7 @@ class BrokerServer:
                 raise
             ip = str(addr[0]) if isinstance(addr, tuple) else "?"
             endpoint = self._listening.get(listener.fileno())
-            refusal = self.limits.admit(ip, endpoint)
+            refusal = self._connection_quota(ip) or self.limits.admit(ip, endpoint)
             if refusal is not None:
                 self.limits.refused += 1
                 self._refused_log(time.monotonic(), "refusing connection from %s: %s", ip, refusal)
@@ -824,6 +824,15 @@ class BrokerServer:
             task = loop.create_task(self._setup(sock, ip, endpoint))
             self._setups.add(task)
             task.add_done_callback(self._setups.discard)
+
+    def _connection_quota(self, ip: str) -> str | None:
+        """``connection_creation_rate`` of the address (client quotas): why a new connection
+        from it is refused, if it is over."""
+        quotas = self.broker.quotas
+        charge = quotas.connection_quota(ip)
+        if charge is None or not quotas.record(charge, 1, time.monotonic()):
+            return None
+        return f"connection_creation_rate ({charge.bound:g}/s) exceeded for {ip}"
 
     async def _setup(self, sock: socket.socket, ip: str, endpoint: Endpoint | None) -> None:
         loop = self._loop
