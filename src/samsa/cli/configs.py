@@ -150,48 +150,57 @@ def _quotas(args: argparse.Namespace, types: list[str], names: list[str]) -> int
     ]
     with Admin(client_config(args)) as admin:
         if args.describe:
-            components = [
-                ClientQuotaFilterComponent(
-                    etype,
-                    name,
-                    ClientQuotaFilterComponent.SPECIFIED
-                    if i >= len(names)
-                    else ClientQuotaFilterComponent.DEFAULT
-                    if name is None
-                    else ClientQuotaFilterComponent.EXACT,
-                )
-                for i, (etype, name) in enumerate(pairs)
-            ]
-            found = admin.describe_client_quotas(components, strict=True)
-            for entity, quotas in sorted(found.items(), key=lambda kv: str(kv[0])):
-                who = ", ".join(
-                    f"{_DESCRIBED[t]} {_DEFAULT if n is None else repr(n)}"
-                    for t, n in entity.entries
-                )
-                shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
-                print(f"Quota configs for {who} are {shown}")
-            return 0
-        ops: dict[str, float | None] = {}
-        for item in args.add_config or []:
-            for key, value in parse_add_config(item):
-                try:
-                    ops[key] = float(value)
-                except ValueError:
-                    raise ValueError(f"{key}: {value!r} is not a number") from None
-        for item in args.delete_config or []:
-            ops.update((k.strip(), None) for k in item.split(",") if k.strip())
-        if not ops:
-            raise ValueError("--alter needs --add-config or --delete-config")
-        entity = ClientQuotaEntity.of(dict(pairs))
-        for err in admin.alter_client_quotas({entity: ops}).values():
-            if err is not None:
-                raise err
+            return _describe_quotas(admin, pairs, len(names))
+        _alter_quotas(admin, args, pairs)
     head, name = types[0], pairs[0][1]
     if name is None:
         print(f"Completed updating default config for {head} in the cluster.")
     else:
         print(f"Completed updating config for {_SINGULAR[head]} {name}.")
     return 0
+
+
+def _describe_quotas(admin: Admin, pairs: list[tuple[str, str | None]], named: int) -> int:
+    """The entities of exactly these types: the names given, the default for
+    --entity-default, any name for a type without one."""
+    components = [
+        ClientQuotaFilterComponent(etype, name, _match_type(i < named, name))
+        for i, (etype, name) in enumerate(pairs)
+    ]
+    found = admin.describe_client_quotas(components, strict=True)
+    for entity, quotas in sorted(found.items(), key=lambda kv: str(kv[0])):
+        who = ", ".join(
+            f"{_DESCRIBED[t]} {_DEFAULT if n is None else repr(n)}" for t, n in entity.entries
+        )
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+        print(f"Quota configs for {who} are {shown}")
+    return 0
+
+
+def _match_type(named: bool, name: str | None) -> int:
+    if not named:
+        return ClientQuotaFilterComponent.SPECIFIED
+    return ClientQuotaFilterComponent.DEFAULT if name is None else ClientQuotaFilterComponent.EXACT
+
+
+def _alter_quotas(
+    admin: Admin, args: argparse.Namespace, pairs: list[tuple[str, str | None]]
+) -> None:
+    ops: dict[str, float | None] = {}
+    for item in args.add_config or []:
+        for key, value in parse_add_config(item):
+            try:
+                ops[key] = float(value)
+            except ValueError:
+                raise ValueError(f"{key}: {value!r} is not a number") from None
+    for item in args.delete_config or []:
+        ops.update((k.strip(), None) for k in item.split(",") if k.strip())
+    if not ops:
+        raise ValueError("--alter needs --add-config or --delete-config")
+    entity = ClientQuotaEntity.of(dict(pairs))
+    for err in admin.alter_client_quotas({entity: ops}).values():
+        if err is not None:
+            raise err
 
 
 def register(sub: Any) -> None:

@@ -62,6 +62,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         else:
             if not request.validate_only:
                 log.info("client quotas altered: %s", accepted)
+    return _response(ctx, request, outcomes)
+
+
+def _response(ctx: RequestContext, request: Any, outcomes: list[tuple[int, str | None]]) -> Body:
     return encode_response(
         K,
         ctx.version,
