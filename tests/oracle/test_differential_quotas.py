@@ -3,6 +3,7 @@ refused entities, and DescribeClientQuotas filters, answered by samsa as by Apac
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,21 +25,38 @@ def _entry(entity: dict[str, str | None], **ops: float | None) -> Any:
     )  # fmt: skip
 
 
-def alter(s: Side, label: str, *entries: Any, validate_only: bool = False) -> Any:
+def _entity(entity: Any) -> list[list[str | None]]:
+    return sorted([e.entity_type, e.entity_name] for e in entity)
+
+
+def alter(s: Side, label: str, *entries: Any, validate_only: bool = False) -> None:
+    """Each entity's outcome, in entity order (Kafka answers in hash-map order)."""
     req = make_request(ALTER, 1, "AlterClientQuotasRequest", entries=entries,
                        validate_only=validate_only)  # fmt: skip
-    return s.call(label, ALTER, 1, req)
+    resp = s.conn.request(ALTER, 1, req)
+    s.note(label, sorted(
+        [_entity(e.entity), int(e.error_code), e.error_message] for e in resp.entries
+    ))  # fmt: skip
 
 
 def describe(
     s: Side, label: str, components: list[tuple[str, int, str | None]], strict: bool, want: int
-) -> Any:
+) -> None:
     comps = tuple(make_request(DESCRIBE, 1, "ComponentData", entity_type=t, match_type=m,
                                match=x) for t, m, x in components)  # fmt: skip
     req = make_request(DESCRIBE, 1, "DescribeClientQuotasRequest", components=comps,
                        strict=strict)  # fmt: skip
     # Kafka applies an alteration through its metadata log: a describe may lag a moment.
-    return s.call(label, DESCRIBE, 1, req, retry=lambda r: len(r.entries or ()) != want)
+    deadline = time.monotonic() + 10
+    while True:
+        resp = s.conn.request(DESCRIBE, 1, req)
+        if len(resp.entries or ()) == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    entries = sorted(
+        [_entity(e.entity), sorted([v.key, v.value] for v in e.values)] for e in resp.entries or ()
+    )
+    s.note(label, [int(resp.error_code), resp.error_message, entries])
 
 
 def test_alter_and_describe_client_quotas(differential: Run) -> None:

@@ -138,7 +138,7 @@ def test_quotas_survive_a_restart_and_a_damaged_file_is_named(tmp_path: Path) ->
         ([_user("a"), _user("b")], "duplicate entity entry user"),
         ([("group", "g")], "Unhandled client quota entity type: group"),
         ([_user("")], "Empty user not supported"),
-        ([_user("a"), ("ip", "10.0.0.1")], "Invalid empty client quota entity"),
+        ([_user("a"), ("ip", "10.0.0.1")], "IP entity shouldnot be combined"),
         ([("ip", "not an ip")], "not a valid IP"),
     ],
 )

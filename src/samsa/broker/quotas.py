@@ -80,7 +80,10 @@ def entity_of(pairs: Iterable[tuple[str, str | None]]) -> Entity:
     if not seen:
         raise QuotaError("Invalid empty client quota entity")
     if IP in seen and len(seen) > 1:
-        raise QuotaError("Invalid empty client quota entity")
+        raise QuotaError(  # sic, Kafka 4.4's words
+            "Invalid quota entity combination, IP entity shouldnot be combined with User or "
+            "ClientId"
+        )
     ip = seen.get(IP)
     if ip is not None:
         try:
@@ -273,7 +276,7 @@ class ClientQuotas:
                 raise QuotaError(f"Custom entity type '{etype}' not supported")
         if IP in types and len(types) > 1:
             raise QuotaError(
-                "Invalid entity filter component combination, IP filter component should not "
+                "Invalid entity filter component combination. IP filter component should not "
                 "be used with user or clientId filter component."
             )
         out = []

@@ -23,7 +23,7 @@ K = ApiKey.DESCRIBE_CLIENT_QUOTAS
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
-    code, message, entries = ErrorCode.NONE, None, None
+    code, message, entries = ErrorCode.NONE, "", None  # Kafka: "" when all is well
     if not authorized(broker, ctx, Op.DESCRIBE_CONFIGS, Res.CLUSTER, CLUSTER_NAME):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         message = "DescribeClientQuotas needs DescribeConfigs on the cluster"
