@@ -12,7 +12,7 @@ import time
 import urllib.request
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 from tests._broker import BrokerProcess
 
 from samsa.client import Admin, ClientQuotaEntity, ClientQuotaFilterComponent
@@ -104,6 +104,21 @@ def test_quotas_are_stored_kept_and_enforced(
     slow_s = _produce(broker.bootstrap, "slow")
     assert _throttled(caplog)  # kafka-python read throttle_time_ms and backed off
     assert slow_s >= (SENT / RATE) * 0.6, slow_s
+    # consumer_byte_rate: a throttled consumer still reads everything (D-QUOTA-2), paced.
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        reader = ClientQuotaEntity.of({"client-id": "reader"})
+        assert admin.alter_client_quotas({reader: {"consumer_byte_rate": RATE * 2}}) == {
+            reader: None
+        }
+    consumer = KafkaConsumer(
+        "q", bootstrap_servers=broker.bootstrap, client_id="reader",
+        auto_offset_reset="earliest", consumer_timeout_ms=5000,
+    )  # fmt: skip
+    try:
+        assert sum(1 for _ in consumer) == 2 * SENT // 1000
+    finally:
+        consumer.close()
+    assert any("FetchResponse throttled" in r.getMessage() for r in caplog.records)
     exported = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
     assert (
         'samsa_client_quota_throttled_total{client_id="slow",quota="Produce",user=""}' in exported
