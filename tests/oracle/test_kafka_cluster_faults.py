@@ -406,7 +406,7 @@ def test_consume_arrow_read_committed_across_a_zombie_leader_and_resets(
             deadline = time.monotonic() + 60
             while any(c.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
                 consume(time.monotonic() + 0.5)
-            sessions = dict(c._core._sessions)  # the consumer's fetch sessions, by node
+            sessions = dict(c._core.fetcher.sessions)  # the consumer's fetch sessions, by node
     for part in range(2):
         offsets = [o for o, _ in got[part]]
         assert offsets == sorted(set(offsets)), f"partition {part}: offsets repeat or go back"

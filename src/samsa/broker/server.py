@@ -110,6 +110,7 @@ from samsa.broker.listeners import (
     server_context,
 )
 from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, metrics_bind_host
+from samsa.broker.oauthbearer import OAUTHBEARER, Jwks, validator_for
 from samsa.broker.quotas import REQUEST, Muting
 from samsa.broker.sasl import PlainUsers, SaslSession, clip, credentials_for
 from samsa.broker.writer import ZeroCopyWriter
@@ -224,6 +225,7 @@ class Endpoint:
     ssl_context: ssl.SSLContext | None = None
     mapper: PrincipalMapper | None = None  # SSL listeners: certificate -> principal
     new_session: Callable[[], SaslSession] | None = None  # SASL listeners
+    jwks: Jwks | None = None  # OAUTHBEARER's key set, refreshed while the listener runs
     sockets: list[socket.socket] = field(default_factory=list)
     # SASL listeners: the largest frame before authentication, the time to authenticate in,
     # and connections per client address (with their counts).
@@ -743,6 +745,9 @@ class BrokerServer:
         )
         self.broker.start()
         self._loop = loop = asyncio.get_running_loop()
+        for endpoint in self.endpoints:
+            if endpoint.jwks is not None:
+                await endpoint.jwks.start()
         try:
             for endpoint in self.endpoints:
                 lst = endpoint.listener
@@ -903,6 +908,9 @@ class BrokerServer:
         self._listening.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for endpoint in self.endpoints:
+            if endpoint.jwks is not None:
+                endpoint.jwks.close()
         if self._metrics is not None:
             await self._metrics.stop()
         for task in list(self._setups):
@@ -988,12 +996,16 @@ def _endpoints(config: BrokerConfig) -> list[Endpoint]:
         elif lst.protocol == "SASL_SSL":  # KIP-684: SASL authenticates, not certificates
             endpoint.ssl_context = server_context(own, client_auth=False)
         if lst.sasl:
+            mechanisms = enabled_mechanisms(own)
+            oauth = validator_for(own) if OAUTHBEARER in mechanisms else None
+            endpoint.jwks = getattr(oauth, "jwks", None)
             endpoint.new_session = partial(
                 SaslSession,
-                enabled_mechanisms(own),
+                mechanisms,
                 scram,
                 PlainUsers(own.sasl_plain_users_file),
                 own.connections_max_reauth_ms,
+                oauth=oauth,
             )
             endpoint.max_receive = own.sasl_server_max_receive_size
             endpoint.auth_timeout_s = own.sasl_server_authentication_timeout_ms / 1000
