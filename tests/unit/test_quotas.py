@@ -155,6 +155,9 @@ def test_bad_values_are_refused() -> None:
         check_value(user, "connection_creation_rate", 1.0)
     with pytest.raises(QuotaError, match="Invalid configuration key producer_byte_rate"):
         check_value(entity_of([("ip", "::1")]), PRODUCE, 1.0)
+    for odd in (float("nan"), float("inf")):
+        with pytest.raises(QuotaError, match="must be a finite number"):
+            check_value(user, REQUEST, odd)
     check_value(user, REQUEST, 0.5)
 
 

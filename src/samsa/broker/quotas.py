@@ -102,6 +102,9 @@ def check_value(entity: Entity, key: str, value: float) -> None:
     kind = keys_for(entity).get(key)
     if kind is None:
         raise QuotaError(f"Invalid configuration key {key}")
+    if not math.isfinite(value):
+        # D-QUOTA-1: Kafka stores NaN and infinities; no rate can be held to them.
+        raise QuotaError(f"{key} must be a finite number, not {value}")
     if kind in ("LONG", "INT") and abs(math.floor(value + 1e-6) - value) > 1e-6:
         raise QuotaError(f"{key} cannot be a fractional value.")
 
