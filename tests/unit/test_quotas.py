@@ -68,6 +68,14 @@ def test_throttle_time_is_kafkas() -> None:
     assert q.record(charge, 100, now=200.0) == 0
 
 
+def test_a_throttle_fits_the_protocols_int32() -> None:
+    q = ClientQuotas(None)
+    q.alter([(entity_of([_client("c")]), {PRODUCE: 1.0})])
+    charge = q.quota_for(PRODUCE, "u", "c")
+    assert charge is not None
+    assert q.record(charge, 1e12, now=0.0) == 2**31 - 1  # Kafka's formula: ~3,000 years
+
+
 def test_request_throttle_is_bounded_by_one_window() -> None:
     q = ClientQuotas(None, window_num=11, window_s=1.0)
     q.alter([(entity_of([_user(None)]), {REQUEST: 1.0})])

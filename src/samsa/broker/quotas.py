@@ -57,6 +57,7 @@ DEFAULT_WINDOW_NUM = 11  # quota.window.num
 DEFAULT_WINDOW_S = 1.0  # quota.window.size.seconds
 MAX_ENTITIES = 10_000  # quota entities stored: AlterClientQuotas past this is refused
 MAX_SENSORS = 10_000  # rates tracked; the least recently used is forgotten past this
+INT32_MAX = 2**31 - 1
 
 # An entity: its (type, name) pairs in type order; a name of None is the type's default.
 Entity = tuple[tuple[str, str | None], ...]
@@ -348,13 +349,7 @@ class ClientQuotas:
             throttle_s = (observed - charge.bound) / charge.bound * window
             if charge.key in (REQUEST, CONNECTION):  # bounded, as Kafka bounds these
                 throttle_s = min(throttle_s, self.window_s)
-        return round(throttle_s * 1000)
-
-    def unrecord(self, charge: Charge, value: float, now: float) -> None:
-        """Take back a charge whose work was not done (a throttled Fetch answered empty)."""
-        rate = self._rates.get((charge.key, charge.user, charge.client_id))
-        if rate is not None:
-            rate.record(-value, now)
+        return min(round(throttle_s * 1000), INT32_MAX)  # throttle_time_ms is an int32
 
     @property
     def tracked(self) -> int:
