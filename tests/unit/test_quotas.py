@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from samsa.broker.connection import ConnectionCore, RequestMemory
+from samsa.broker.metrics import MAX_QUOTA_SERIES, BrokerMetrics
 from samsa.broker.quotas import (
     FETCH,
     PRODUCE,
@@ -221,3 +222,12 @@ def test_connection_rate_of_an_address_else_the_default_ip() -> None:
     # at most.
     assert [q.record(own, 1, now=0.0) for _ in range(10)] == [0] * 10
     assert q.record(own, 1, now=0.0) == 1000
+
+
+def test_throttle_metrics_are_capped_per_entity() -> None:
+    metrics = BrokerMetrics(None)  # type: ignore[arg-type]  # throttled() reads no broker
+    for i in range(MAX_QUOTA_SERIES + 5):  # client ids are the clients' to choose
+        metrics.throttled("Produce", "", f"client-{i}", 10)
+    metrics.throttled("Produce", "", "client-0", 20)
+    assert len(metrics.throttles) == MAX_QUOTA_SERIES and metrics.throttles_omitted == 5
+    assert metrics.throttles[("Produce", "", "client-0")] == [pytest.approx(0.03), 2]
