@@ -153,17 +153,20 @@ def test_kafka_configs_scram_users(pair: Pair) -> None:
     gone = pair.same("kafka-configs", *bs, *alice, "--alter", "--delete-config", "SCRAM-SHA-512")
     assert gone.rc == 1
     assert any("delete a user credential that does not exist" in line for line in gone.err)
-    # D-TOOL-4: samsa has no client quotas; AlterClientQuotas is not served, so setting one
-    # fails with a clear error instead of being stored and never enforced.
+    # Client quotas (D-TOOL-4 withdrawn): stored and described as Kafka's
     bob = ("--entity-type", "users", "--entity-name", "bob")
-    s, k = pair.run(
-        "kafka-configs", *bs, *bob, "--alter", "--add-config", "producer_byte_rate=1024"
-    )
-    assert k.rc == 0 and k.out == ["Completed updating config for user bob."]
-    assert s.rc == 1 and "The node does not support ALTER_CLIENT_QUOTAS" in s.err[-1]
-    s, k = pair.settled("kafka-configs", *bs, *bob, "--describe", agree=lambda s, k: bool(k.out))
+    ok = pair.same("kafka-configs", *bs, *bob, "--alter", "--add-config", "producer_byte_rate=1024")
+    assert ok.rc == 0 and ok.out == ["Completed updating config for user bob."]
+    s, k = pair.settled("kafka-configs", *bs, *bob, "--describe", agree=lambda s, k: s == k)
+    assert s == k
     assert k.out == ["Quota configs for user-principal 'bob' are producer_byte_rate=1024.0"]
-    assert s.rc == 0 and s.out == []
+    bob_etl = (*bob, "--entity-type", "clients", "--entity-name", "etl")
+    ok = pair.same("kafka-configs", *bs, *bob_etl, "--alter", "--add-config",
+                   "consumer_byte_rate=2048,request_percentage=12.5")  # fmt: skip
+    assert ok.rc == 0
+    pair.settled("kafka-configs", *bs, *bob_etl, "--describe", agree=lambda s, k: s == k)
+    bad = pair.same("kafka-configs", *bs, *bob, "--alter", "--add-config", "producer_byte_rate=1.5")
+    assert bad.rc == 1 and "producer_byte_rate cannot be a fractional value." in bad.err[-1]
 
 
 def _blocks(out: Out) -> list[list[str]]:

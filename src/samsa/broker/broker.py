@@ -44,6 +44,7 @@ from samsa.broker.flusher import Flusher
 from samsa.broker.group_config import GROUP_CONFIGS_FILE, GroupConfigs
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
+from samsa.broker.quotas import CLIENT_QUOTAS_FILE, ClientQuotas
 from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
 from samsa.broker.topics import Partition, TopicError, TopicManager, topic_log_config
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
@@ -91,6 +92,16 @@ class Broker:
             raise StartupError(str(exc)) from None
         # Client telemetry subscriptions and the instances pushing (KIP-714).
         self.client_metrics = ClientMetricsManager(client_metrics, config.telemetry_max_bytes)
+        # Client quotas (KIP-546), kept beside the dynamic configs; applied by the handlers.
+        self.quotas = ClientQuotas(
+            self.data_dir / CLIENT_QUOTAS_FILE,
+            window_num=config.quota_window_num,
+            window_s=config.quota_window_size_seconds,
+        )
+        try:
+            self.quotas.load()
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
         # Finalized features (rule 45): the persisted levels, else the transaction.version setting.
         try:
             self.features = Features(

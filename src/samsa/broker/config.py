@@ -35,6 +35,8 @@ _KAFKA_NAMES: dict[str, str] = {
     "max.connections.per.ip": "max_connections_per_ip",
     "log.max.open.files": "log_max_open_files",
     "max.partitions": "max_partitions",
+    "quota.window.num": "quota_window_num",
+    "quota.window.size.seconds": "quota_window_size_seconds",
     "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
     "telemetry.max.bytes": "telemetry_max_bytes",
     "broker.id": "broker_id",
@@ -210,6 +212,8 @@ _RANGES: dict[str, Range] = {
     "max_connections_per_ip": Range(1),
     "log_max_open_files": Range(1),  # samsa's own
     "max_partitions": Range(1),  # samsa's own
+    "quota_window_num": Range(1),
+    "quota_window_size_seconds": Range(1),
     "max_incremental_fetch_session_cache_slots": Range(0),
     "telemetry_max_bytes": Range(1),  # as Kafka: atLeast(1)
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
@@ -354,6 +358,9 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000  # -1: never close idle connections
     max_connections: int = 2_147_483_647  # >= 0; over it new connections are closed
     max_connections_per_ip: int = 2_147_483_647  # >= 0; likewise per client address
+    # Client quotas (broker/quotas.py): rates are measured over this many windows of this size.
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
     # samsa's own: segment files kept open at once (least recently used closed first), at most
     # half the process's descriptor limit. >= 1.
     log_max_open_files: int = 16_384

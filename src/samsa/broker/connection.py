@@ -159,6 +159,9 @@ class ConnectionCore:
         self.auth_deadline: float | None = None
         self.auth_timeout_s = 0.0
         self.failing: str | None = None
+        # Client quotas (KIP-219): a throttled client's channel is muted, after its response,
+        # until its throttle time has passed: nothing more is read or handled meanwhile.
+        self.muted = False
 
     # -- SASL ---------------------------------------------------------------------------------
 
@@ -290,12 +293,14 @@ class ConnectionCore:
 
     @property
     def blocked(self) -> bool:
-        """Back-pressure: too many responses in progress or too many bytes unsent; or a failed
-        authentication waiting out its delay, after which nothing more is served."""
+        """Back-pressure: too many responses in progress or too many bytes unsent; a failed
+        authentication waiting out its delay, after which nothing more is served; or a
+        throttled client's mute."""
         if (
             self.writing_paused
             or len(self.queue) >= MAX_PENDING_RESPONSES
             or self.failing is not None
+            or self.muted
         ):
             return True
         return self._unsent_bytes + self.sending_bytes >= MAX_QUEUED_RESPONSE_BYTES

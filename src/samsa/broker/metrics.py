@@ -64,6 +64,9 @@ LATENCY_BUCKETS_MS = (
 # fsync of one log, in milliseconds (Kafka's LogFlushRateAndTimeMs).
 FSYNC_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 5000)
 MAX_GROUP_LAG_SERIES = 10_000
+# Throttle series per (quota, user, client id): client ids are the clients' to choose, so the
+# first this many entities get a series and the rest are counted as omitted.
+MAX_QUOTA_SERIES = 1_000
 _FENCED = (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED)
 # Transaction coordinator states of a transaction that has begun and not completed.
 _OPEN_TXN_STATES = ("ONGOING", "PREPARE_COMMIT", "PREPARE_ABORT")
@@ -138,6 +141,9 @@ class BrokerMetrics:
         self.duplicates: dict[str, int] = {}
         self.out_of_order: dict[str, int] = {}
         self.fenced: dict[str, int] = {}
+        # (quota type, user, client id) -> [throttle seconds, throttled responses]
+        self.throttles: dict[tuple[str, str, str], list[float]] = {}
+        self.throttles_omitted = 0
         self.latency = Histogram(
             "kafka_network_requestmetrics_totaltimems",
             "Milliseconds from the start of handling a request to its response being ready",
@@ -219,6 +225,18 @@ class BrokerMetrics:
             if sent:
                 self._add(self.bytes_out, key, sent)
 
+    def throttled(self, quota: str, user: str, client_id: str, ms: int) -> None:
+        """A client of this quota entity was throttled for ``ms``."""
+        key = (quota, user, client_id)
+        series = self.throttles.get(key)
+        if series is None:
+            if len(self.throttles) >= MAX_QUOTA_SERIES:
+                self.throttles_omitted += 1
+                return
+            series = self.throttles[key] = [0.0, 0]
+        series[0] += ms / 1000
+        series[1] += 1
+
     def fsynced(self, seconds: float) -> None:
         """One log fsynced (called from the flusher's worker thread; Histogram locks)."""
         self.fsync.observe(seconds * 1000)
@@ -270,6 +288,29 @@ class _StateCollector:
         yield from _group_lag(broker)
         yield from _cleaner_counters(broker)
         yield from _client_telemetry(broker)
+        yield from _throttle_counters(m)
+
+
+def _throttle_counters(m: BrokerMetrics) -> Iterator[Metric]:
+    labels = ["quota", "user", "client_id"]
+    seconds = CounterMetricFamily(
+        "samsa_client_quota_throttle_seconds",
+        "Time clients of a quota entity were throttled (KIP-219: muted after the response)",
+        labels=labels,
+    )
+    count = CounterMetricFamily(
+        "samsa_client_quota_throttled", "Responses throttled, per quota entity", labels=labels
+    )
+    for key, (secs, n) in sorted(m.throttles.items()):
+        seconds.add_metric(list(key), secs)
+        count.add_metric(list(key), n)
+    yield seconds
+    yield count
+    yield GaugeMetricFamily(
+        "samsa_client_quota_series_omitted",
+        f"Throttles of quota entities left out of the series above (over {MAX_QUOTA_SERIES})",
+        value=m.throttles_omitted,
+    )
 
 
 def _partition_gauges(broker: Broker) -> Iterator[Metric]:

@@ -99,6 +99,7 @@ from samsa.broker.connection import (
     release_pieces,
 )
 from samsa.broker.handlers import APIS, RequestContext, unsupported_api_versions_response
+from samsa.broker.handlers._base import throttle
 from samsa.broker.listeners import (
     ANONYMOUS,
     Listener,
@@ -110,6 +111,7 @@ from samsa.broker.listeners import (
 )
 from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, metrics_bind_host
 from samsa.broker.oauthbearer import OAUTHBEARER, Jwks, validator_for
+from samsa.broker.quotas import REQUEST, Muting
 from samsa.broker.sasl import PlainUsers, SaslSession, clip, credentials_for
 from samsa.broker.writer import ZeroCopyWriter
 from samsa.log.segment import SEGMENT_FILES, FileSlice
@@ -133,6 +135,9 @@ ACCEPTS_PER_WAKEUP = 64
 DESCRIPTOR_RESERVE_MIN = 16
 METRICS_MAX_CONNECTIONS = 8  # concurrent scrapes; Prometheus makes one at a time
 METRICS_READ_TIMEOUT_S = 10.0  # to send a request head, and to take the answer
+# Not charged to request_percentage, as Kafka exempts them: a throttled client must still be
+# able to learn versions and authenticate.
+QUOTA_EXEMPT = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # What one read may take when no large frame is being read: one buffer shared by every
 # connection (each read is handled before the next begins), so idle connections hold none.
 READ_BUFFER_BYTES = 1 << 18
@@ -264,6 +269,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._scheduled = False  # a call_soon(_process) is pending
         self._out_fd = -1
         self._writer_added = False
+        self.muting = Muting()  # the throttle owed to client quotas (broker/quotas.py)
+        self._unmute: asyncio.TimerHandle | None = None
 
     @property
     def closed(self) -> bool:
@@ -312,6 +319,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 entry.task.cancel()
         self.core.close()
         self._stop_sending()
+        if self._unmute is not None:
+            self._unmute.cancel()
         self.limits.connections.discard(self)
         if self.ip is not None:
             self.limits.release(self.ip, self.endpoint)
@@ -402,6 +411,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             if core.closed:
                 return
+            if self.muting.owed_ms:
+                self._mute()
             if not held:
                 released += len(frame)
         core.end_turn(handled, released)
@@ -482,9 +493,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             session=session,
             zero_copy=api_key == ApiKey.FETCH and self.zero_copy,
             software=self.software,
+            size=len(frame),
+            muting=self.muting,
         )
         started = time.perf_counter()
         result = self.broker.metrics.timed(api_key, started, api.handler(self.broker, ctx, request))
+        if REQUEST in self.broker.quotas.keys and api_key not in QUOTA_EXEMPT:
+            # request_percentage: handler time as a percentage of one thread (Kafka's unit).
+            throttle(self.broker, ctx, REQUEST, (time.perf_counter() - started) * 100)
         if session is not None and api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
             self._after_sasl(session, correlation_id, flexible, result)
             return False
@@ -560,6 +576,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self.core.complete(entry, future.result())
         self._write_ready()
+        if self.muting.owed_ms:
+            self._mute()
+        self._continue()
+
+    def _mute(self) -> None:
+        """KIP-219: the throttled response goes at once; then nothing more is read or handled
+        from this client until its throttle time has passed."""
+        ms = self.muting.take()
+        core = self.core
+        if core.muted and self._unmute is not None:
+            if self._unmute.when() >= asyncio.get_running_loop().time() + ms / 1000:
+                return  # already muted for longer
+            self._unmute.cancel()
+        core.muted = True
+        self._unmute = asyncio.get_running_loop().call_later(ms / 1000, self._unmuted)
+        self._update_reading()
+
+    def _unmuted(self) -> None:
+        self._unmute = None
+        self.core.muted = False
         self._continue()
 
     # -- writing ------------------------------------------------------------------------------
@@ -788,7 +824,7 @@ class BrokerServer:
                 raise
             ip = str(addr[0]) if isinstance(addr, tuple) else "?"
             endpoint = self._listening.get(listener.fileno())
-            refusal = self.limits.admit(ip, endpoint)
+            refusal = self._connection_quota(ip) or self.limits.admit(ip, endpoint)
             if refusal is not None:
                 self.limits.refused += 1
                 self._refused_log(time.monotonic(), "refusing connection from %s: %s", ip, refusal)
@@ -797,6 +833,15 @@ class BrokerServer:
             task = loop.create_task(self._setup(sock, ip, endpoint))
             self._setups.add(task)
             task.add_done_callback(self._setups.discard)
+
+    def _connection_quota(self, ip: str) -> str | None:
+        """``connection_creation_rate`` of the address (client quotas): why a new connection
+        from it is refused, if it is over."""
+        quotas = self.broker.quotas
+        charge = quotas.connection_quota(ip)
+        if charge is None or not quotas.record(charge, 1, time.monotonic()):
+            return None
+        return f"connection_creation_rate ({charge.bound:g}/s) exceeded for {ip}"
 
     async def _setup(self, sock: socket.socket, ip: str, endpoint: Endpoint | None) -> None:
         loop = self._loop

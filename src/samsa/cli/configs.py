@@ -1,10 +1,12 @@
-"""``samsa configs``: describe and alter topic configs and dynamic broker configs (rule 44),
-with kafka-configs' flags (``--entity-default`` names the cluster-wide broker defaults).
+"""``samsa configs``: describe and alter topic configs, dynamic broker configs (rule 44) and
+client quotas, with kafka-configs' flags (``--entity-default`` names the cluster-wide broker
+defaults, or the default user / client id).
 
 ``--describe`` prints the topic's own (dynamic) configs, or with ``--all`` every config with
 its source and synonyms; ``--alter`` sends one IncrementalAlterConfigs with ``--add-config``
 as SET and ``--delete-config`` as DELETE (as kafka-configs does since Kafka 2.3). Both go
-through the samsa :class:`Admin`.
+through the samsa :class:`Admin`. Quotas (``--entity-type users``, ``clients``, ``ips``; users
+with clients for a user's client id) go through DescribeClientQuotas / AlterClientQuotas.
 """
 
 from __future__ import annotations
@@ -14,10 +16,25 @@ from typing import Any
 
 from samsa.broker.topic_config import ConfigSource
 from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
-from samsa.client import Admin, AlterConfigOp, ConfigResource
+from samsa.client import (
+    Admin,
+    AlterConfigOp,
+    ClientQuotaEntity,
+    ClientQuotaFilterComponent,
+    ConfigResource,
+)
 
 RESOURCE_TYPES = {"topics": ConfigResource.TOPIC, "brokers": ConfigResource.BROKER}
-_SINGULAR = {"topics": "topic", "brokers": "broker"}
+QUOTA_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+_SINGULAR = {
+    "topics": "topic",
+    "brokers": "broker",
+    "users": "user",
+    "clients": "client",
+    "ips": "ip",
+}
+_DESCRIBED = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+_DEFAULT = "<default>"  # --entity-default in the list of names
 
 
 def parse_add_config(text: str) -> list[tuple[str, str]]:
@@ -56,13 +73,16 @@ def _source_name(source: int) -> str:
 def _configs(args: argparse.Namespace) -> int:
     if args.describe == args.alter:
         raise ValueError("exactly one of --describe and --alter is needed")
-    rtype = RESOURCE_TYPES[args.entity_type]
-    name = args.entity_name
-    if args.entity_default:
+    types, names = args.entity_type, args.names or []
+    if any(t in QUOTA_TYPES for t in types):
+        return _quotas(args, types, names)
+    if len(types) > 1 or len(names) > 1:
+        raise ValueError("one --entity-type and one entity name for topics and brokers")
+    rtype = RESOURCE_TYPES[types[0]]
+    name = names[0] if names else None
+    if name == _DEFAULT:
         if rtype == RESOURCE_TYPES["topics"]:
-            raise ValueError("--entity-default is only for --entity-type brokers")
-        if name is not None:
-            raise ValueError("only one of --entity-name and --entity-default")
+            raise ValueError("--entity-default is only for --entity-type brokers, users, clients")
         name = ""  # the cluster-wide broker defaults (rule 44)
     if name is None:
         if rtype == RESOURCE_TYPES["topics"] or args.alter:
@@ -81,7 +101,7 @@ def _describe(admin: Admin, args: argparse.Namespace, resource: ConfigResource) 
         ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
     }
     if resource.name:
-        what = f"{_SINGULAR[args.entity_type]} {resource.name}"
+        what = f"{_SINGULAR[args.entity_type[0]]} {resource.name}"
         print(f"{'All' if args.all else 'Dynamic'} configs for {what} are:")
     else:  # as kafka-configs says it
         print("Default configs for brokers in the cluster are:")
@@ -112,20 +132,98 @@ def _alter(admin: Admin, args: argparse.Namespace, resource: ConfigResource) -> 
         if err is not None:
             raise err
     if resource.name:
-        print(f"Completed updating config for {_SINGULAR[args.entity_type]} {resource.name}.")
+        print(f"Completed updating config for {_SINGULAR[args.entity_type[0]]} {resource.name}.")
     else:
         print("Completed updating default config for brokers in the cluster.")
     return 0
 
 
+def _quotas(args: argparse.Namespace, types: list[str], names: list[str]) -> int:
+    """Client quotas: the entity types in order, each with its name (or default) if given."""
+    if any(t not in QUOTA_TYPES for t in types) or len(names) > len(types):
+        raise ValueError("quotas: --entity-type users, clients (with users) or ips, a name each")
+    if args.alter and len(names) != len(types):
+        raise ValueError("--entity-name or --entity-default is needed for each --entity-type")
+    pairs = [
+        (QUOTA_TYPES[t], None if i >= len(names) or names[i] == _DEFAULT else names[i])
+        for i, t in enumerate(types)
+    ]
+    with Admin(client_config(args)) as admin:
+        if args.describe:
+            return _describe_quotas(admin, pairs, len(names))
+        _alter_quotas(admin, args, pairs)
+    head, name = types[0], pairs[0][1]
+    if name is None:
+        print(f"Completed updating default config for {head} in the cluster.")
+    else:
+        print(f"Completed updating config for {_SINGULAR[head]} {name}.")
+    return 0
+
+
+def _describe_quotas(admin: Admin, pairs: list[tuple[str, str | None]], named: int) -> int:
+    """The entities of exactly these types: the names given, the default for
+    --entity-default, any name for a type without one."""
+    components = [
+        ClientQuotaFilterComponent(etype, name, _match_type(i < named, name))
+        for i, (etype, name) in enumerate(pairs)
+    ]
+    found = admin.describe_client_quotas(components, strict=True)
+    for entity, quotas in sorted(found.items(), key=lambda kv: str(kv[0])):
+        who = ", ".join(
+            f"{_DESCRIBED[t]} {_DEFAULT if n is None else repr(n)}" for t, n in entity.entries
+        )
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(quotas.items()))
+        print(f"Quota configs for {who} are {shown}")
+    return 0
+
+
+def _match_type(named: bool, name: str | None) -> int:
+    if not named:
+        return ClientQuotaFilterComponent.SPECIFIED
+    return ClientQuotaFilterComponent.DEFAULT if name is None else ClientQuotaFilterComponent.EXACT
+
+
+def _alter_quotas(
+    admin: Admin, args: argparse.Namespace, pairs: list[tuple[str, str | None]]
+) -> None:
+    ops: dict[str, float | None] = {}
+    for item in args.add_config or []:
+        for key, value in parse_add_config(item):
+            try:
+                ops[key] = float(value)
+            except ValueError:
+                raise ValueError(f"{key}: {value!r} is not a number") from None
+    for item in args.delete_config or []:
+        ops.update((k.strip(), None) for k in item.split(",") if k.strip())
+    if not ops:
+        raise ValueError("--alter needs --add-config or --delete-config")
+    entity = ClientQuotaEntity.of(dict(pairs))
+    for err in admin.alter_client_quotas({entity: ops}).values():
+        if err is not None:
+            raise err
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("configs", help="describe and alter topic and broker configs")
-    p.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), required=True)
-    p.add_argument("--entity-name", help="the topic name or broker id")
+    p = sub.add_parser("configs", help="describe and alter topic, broker and quota configs")
+    p.add_argument(
+        "--entity-type",
+        action="append",
+        choices=sorted({*RESOURCE_TYPES, *QUOTA_TYPES}),
+        required=True,
+        help="users and clients together: a user's client id",
+    )
+    p.add_argument(
+        "--entity-name",
+        action="append",
+        dest="names",
+        help="the topic name, broker id, user, client id or IP, one per --entity-type",
+    )
     p.add_argument(
         "--entity-default",
-        action="store_true",
-        help="brokers: the cluster-wide default configs (rule 44)",
+        action="append_const",
+        const=_DEFAULT,
+        dest="names",
+        help="brokers: the cluster-wide default configs (rule 44); users, clients: the default",
     )
     p.add_argument("--describe", action="store_true", help="show the configs")
     p.add_argument("--alter", action="store_true", help="change the configs")

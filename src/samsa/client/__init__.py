@@ -10,6 +10,8 @@ from samsa.client._accumulator import BatchMetadata
 from samsa.client._admin import (
     AlterConfigOp,
     AsyncAdmin,
+    ClientQuotaEntity,
+    ClientQuotaFilterComponent,
     ConfigEntry,
     ConfigResource,
     ConfigSynonym,
@@ -65,6 +67,8 @@ __all__ = [
     "AsyncResumedTransaction",
     "BatchMetadata",
     "BufferExhaustedError",
+    "ClientQuotaEntity",
+    "ClientQuotaFilterComponent",
     "ClosedError",
     "ConfigEntry",
     "ConfigError",

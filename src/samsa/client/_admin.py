@@ -22,6 +22,7 @@ from samsa.client._admin_configs import (
     ConfigSynonym,
 )
 from samsa.client._admin_groups import GroupAdmin, GroupDescription, GroupListing, GroupMember
+from samsa.client._admin_quotas import ClientQuotaEntity, ClientQuotaFilterComponent, QuotaAdmin
 from samsa.client._admin_txns import TransactionAdmin
 from samsa.client._cluster import Cluster
 from samsa.client._config import ADMIN, Config
@@ -44,6 +45,8 @@ from samsa.protocol.messages import ApiKey, api_name, make_request
 __all__ = [
     "AlterConfigOp",
     "AsyncAdmin",
+    "ClientQuotaEntity",
+    "ClientQuotaFilterComponent",
     "ConfigEntry",
     "ConfigResource",
     "ConfigSynonym",
@@ -103,6 +106,7 @@ class AsyncAdmin:
         self.groups = GroupAdmin(self.cluster, self.api_timeout)
         self.configs = ConfigAdmin(self.cluster, self.api_timeout)
         self.transactions = TransactionAdmin(self.cluster, self.api_timeout)
+        self.quotas = QuotaAdmin(self.cluster, self.api_timeout)
 
     async def start(self) -> None:
         await self.cluster.refresh([])
@@ -453,6 +457,19 @@ class AsyncAdmin:
         self, configs: dict[ConfigResource, dict[str, str]], *, validate_only: bool = False
     ) -> dict[ConfigResource, KafkaError | None]:
         return await self.configs.alter_configs(configs, validate_only=validate_only)
+
+    async def describe_client_quotas(
+        self, components: Iterable[ClientQuotaFilterComponent] = (), *, strict: bool = False
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        return await self.quotas.describe_client_quotas(components, strict=strict)
+
+    async def alter_client_quotas(
+        self,
+        alterations: Mapping[ClientQuotaEntity, Mapping[str, float | None]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[ClientQuotaEntity, KafkaError | None]:
+        return await self.quotas.alter_client_quotas(alterations, validate_only=validate_only)
 
     async def describe_producers(
         self, partitions: Iterable[TopicPartition | tuple[str, int]]

@@ -44,6 +44,8 @@ from samsa.client._accumulator import (
 from samsa.client._admin import (
     AlterConfigOp,
     AsyncAdmin,
+    ClientQuotaEntity,
+    ClientQuotaFilterComponent,
     ConfigEntry,
     ConfigResource,
     DeletedRecords,
@@ -968,6 +970,21 @@ class Admin(_Facade[AsyncAdmin]):
         self, partitions: Iterable[TopicPartition | tuple[str, int]], timestamp: int = -1
     ) -> dict[TopicPartition, int]:
         return self._lt.run(self._core.list_offsets(list(partitions), timestamp))
+
+    def describe_client_quotas(
+        self, components: Iterable[ClientQuotaFilterComponent] = (), *, strict: bool = False
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        return self._lt.run(self._core.describe_client_quotas(list(components), strict=strict))
+
+    def alter_client_quotas(
+        self,
+        alterations: Mapping[ClientQuotaEntity, Mapping[str, float | None]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[ClientQuotaEntity, KafkaError | None]:
+        return self._lt.run(
+            self._core.alter_client_quotas(dict(alterations), validate_only=validate_only)
+        )
 
     def describe_configs(
         self, resources: Iterable[ConfigResource], *, include_synonyms: bool = True

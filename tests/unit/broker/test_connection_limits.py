@@ -24,7 +24,7 @@ from samsa.broker.server import (
     RequestMemory,
 )
 from samsa.protocol.framing import FrameDecoder, frame_request, split_response, uvarint
-from samsa.protocol.messages import ApiKey, encode_request, make_request
+from samsa.protocol.messages import ApiKey, decode_response, encode_request, make_request
 from samsa.protocol.records import NewRecord, build_batch, validate_produce_batch
 from samsa.testing import fetch_request, produce_request
 
@@ -307,3 +307,33 @@ def test_queued_max_request_bytes_bounds_half_sent_frames(tmp_path: Path) -> Non
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     (size,) = struct.unpack(">i", await reader.readexactly(4))
     return await reader.readexactly(size)
+
+
+def test_a_throttled_client_is_answered_at_once_then_muted(tmp_path: Path) -> None:
+    # KIP-219: a Produce over its client id's producer_byte_rate is answered at once with
+    # throttle_time_ms; then nothing more is read or handled from the connection (the
+    # ApiVersions behind it waits) until that time has passed.
+    async def body(broker: Broker) -> None:
+        broker.create_topic("t", 1)
+        request = encode_request(
+            ApiKey.PRODUCE,
+            9,
+            produce_request({("t", 0): build_batch([NewRecord(b"x", timestamp=1)])}, acks=1),
+        )
+        frame = frame_request(ApiKey.PRODUCE, 9, 1, "t", request, True)
+        # One window of 1 s: the frame's bytes are 1.2 times the bound, 200 ms of throttle.
+        broker.quotas.alter([((("client-id", "t"),), {"producer_byte_rate": len(frame) / 1.2})])
+        conn, transport = _connect(broker)
+        conn.data_received(frame + API_VERSIONS_V0)
+        assert conn.core.handled == 1 and not transport.reading
+        (answer,) = FrameDecoder(1 << 30).feed(bytes(transport.written))
+        _cid, offset = split_response(answer, True)
+        throttle = decode_response(ApiKey.PRODUCE, 9, answer, offset).throttle_time
+        assert 150 <= throttle.total_seconds() * 1000 <= 250
+        await asyncio.sleep(0.1)
+        assert conn.core.handled == 1  # still muted
+        await asyncio.sleep(throttle.total_seconds())
+        assert conn.core.handled == 2 and transport.reading
+        assert _responses(transport.written) == 2
+
+    _run(tmp_path, body, quota_window_num=2, quota_window_size_seconds=1)

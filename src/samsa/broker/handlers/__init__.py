@@ -10,6 +10,7 @@ from __future__ import annotations
 from samsa.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
     alter_user_scram_credentials,
@@ -79,8 +80,9 @@ APIS: dict[int, Api] = {
         Api(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle),
         Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle),
         Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle),
-        # No client quotas: every filter matches nothing; AlterClientQuotas is not served.
+        # Client quotas (KIP-546, broker/quotas.py).
         Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, describe_client_quotas.handle),
+        Api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, alter_client_quotas.handle),
         Api(ApiKey.CREATE_TOPICS, 2, 7, create_topics.handle),
         Api(ApiKey.DELETE_TOPICS, 1, 6, delete_topics.handle),
         Api(ApiKey.INIT_PRODUCER_ID, 0, 6, init_producer_id.handle),  # v6: KIP-939 (rule 37)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import Operation as Op
 from samsa.broker.authorizer import ResourceType as Res
+from samsa.broker.quotas import QUOTA_TYPES, Muting, user_name
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.framing import RequestHeader
 from samsa.protocol.messages import ApiKey, make
@@ -36,6 +38,9 @@ class RequestContext:
     zero_copy: bool = False
     # What the client's ApiVersions named (KIP-511); client metrics select on it (KIP-714).
     software: tuple[str, str] = ("", "")
+    size: int = 0  # the request's frame, in bytes (Produce byte-rate quotas)
+    # The connection's throttle owed to client quotas (broker/quotas.py); None in tests.
+    muting: Muting | None = None
 
     @property
     def api_key(self) -> int:
@@ -45,6 +50,23 @@ class RequestContext:
     def host(self) -> str:
         """The client's address, as ACL hosts name it (no port)."""
         return self.peer.rpartition(":")[0].strip("[]") or self.peer
+
+
+def throttle(broker: Broker, ctx: RequestContext, key: str, value: float) -> int:
+    """Charge ``value`` to the client's quota for ``key`` (Kafka's resolution order); the
+    throttle time in ms it earned, which the connection then owes (muted that long)."""
+    quotas = broker.quotas
+    if key not in quotas.keys:
+        return 0  # no entity sets this quota: the common case stops here
+    charge = quotas.quota_for(key, user_name(ctx.principal), ctx.header.client_id or "")
+    if charge is None:
+        return 0
+    ms = quotas.record(charge, value, time.monotonic())
+    if ms:
+        if ctx.muting is not None:
+            ctx.muting.owe(ms)
+        broker.metrics.throttled(QUOTA_TYPES[key], charge.user, charge.client_id, ms)
+    return ms
 
 
 def authorized(broker: Broker, ctx: RequestContext, op: Op, rtype: Res, name: str) -> bool:

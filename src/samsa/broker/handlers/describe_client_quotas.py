@@ -1,10 +1,9 @@
-"""DescribeClientQuotas (KIP-546): the client quotas that match a filter.
+"""DescribeClientQuotas (KIP-546): the client quotas of the entities that match a filter.
 
-samsa enforces no client quotas and stores none (AlterClientQuotas is not served), so every
-valid filter matches nothing: ``kafka-configs --describe --entity-type users`` works and
-shows the users' SCRAM credentials alone. As Kafka's broker: DescribeConfigs on the cluster
-is needed (else 31, CLUSTER_AUTHORIZATION_FAILED); a filter naming an entity type twice or
-one other than user, client-id and ip is 42 (INVALID_REQUEST).
+As Kafka's broker: DescribeConfigs on the cluster is needed (else 31,
+CLUSTER_AUTHORIZATION_FAILED); a filter naming an entity type twice, one other than user,
+client-id and ip, or ip with another type is 42 (INVALID_REQUEST). The quotas are those of
+broker/quotas.py, as AlterClientQuotas stored them.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
+from samsa.broker.quotas import QuotaError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -20,20 +20,36 @@ if TYPE_CHECKING:
     from samsa.broker.broker import Broker
 
 K = ApiKey.DESCRIBE_CLIENT_QUOTAS
-ENTITY_TYPES = ("user", "client-id", "ip")
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
-    code, message = ErrorCode.NONE, None
-    types = [c.entity_type for c in request.components]
+    code, message, entries = ErrorCode.NONE, "", None  # Kafka: "" when all is well
     if not authorized(broker, ctx, Op.DESCRIBE_CONFIGS, Res.CLUSTER, CLUSTER_NAME):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         message = "DescribeClientQuotas needs DescribeConfigs on the cluster"
-    elif len(set(types)) != len(types):
-        code, message = ErrorCode.INVALID_REQUEST, "Duplicate entity type in the filter"
-    elif any(t not in ENTITY_TYPES for t in types):
-        code = ErrorCode.INVALID_REQUEST
-        message = f"Entity types must be among {', '.join(ENTITY_TYPES)}"
+    else:
+        components = [(c.entity_type, c.match_type, c.match) for c in request.components]
+        try:
+            found = broker.quotas.describe(components, request.strict)
+        except QuotaError as exc:
+            code, message = ErrorCode.INVALID_REQUEST, str(exc)
+        else:
+            entries = tuple(
+                make(
+                    K,
+                    ctx.version,
+                    "EntryData",
+                    entity=tuple(
+                        make(K, ctx.version, "EntityData", entity_type=t, entity_name=n)
+                        for t, n in entity
+                    ),
+                    values=tuple(
+                        make(K, ctx.version, "ValueData", key=key, value=value)
+                        for key, value in sorted(values.items())
+                    ),
+                )
+                for entity, values in found
+            )
     return encode_response(
         K,
         ctx.version,
@@ -44,6 +60,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             throttle_time=0,
             error_code=code,
             error_message=message,
-            entries=() if code == ErrorCode.NONE else None,
+            entries=entries,
         ),
     )

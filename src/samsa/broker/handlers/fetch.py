@@ -20,7 +20,15 @@ from collections.abc import Iterable, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.fetch_session import FetchSessionCache, SessionContext, TopicKey
-from samsa.broker.handlers._base import HandlerResult, Op, RequestContext, Res, authorized_names
+from samsa.broker.handlers._base import (
+    HandlerResult,
+    Op,
+    RequestContext,
+    Res,
+    authorized_names,
+    throttle,
+)
+from samsa.broker.quotas import FETCH
 from samsa.log.log import OffsetOutOfRangeError, release_chunks
 from samsa.log.segment import CorruptSegmentError
 from samsa.protocol.constants import READ_COMMITTED
@@ -53,9 +61,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
         broker.metrics.fetched(results)
-        return _respond(sessions, ctx.version, sctx, results)
+        return _respond(sessions, ctx.version, sctx, results, _throttle(broker, ctx, size))
     _release(results)  # not the answer: it waits for more
     return _long_poll(broker, ctx, request, sctx, partitions, wait_ms)
+
+
+def _throttle(broker: Broker, ctx: RequestContext, size: int) -> int:
+    """consumer_byte_rate: the record bytes answered (D-QUOTA-2: sent even when throttled)."""
+    return throttle(broker, ctx, FETCH, size) if size else 0
 
 
 def _now_ms() -> int:
@@ -67,21 +80,31 @@ def _respond(
     version: int,
     sctx: SessionContext,
     results: list[tuple[TopicKey, list[FetchPartitionResult]]],
+    throttle_ms: int = 0,
 ) -> list[Sized]:
     session = sctx.session
     if session is None:
         session_id = 0
         if sctx.create:
             session_id = sessions.maybe_create(version, sctx.topics, results, _now_ms())
-        return encode_fetch_response(version, results, session_id=session_id)
+        return encode_fetch_response(
+            version, results, session_id=session_id, throttle_time_ms=throttle_ms
+        )
     if not sessions.still_current(sctx):
         # Another request moved the session on while this one waited (Kafka: a duplicate).
         _release(results)
         return encode_fetch_response(
-            version, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH, session_id=session.id
+            version,
+            [],
+            error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+            session_id=session.id,
+            throttle_time_ms=throttle_ms,
         )
     return encode_fetch_response(
-        version, sessions.respond_incremental(sctx, results), session_id=session.id
+        version,
+        sessions.respond_incremental(sctx, results),
+        session_id=session.id,
+        throttle_time_ms=throttle_ms,
     )
 
 
@@ -119,7 +142,9 @@ async def _long_poll(
         )
         if size >= request.min_bytes or errors or not partitions or loop.time() >= deadline:
             broker.metrics.fetched(results)
-            return _respond(broker.fetch_sessions, ctx.version, sctx, results)
+            return _respond(
+                broker.fetch_sessions, ctx.version, sctx, results, _throttle(broker, ctx, size)
+            )
         _release(results)
 
 

@@ -21,7 +21,9 @@ from samsa.broker.handlers._base import (
     authorized,
     authorized_names,
     outside_transaction,
+    throttle,
 )
+from samsa.broker.quotas import PRODUCE
 from samsa.log.log import AppendResult
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.hotpath import ProducePartitionResult, encode_produce_response
@@ -83,9 +85,11 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                 waiting = waiting or not isinstance(result, ProducePartitionResult)
             partitions.append(result)
         results.append((topic.name, partitions))
+    # producer_byte_rate: the request's bytes, appended whatever the throttle (as Kafka).
+    throttle_ms = throttle(broker, ctx, PRODUCE, ctx.size) if ctx.size else 0
     if waiting:  # a batch is being checked in a worker thread (Broker.append)
-        return _when_appended(broker, ctx.version, request.acks, to_flush, results)
-    return _respond(broker, ctx.version, request.acks, to_flush, results)
+        return _when_appended(broker, ctx.version, request.acks, to_flush, results, throttle_ms)
+    return _respond(broker, ctx.version, request.acks, to_flush, results, throttle_ms)
 
 
 async def _when_appended(
@@ -94,12 +98,13 @@ async def _when_appended(
     acks: int,
     to_flush: set[Log],
     results: list[tuple[str, list[Any]]],
+    throttle_ms: int,
 ) -> Any:
     for _name, partitions in results:
         for i, result in enumerate(partitions):
             if not isinstance(result, ProducePartitionResult):
                 partitions[i] = await result
-    out = _respond(broker, version, acks, to_flush, results)
+    out = _respond(broker, version, acks, to_flush, results, throttle_ms)
     return await out if asyncio.iscoroutine(out) else out
 
 
@@ -109,6 +114,7 @@ def _respond(
     acks: int,
     to_flush: set[Log],
     results: list[tuple[str, list[ProducePartitionResult]]],
+    throttle_ms: int = 0,
 ) -> HandlerResult:
     flushed: list[tuple[int, int, Log]] = []  # (topic, partition) positions awaiting a flush
     if to_flush:
@@ -124,8 +130,8 @@ def _respond(
             broker.flush(plog)  # a failure takes the data directory offline; nobody to tell
         return None
     if not to_flush:
-        return encode_produce_response(version, results)
-    return _after_flush(broker, version, to_flush, results, flushed)
+        return encode_produce_response(version, results, throttle_ms)
+    return _after_flush(broker, version, to_flush, results, flushed, throttle_ms)
 
 
 async def _after_flush(
@@ -134,6 +140,7 @@ async def _after_flush(
     logs: set[Log],
     results: list[tuple[str, list[ProducePartitionResult]]],
     flushed: list[tuple[int, int, Log]],
+    throttle_ms: int,
 ) -> bytes:
     order = list(logs)
     outcomes = await asyncio.gather(*(broker.flush(plog) for plog in order))
@@ -149,7 +156,7 @@ async def _after_flush(
                 log_start_offset=ok.log_start_offset,
                 error_message=f"fsync failed: {exc}",
             )
-    return encode_produce_response(version, results)
+    return encode_produce_response(version, results, throttle_ms)
 
 
 def _append_one(
