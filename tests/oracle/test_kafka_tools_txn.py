@@ -7,12 +7,15 @@ it on its partition by WriteTxnMarkers, as an operator does with a hanging trans
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
-from _tool_oracle import Pair, columns, tool_pair
+from _tool_oracle import Pair, columns, normalise, tool_pair
+
+from samsa.testing.kafka import run_tool
 
 BS = ("--bootstrap-server", "BS")
 
@@ -91,3 +94,48 @@ def test_abort_closes_the_open_transaction_for_read_committed(pair: Pair) -> Non
     again = pair.same("kafka-transactions", *BS, "abort", "--topic", "t", "--partition", "0",
                       "--start-offset", "0")  # fmt: skip
     assert again.rc == 1
+
+
+def _samsa_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "samsa", "transactions", *args],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_samsa_find_hanging_and_abort_answer_as_kafkas_tool(pair: Pair) -> None:
+    """samsa's own ``transactions find-hanging`` and ``abort`` beside Kafka's tool, both on the
+    samsa broker. A transaction left open on t2-0 is not hanging while its coordinator holds
+    it; once the coordinator has lost it (the broker SIGKILLed and its transaction state
+    deleted), both tools list it as hanging, and ``samsa transactions abort`` closes it."""
+    bs = pair.samsa.bootstrap
+    pair.run("kafka-topics", *BS, "--create", "--topic", "t2", "--partitions", "1")
+    script = _TRANSACTIONS.replace('"tx-open"', '"tx-lost"').replace('"t", b"open"', '"t2", b"x"')
+    subprocess.run([sys.executable, "-c", script, bs], check=True, timeout=120)
+
+    def both_hanging() -> tuple[list[str], list[str]]:
+        mine = _samsa_cli("find-hanging", "--topic", "t2", "--max-transaction-timeout", "0",
+                          "--bootstrap-server", bs)  # fmt: skip
+        assert mine.returncode == 0, mine.stderr
+        theirs = run_tool("kafka-transactions", "--bootstrap-server", bs, "find-hanging",
+                          "--topic", "t2", "--max-transaction-timeout", "0")  # fmt: skip
+        assert theirs.returncode == 0, theirs.stderr
+        norm = [normalise(r, bs).out for r in (mine, theirs)]
+        return norm[0], norm[1]
+
+    mine, theirs = both_hanging()
+    assert mine == theirs and len(mine) == 1  # the header: the coordinator holds it
+    pair.samsa.kill()
+    for state in pair.samsa.data_dir.glob("__transaction_state-*"):
+        shutil.rmtree(state)
+    pair.samsa.start()
+    mine, theirs = both_hanging()
+    assert mine == theirs and mine[1].startswith("t2 0 "), mine  # hanging now
+    assert _samsa_cli("abort", "--topic", "t2", "--partition", "0", "--start-offset", "0",
+                      "--bootstrap-server", bs).returncode == 0  # fmt: skip
+    mine, theirs = both_hanging()
+    assert mine == theirs and len(mine) == 1
+    again = _samsa_cli("abort", "--topic", "t2", "--partition", "0", "--start-offset", "0",
+                       "--bootstrap-server", bs)  # fmt: skip
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        "Could not find any open transactions starting at offset 0 on partition t2-0"
+    )

@@ -476,6 +476,13 @@ class AsyncAdmin:
     ) -> dict[TopicPartition, list[ProducerInfo]]:
         return await self.transactions.describe_producers(partitions)
 
+    async def abort_transaction(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        await self.transactions.abort_transaction(
+            tp, producer_id, producer_epoch, coordinator_epoch
+        )
+
     async def list_transactions(
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:

@@ -102,6 +102,42 @@ class TransactionAdmin:
         await self.cluster.retry(attempt, what="DescribeProducers")
         return out
 
+    async def abort_transaction(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Write an ABORT marker for ``producer_id``'s open transaction on ``tp``, as a
+        coordinator would (Java's ``Admin.abortTransaction``, KIP-664): WriteTxnMarkers to
+        the partition's leader, which closes a hanging transaction whose coordinator forgot
+        it. An older epoch than the partition's producer state is refused by the leader."""
+
+        def fields(v: int, topics: dict[str, list[int]]) -> dict[str, Any]:
+            marker = make_request(
+                ApiKey.WRITE_TXN_MARKERS, v, "WritableTxnMarker", producer_id=producer_id,
+                producer_epoch=producer_epoch, transaction_result=False,
+                coordinator_epoch=coordinator_epoch,
+                topics=tuple(
+                    make_request(ApiKey.WRITE_TXN_MARKERS, v, "WritableTxnMarkerTopic", name=t,
+                                 partition_indexes=tuple(ps))
+                    for t, ps in topics.items()
+                ),
+            )  # fmt: skip
+            return {"markers": (marker,)}
+
+        def results(resp: Any) -> Iterable[tuple[TopicPartition, int, Any]]:
+            for m in resp.markers:
+                for t in m.topics:
+                    for p in t.partitions:
+                        yield (
+                            TopicPartition(t.name, int(p.partition_index)),
+                            int(p.error_code),
+                            None,
+                        )
+
+        await self.cluster.leader_call(
+            [TopicPartition(*tp)], ApiKey.WRITE_TXN_MARKERS, (1, 1), "WriteTxnMarkersRequest",
+            fields, results, timeout=self.api_timeout,
+        )  # fmt: skip
+
     async def list_transactions(
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:

@@ -1031,6 +1031,21 @@ class Admin(_Facade[AsyncAdmin]):
     ) -> None:
         self._lt.run(self._core.update_features(dict(updates), validate_only=validate_only))
 
+    def abort_transaction(
+        self,
+        tp: TopicPartition | tuple[str, int],
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """Abort ``producer_id``'s open transaction on one partition (a hanging one):
+        see ``AsyncAdmin.abort_transaction``."""
+        self._lt.run(
+            self._core.abort_transaction(
+                TopicPartition(*tp), producer_id, producer_epoch, coordinator_epoch
+            )
+        )
+
     def list_transactions(
         self, *, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:
