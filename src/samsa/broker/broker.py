@@ -39,11 +39,13 @@ from samsa.broker.flusher import Flusher
 from samsa.broker.group_config import GROUP_CONFIGS_FILE, GroupConfigs
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
+from samsa.broker.share import SharePartitions
 from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
 from samsa.broker.topics import Partition, TopicError, TopicManager, topic_log_config
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
 from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
+from samsa.coordinator.share_group_sessions import ShareSessionCache
 from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import StepHook, TransactionCoordinatorRuntime
 from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
@@ -119,6 +121,9 @@ class Broker:
                 raise StartupError(str(exc)) from None
         # KIP-227 incremental fetch sessions (handlers/fetch.py).
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
+        # KIP-932 share groups' record states and share sessions (handlers/share_fetch.py).
+        self.share_partitions = SharePartitions(group_configs=self.group_configs.get)
+        self.share_sessions = ShareSessionCache()
         self.metrics = BrokerMetrics(self)  # Prometheus (broker/metrics.py), served if metrics.port
         self.flusher = Flusher(on_failure=self._flush_failed, on_fsync=self.metrics.fsynced)
         # Why the data directory went offline (see the module docstring); None while serving.

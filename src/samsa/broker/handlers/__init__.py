@@ -54,6 +54,10 @@ from samsa.broker.handlers import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
     update_features,
@@ -123,6 +127,11 @@ APIS: dict[int, Api] = {
         # KIP-848 consumer groups.
         Api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, consumer_group_heartbeat.handle),
         Api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, consumer_group_describe.handle),
+        # KIP-932 share groups: v1 is the first version Kafka 4.1+ serves.
+        Api(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, share_group_heartbeat.handle),
+        Api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, share_group_describe.handle),
+        Api(ApiKey.SHARE_FETCH, 1, 1, share_fetch.handle),
+        Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 1, share_acknowledge.handle),
     )
 }
 api_versions.SUPPORTED.update(APIS)
