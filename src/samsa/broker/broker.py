@@ -39,12 +39,13 @@ from samsa.broker.flusher import Flusher
 from samsa.broker.group_config import GROUP_CONFIGS_FILE, GroupConfigs
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
-from samsa.broker.share import SharePartitions
+from samsa.broker.share import ShareConfigs, SharePartitions
 from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
 from samsa.broker.topics import Partition, TopicError, TopicManager, topic_log_config
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
 from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
+from samsa.coordinator.share_group import ShareConfig
 from samsa.coordinator.share_group_sessions import ShareSessionCache
 from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import StepHook, TransactionCoordinatorRuntime
@@ -122,7 +123,14 @@ class Broker:
         # KIP-227 incremental fetch sessions (handlers/fetch.py).
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         # KIP-932 share groups' record states and share sessions (handlers/share_fetch.py).
-        self.share_partitions = SharePartitions(group_configs=self.group_configs.get)
+        self.share_partitions = SharePartitions(
+            ShareConfigs(
+                config.group_share_record_lock_duration_ms,
+                config.group_share_delivery_count_limit,
+                config.group_share_partition_max_record_locks,
+            ),
+            group_configs=self.group_configs.get,
+        )
         self.share_sessions = ShareSessionCache()
         self.metrics = BrokerMetrics(self)  # Prometheus (broker/metrics.py), served if metrics.port
         self.flusher = Flusher(on_failure=self._flush_failed, on_fsync=self.metrics.fsynced)
@@ -156,6 +164,9 @@ class Broker:
             self.transactions.verify,
             self._topic_infos,
             self._group_timeouts,
+        )
+        self.groups.coordinator.share.config = ShareConfig(
+            config.group_share_session_timeout_ms, config.group_share_heartbeat_interval_ms
         )
 
     def _group_timeouts(self, group_id: str) -> tuple[int | None, int | None]:
