@@ -122,16 +122,6 @@ class Broker:
                 raise StartupError(str(exc)) from None
         # KIP-227 incremental fetch sessions (handlers/fetch.py).
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
-        # KIP-932 share groups' record states and share sessions (handlers/share_fetch.py).
-        self.share_partitions = SharePartitions(
-            ShareConfigs(
-                config.group_share_record_lock_duration_ms,
-                config.group_share_delivery_count_limit,
-                config.group_share_partition_max_record_locks,
-            ),
-            group_configs=self.group_configs.get,
-        )
-        self.share_sessions = ShareSessionCache()
         self.metrics = BrokerMetrics(self)  # Prometheus (broker/metrics.py), served if metrics.port
         self.flusher = Flusher(on_failure=self._flush_failed, on_fsync=self.metrics.fsynced)
         # Why the data directory went offline (see the module docstring); None while serving.
@@ -145,6 +135,17 @@ class Broker:
         self._inline_used = 0  # bytes of batches checked on the event loop in this turn
         # The coordinators' ports (coordinator/ports.py): their internal topics, and markers.
         self.coordinator_logs = CoordinatorLogs(self.topics, now_ms)
+        # KIP-932 share groups' record states and share sessions (handlers/share_fetch.py).
+        self.share_partitions = SharePartitions(
+            ShareConfigs(
+                config.group_share_record_lock_duration_ms,
+                config.group_share_delivery_count_limit,
+                config.group_share_partition_max_record_locks,
+            ),
+            group_configs=self.group_configs.get,
+            store=self.coordinator_logs,
+        )
+        self.share_sessions = ShareSessionCache()
         # Called as (topic, partition, producer id, committed) after each marker is written.
         self.txn_marker_listeners = self.coordinator_logs.marker_listeners
         # Transaction coordinator: state rebuilt from __transaction_state at start().
@@ -192,6 +193,7 @@ class Broker:
     def start(self) -> None:
         self.topics.load(now_ms())
         self.groups.load()
+        self.share_partitions.load()
         self.transactions.load()
 
     def start_background_tasks(self) -> None:

@@ -14,21 +14,43 @@ group configs (``share.record.lock.duration.ms``, ``share.delivery.count.limit``
 
 Bounded: a share partition holds at most ``max_record_locks`` in-flight records
 (``group.share.partition.max.record.locks``).
+
+Durable: every change of a share partition's state (an acquisition, which counts a delivery;
+an acknowledgement; a lock expiring; the start moving) is written as its snapshot to
+``__share_group_state`` (``coordinator/share_group_state_records.py``) before the request is
+answered, and :meth:`SharePartitions.load` replays the topic at start-up. Locks do not survive
+a restart: records acquired then are available again, their deliveries counted.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from samsa.broker.topics import Partition
+from samsa.coordinator.ports import CoordinatorLog, StoreUnavailable
+from samsa.coordinator.share_group_state_records import (
+    SHARE_STATE_TOPIC,
+    ShareSnapshot,
+    ShareStateFormatError,
+    ShareStateKey,
+    decode_key,
+    decode_snapshot,
+    encode_key,
+    encode_snapshot,
+    state_partition,
+)
 from samsa.coordinator.share_partition import AcknowledgeType, AcquiredRange, SharePartition
 from samsa.log.log import OffsetOutOfRangeError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import iter_batches
 
+log = logging.getLogger("samsa.share")
+
 ShareKey = tuple[str, uuid.UUID, int]  # group, topic id, partition
+STATE_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +84,77 @@ class SharePartitions:
         self,
         configs: ShareConfigs | None = None,
         group_configs: Callable[[str], Mapping[str, str]] = _no_group_configs,
+        store: CoordinatorLog | None = None,
     ) -> None:
         self.configs = configs or ShareConfigs()
         self._group_configs = group_configs  # a group's own values (IncrementalAlterConfigs)
         self._partitions: dict[ShareKey, SharePartition] = {}
+        self._store = store
+        self._epochs: dict[ShareKey, int] = {}  # snapshot epochs written
+
+    # -- durability
+
+    def load(self) -> int:
+        """Rebuild the share partitions from ``__share_group_state`` (the last snapshot of
+        each). Returns how many."""
+        if self._store is None:
+            return 0
+        count = self._store.partition_count(SHARE_STATE_TOPIC) or 0
+        latest: dict[ShareKey, ShareSnapshot | None] = {}
+        for p in range(count):
+            where = f"{SHARE_STATE_TOPIC}-{p}"
+            for batch in self._store.read(
+                SHARE_STATE_TOPIC, p, lambda what, where=where: log.error("%s: %s", where, what)
+            ):
+                for record in batch.records:
+                    if record.key is None:
+                        continue
+                    try:
+                        k = decode_key(bytes(record.key))
+                        value = (
+                            None if record.value is None else decode_snapshot(bytes(record.value))
+                        )
+                    except ShareStateFormatError as exc:
+                        log.error("%s: skipped a record: %s", where, exc)
+                        continue
+                    latest[(k.group_id, k.topic_id, k.partition)] = value
+        for key, snap in latest.items():
+            if snap is None:
+                continue
+            self._epochs[key] = snap.snapshot_epoch
+            self._partitions[key] = SharePartition.restore(
+                snap.start_offset, list(snap.batches), **self._limits(key[0])
+            )
+        return len(self._partitions)
+
+    def _persist(self, key: ShareKey, sp: SharePartition) -> ErrorCode:
+        if self._store is None:
+            return ErrorCode.NONE
+        epoch = self._epochs[key] = self._epochs.get(key, -1) + 1
+        skey = ShareStateKey(*key)
+        value = ShareSnapshot(epoch, sp.start_offset, tuple(sp.state_batches()))
+        try:
+            self._store.ensure_topic(SHARE_STATE_TOPIC, STATE_PARTITIONS)
+        except StoreUnavailable:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        n = self._store.partition_count(SHARE_STATE_TOPIC) or STATE_PARTITIONS
+        appended = self._store.append(
+            SHARE_STATE_TOPIC,
+            state_partition(skey, n),
+            [(encode_key(skey), encode_snapshot(value))],
+        )
+        return appended.error
+
+    def _limits(self, group_id: str) -> dict[str, int]:
+        own = self._group_configs(group_id)
+        c = self.configs
+        return {
+            "lock_duration_ms": int(own.get("share.record.lock.duration.ms", c.lock_duration_ms)),
+            "delivery_count_limit": int(
+                own.get("share.delivery.count.limit", c.delivery_count_limit)
+            ),
+            "max_in_flight": int(own.get("share.partition.max.record.locks", c.max_record_locks)),
+        }
 
     def __len__(self) -> int:
         return len(self._partitions)
@@ -78,17 +167,10 @@ class SharePartitions:
         if sp is None:
             plog = log_partition.log
             own = self._group_configs(key[0])
-            c = self.configs
-            reset = own.get("share.auto.offset.reset", c.auto_offset_reset)
+            reset = own.get("share.auto.offset.reset", self.configs.auto_offset_reset)
             start = plog.log_start_offset if reset == "earliest" else plog.high_watermark
-            sp = self._partitions[key] = SharePartition(
-                start,
-                lock_duration_ms=int(own.get("share.record.lock.duration.ms", c.lock_duration_ms)),
-                delivery_count_limit=int(
-                    own.get("share.delivery.count.limit", c.delivery_count_limit)
-                ),
-                max_in_flight=int(own.get("share.partition.max.record.locks", c.max_record_locks)),
-            )
+            sp = self._partitions[key] = SharePartition(start, **self._limits(key[0]))
+            self._persist(key, sp)  # the start chosen is kept: "latest" must not move on
         return sp
 
     def read_committed(self, group_id: str) -> bool:
@@ -104,12 +186,30 @@ class SharePartitions:
         now_ms: int,
     ) -> ShareRead:
         sp = self._partition(key, log_partition)
+        before = _signature(sp)
+        out = self._fetch(key[0], sp, log_partition, member_id, max_records, max_bytes, now_ms)
+        if _signature(sp) != before:
+            error = self._persist(key, sp)
+            if error != ErrorCode.NONE:  # not durable: not handed out (the locks expire)
+                return ShareRead(error)
+        return out
+
+    def _fetch(
+        self,
+        group_id: str,
+        sp: SharePartition,
+        log_partition: Partition,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+        now_ms: int,
+    ) -> ShareRead:
         plog = log_partition.log
         sp.move_start(plog.log_start_offset)
         sp.expire_locks(now_ms)
         out = ShareRead()
         start = sp.next_fetch_offset()
-        committed = self.read_committed(key[0])
+        committed = self.read_committed(group_id)
         limit = plog.last_stable_offset if committed else plog.high_watermark
         if start >= limit or max_records <= 0:
             return out
@@ -157,6 +257,7 @@ class SharePartitions:
         sp = self._partitions.get(key)
         if sp is None:
             return ErrorCode.INVALID_RECORD_STATE
+        before = _signature(sp)
         error = ErrorCode.NONE
         for first, last, types in batches:
             for run_first, run_last, kind in _runs(first, last, types):
@@ -166,13 +267,21 @@ class SharePartitions:
                     result = sp.acknowledge(member_id, run_first, run_last, kind)
                 if error == ErrorCode.NONE:
                     error = result
+        if _signature(sp) != before:
+            stored = self._persist(key, sp)
+            error = stored if stored != ErrorCode.NONE else error
         return error
 
     def release_member(self, group_id: str, member_id: str) -> None:
         """The member's share session closed: its acquired records go back."""
-        for (group, _tid, _p), sp in self._partitions.items():
-            if group == group_id:
-                sp.release_member(member_id)
+        for key, sp in self._partitions.items():
+            if key[0] == group_id and sp.release_member(member_id):
+                self._persist(key, sp)
+
+
+def _signature(sp: SharePartition) -> tuple[int, int, tuple[object, ...]]:
+    """What is persisted of a share partition (locks are not)."""
+    return sp.start_offset, sp.end_offset, tuple(sp.state_batches())
 
 
 def _runs(

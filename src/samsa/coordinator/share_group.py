@@ -161,9 +161,10 @@ class ShareGroups:
             return ShareHeartbeatResult(E.NONE, None, req.member_id, LEAVE_EPOCH)
         if group is None:
             if req.member_epoch != 0:
-                return ShareHeartbeatResult(
-                    E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found."
-                )
+                # Membership is not stored (D-SHARE-2): after a restart a member's group is
+                # gone, and UNKNOWN_MEMBER_ID makes it join again where Kafka's group would
+                # still be there.
+                return ShareHeartbeatResult(E.UNKNOWN_MEMBER_ID, f"unknown member {req.member_id}")
             if len(self.groups) >= self.config.max_groups:
                 return ShareHeartbeatResult(
                     E.GROUP_MAX_SIZE_REACHED, "the maximum number of share groups is reached"

@@ -26,6 +26,8 @@ public class ShareConsumerCheck {
                     case "share-poison" -> poison();
                     case "share-hold" -> hold();
                     case "share-drain" -> drain();
+                    case "share-accept-half" -> acceptHalf();
+                    case "share-rest" -> rest();
                     default -> throw new IllegalArgumentException(name);
                 };
                 System.out.println("{\"scenario\":\"" + name + "\",\"result\":" + json(result) + "}");
@@ -145,6 +147,49 @@ public class ShareConsumerCheck {
             cons.commitSync();
         }
         return Map.of("consumed", seen.size(), "some_redelivered", redelivered > 0);
+    }
+
+    /** Accept five of ten records (acknowledged and committed), hold the others, and die. */
+    static Map<String, Object> acceptHalf() throws Exception {
+        String topic = "share-crash-" + suffix, group = "sg-crash-" + suffix;
+        setup(topic, group, 10);
+        var cons = consumer(group, true);
+        cons.subscribe(List.of(topic));
+        List<String> accepted = new ArrayList<>();
+        long deadline = System.currentTimeMillis() + 20_000;
+        while (accepted.size() < 5 && System.currentTimeMillis() < deadline) {
+            for (var r : cons.poll(Duration.ofMillis(200))) {
+                if (accepted.size() < 5 && r.offset() < 5) {
+                    accepted.add(r.value());
+                    cons.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+            }
+            cons.commitSync();
+        }
+        System.out.println("{\"scenario\":\"share-accept-half\",\"result\":{\"accepted\":" + accepted.size() + "}}");
+        System.out.flush();
+        Runtime.getRuntime().halt(0);
+        return Map.of();
+    }
+
+    /** After share-accept-half (and a broker crash): the other five records, and never an
+     * accepted one. */
+    static Map<String, Object> rest() throws Exception {
+        String topic = "share-crash-" + suffix, group = "sg-crash-" + suffix;
+        Set<String> seen = new TreeSet<>();
+        long deadline = System.currentTimeMillis() + 60_000;
+        try (var cons = consumer(group, false)) {
+            cons.subscribe(List.of(topic));
+            while (seen.size() < 5 && System.currentTimeMillis() < deadline) {
+                for (var r : cons.poll(Duration.ofMillis(200))) seen.add(r.value());
+            }
+            long until = System.currentTimeMillis() + 1000;  // nothing more comes
+            while (System.currentTimeMillis() < until) {
+                for (var r : cons.poll(Duration.ofMillis(200))) seen.add(r.value());
+            }
+            cons.commitSync();
+        }
+        return Map.of("values", String.join("+", seen));
     }
 
     /** A record released every time is archived after share.delivery.count.limit (5). */

@@ -142,3 +142,24 @@ def test_share_session_epochs(broker: Broker) -> None:
     assert _ack(broker, "a", -1, 0, 0, ACCEPT).error_code == ErrorCode.NONE
     assert _acquired(_fetch(broker, "b", 0)) == [(1, 1, 2), (2, 3, 2), (4, 5, 2)]
     assert broker.share_sessions.get("sg", "a") is None
+
+
+def test_share_state_survives_a_restart(tmp_path: Path) -> None:
+    b = Broker(BrokerConfig(data_dir=tmp_path))
+    b.start()
+    b.create_topic("jobs", 1)
+    b.group_configs.alter("sg", {"share.auto.offset.reset": "earliest"}, validate_only=False)
+    part = b.topics.get_partition("jobs", 0)
+    assert part is not None
+    b.append(part, validate_produce_batch(build_batch([NewRecord(None, b"x")] * 4)))
+    assert _acquired(_fetch(b, "a", 0)) == [(0, 3, 1)]
+    assert _ack(b, "a", 1, 0, 1, ACCEPT).responses[0].partitions[0].error_code == 0
+    b.close()  # a still holds 2-3: the lock does not survive, the delivery does
+    again = Broker(BrokerConfig(data_dir=tmp_path))
+    again.start()
+    try:
+        sp = again.share_partitions.get(("sg", _tid(again), 0))
+        assert sp is not None and (sp.start_offset, sp.end_offset) == (2, 4)
+        assert _acquired(_fetch(again, "b", 0)) == [(2, 3, 2)]
+    finally:
+        again.close()

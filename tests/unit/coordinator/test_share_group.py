@@ -63,7 +63,7 @@ def test_bad_heartbeats_are_refused() -> None:
     s = ShareGroups()
     assert s.heartbeat(hb("", 0), TOPICS, 0).error is E.INVALID_REQUEST
     assert s.heartbeat(hb("a", 0, None), TOPICS, 0).error is E.INVALID_REQUEST
-    assert s.heartbeat(hb("a", 3), TOPICS, 0).error is E.GROUP_ID_NOT_FOUND
+    assert s.heartbeat(hb("a", 3), TOPICS, 0).error is E.UNKNOWN_MEMBER_ID  # D-SHARE-2
     s.heartbeat(hb("a", 0), TOPICS, 0)
     assert s.heartbeat(hb("x", 1), TOPICS, 0).error is E.UNKNOWN_MEMBER_ID
     assert s.heartbeat(hb("a", 7), TOPICS, 0).error is E.FENCED_MEMBER_EPOCH
