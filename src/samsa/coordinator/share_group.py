@@ -36,6 +36,7 @@ Assignment = dict[uuid.UUID, frozenset[int]]
 
 ASSIGNOR = "simple"
 LEAVE_EPOCH = -1
+MAX_MEMBER_ID_LENGTH = 36  # as Kafka: a share consumer's id is a UUID's string
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,8 @@ class ShareGroup:
     group_epoch: int = 0
     assignment_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
+    # The subscribed topics' ids and partition counts the assignment was made for.
+    metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -196,11 +199,9 @@ class ShareGroups:
             changed = changed or subscribed != member.subscribed
             member.subscribed = subscribed
         member.session_deadline_ms = now_ms + self.config.session_timeout_ms
-        # A topic created or grown since the last assignment changes it too (Kafka compares
-        # a hash of the subscribed topics' metadata).
-        target = simple_assign({m.member_id: m.subscribed for m in group.members.values()}, topics)
-        if changed or any(target[m] != group.members[m].assignment for m in target):
-            self._reassign(group, target)
+        if changed:
+            group.group_epoch += 1
+        self._assign(group, topics, changed)
         # The assignment goes out with each new epoch, and to a member (re)joining.
         send = req.member_epoch != group.group_epoch
         member.member_epoch = group.group_epoch
@@ -218,6 +219,11 @@ class ShareGroups:
             return ShareHeartbeatResult(E.INVALID_REQUEST, "GroupId can't be empty.")
         if not req.member_id:
             return ShareHeartbeatResult(E.INVALID_REQUEST, "MemberId can't be empty.")
+        if len(req.member_id) > MAX_MEMBER_ID_LENGTH:
+            return ShareHeartbeatResult(
+                E.INVALID_REQUEST,
+                f"MemberId can't be longer than {MAX_MEMBER_ID_LENGTH} characters.",
+            )
         if req.member_epoch < LEAVE_EPOCH:
             return ShareHeartbeatResult(E.INVALID_REQUEST, "MemberEpoch is invalid.")
         if req.member_epoch == 0 and not req.subscribed_topic_names:
@@ -226,18 +232,30 @@ class ShareGroups:
             )
         return None
 
-    def _reassign(self, group: ShareGroup, target: dict[str, Assignment]) -> None:
-        group.group_epoch += 1
+    def _assign(self, group: ShareGroup, topics: Mapping[str, TopicInfo], changed: bool) -> None:
+        """A new target assignment when the members or their subscriptions changed, or the
+        subscribed topics did (created, grown: Kafka compares a hash of their metadata, and
+        its change is a group epoch bump of its own)."""
+        metadata = {
+            name: (topics[name].topic_id, topics[name].partitions)
+            for name in sorted(group.subscribed_topics())
+            if name in topics
+        }
+        if metadata != group.metadata:
+            group.metadata = metadata
+            group.group_epoch += 1
+            changed = True
+        if not changed:
+            return
+        target = simple_assign({m.member_id: m.subscribed for m in group.members.values()}, topics)
         group.assignment_epoch = group.group_epoch
         for member_id, assignment in target.items():
             group.members[member_id].assignment = assignment
 
     def _remove(self, group: ShareGroup, member_id: str, topics: Mapping[str, TopicInfo]) -> None:
         del group.members[member_id]
-        self._reassign(
-            group,
-            simple_assign({m.member_id: m.subscribed for m in group.members.values()}, topics),
-        )
+        group.group_epoch += 1
+        self._assign(group, topics, True)
 
     # -- timers
 

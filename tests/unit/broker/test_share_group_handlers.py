@@ -48,10 +48,10 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 def test_join_describe_leave(broker: Broker) -> None:
     tid = broker.topics.topics["jobs"].topic_id
     a = _hb(broker, "member-a", 0, ("jobs",))
-    assert (a.error_code, a.member_id, a.member_epoch) == (ErrorCode.NONE, "member-a", 1)
+    assert (a.error_code, a.member_id, a.member_epoch) == (ErrorCode.NONE, "member-a", 2)
     assert [(tp.topic_id, tp.partitions) for tp in a.assignment.topic_partitions] == [(tid, (0, 1))]
     b = _hb(broker, "member-b", 0, ("jobs",))
-    assert b.member_epoch == 2 and b.assignment.topic_partitions[0].partitions == (1,)
+    assert b.member_epoch == 3 and b.assignment.topic_partitions[0].partitions == (1,)
     d = _call(
         broker,
         K_DESC,
@@ -63,7 +63,7 @@ def test_join_describe_leave(broker: Broker) -> None:
     assert (sg.error_code, sg.group_state, sg.group_epoch, sg.assignor_name) == (
         ErrorCode.NONE,
         "Stable",
-        2,
+        3,
         "simple",
     )
     assert sorted(m.member_id for m in sg.members) == ["member-a", "member-b"]

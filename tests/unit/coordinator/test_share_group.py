@@ -43,20 +43,23 @@ def test_the_simple_assignor_spreads_partitions_then_shares_them() -> None:
 
 def test_join_heartbeat_and_a_new_member_bump_the_epoch() -> None:
     s = ShareGroups()
+    # As Kafka: the first member's subscription and the topic metadata are two bumps.
     a = s.heartbeat(hb("a", 0), TOPICS, 0)
-    assert (a.error, a.member_epoch, a.assignment) == (
-        E.NONE,
-        1,
-        {T.topic_id: frozenset({0, 1, 2})},
-    )
-    again = s.heartbeat(hb("a", 1, None), TOPICS, 10)
-    assert (again.member_epoch, again.assignment) == (1, None)  # nothing new
+    assert (a.error, a.member_epoch) == (E.NONE, 2)
+    assert a.assignment == {T.topic_id: frozenset({0, 1, 2})}
+    again = s.heartbeat(hb("a", 2, None), TOPICS, 10)
+    assert (again.member_epoch, again.assignment) == (2, None)  # nothing new
     b = s.heartbeat(hb("b", 0), TOPICS, 20)
-    assert b.member_epoch == 2 and b.assignment == {T.topic_id: frozenset({1})}
-    a2 = s.heartbeat(hb("a", 1, None), TOPICS, 30)
-    assert a2.member_epoch == 2 and a2.assignment == {T.topic_id: frozenset({0, 2})}
+    assert b.member_epoch == 3 and b.assignment == {T.topic_id: frozenset({1})}
+    a2 = s.heartbeat(hb("a", 2, None), TOPICS, 30)
+    assert a2.member_epoch == 3 and a2.assignment == {T.topic_id: frozenset({0, 2})}
     d = s.describe("g")
-    assert (d.state, d.group_epoch, d.assignment_epoch, d.assignor) == ("Stable", 2, 2, "simple")
+    assert (d.state, d.group_epoch, d.assignment_epoch, d.assignor) == ("Stable", 3, 3, "simple")
+    # a topic growing is a new assignment, at a new epoch
+    grown = {**TOPICS, "t": TopicInfo("t", T.topic_id, 4)}
+    a3 = s.heartbeat(hb("a", 3, None), grown, 40)
+    assert a3.member_epoch == 4 and a3.assignment == {T.topic_id: frozenset({0, 2})}
+    assert s.heartbeat(hb("b", 3, None), grown, 40).assignment == {T.topic_id: frozenset({1, 3})}
 
 
 def test_bad_heartbeats_are_refused() -> None:
@@ -71,9 +74,9 @@ def test_bad_heartbeats_are_refused() -> None:
 
 def test_leaving_and_session_expiry_reassign() -> None:
     s = ShareGroups(ShareConfig(session_timeout_ms=100))
-    s.heartbeat(hb("a", 0), TOPICS, 0)
+    first = s.heartbeat(hb("a", 0), TOPICS, 0)
     s.heartbeat(hb("b", 0), TOPICS, 50)
-    left = s.heartbeat(hb("a", 1, None), TOPICS, 60)
+    left = s.heartbeat(hb("a", first.member_epoch, None), TOPICS, 60)
     assert s.heartbeat(hb("a", left.member_epoch, None), TOPICS, 60).error is E.NONE
     assert s.heartbeat(hb("a", -1, None), TOPICS, 70).member_epoch == -1
     assert s.next_deadline("g") == 150

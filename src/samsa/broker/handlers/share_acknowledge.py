@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
 from samsa.broker.handlers.share_fetch import acknowledge_all, denied_topics
+from samsa.coordinator.share_group import MAX_MEMBER_ID_LENGTH
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -21,7 +22,7 @@ K = ApiKey.SHARE_ACKNOWLEDGE
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     group_id, member_id = request.group_id, request.member_id
-    if not group_id or not member_id:
+    if not group_id or not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
         return _respond(v, ErrorCode.INVALID_REQUEST, {})
     if not authorized(broker, ctx, Op.READ, Res.GROUP, group_id):
         return _respond(v, ErrorCode.GROUP_AUTHORIZATION_FAILED, {})

@@ -21,6 +21,7 @@ from samsa.broker.handlers._base import (
     authorized_names,
 )
 from samsa.broker.share import ShareRead
+from samsa.coordinator.share_group import MAX_MEMBER_ID_LENGTH
 from samsa.coordinator.share_group_sessions import SessionContext
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -77,7 +78,7 @@ def denied_topics(broker: Broker, ctx: RequestContext, topics: Any) -> frozenset
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     group_id, member_id = request.group_id, request.member_id
-    if not group_id or not member_id:
+    if not group_id or not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
         return _top_error(
             ctx.version, ErrorCode.INVALID_REQUEST, "GroupId and MemberId are required"
         )

@@ -77,7 +77,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 group_state=d.state if d.error == ErrorCode.NONE else "",
                 group_epoch=d.group_epoch,
                 assignment_epoch=d.assignment_epoch,
-                assignor_name=d.assignor,
+                assignor_name=d.assignor if d.error == ErrorCode.NONE else "",
                 members=members,
                 authorized_operations=NO_OPERATIONS,
             )
