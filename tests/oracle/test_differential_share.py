@@ -108,3 +108,43 @@ def test_share_group_epochs_and_errors(differential: Run) -> None:
         _share_fetch(s, "fetch-member-id-too-long", group, "m" * 37, 0)
 
     differential(scenario, rules=RULES, deviations=DEFERRED)
+
+
+def _describe_offsets(s: Side, label: str, group: str, topic: str | None) -> Any:
+    k, v = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1
+    topics = None
+    if topic is not None:
+        topics = (make_request(k, v, "DescribeShareGroupOffsetsRequestTopic", topic_name=topic,
+                               partitions=(0,)),)  # fmt: skip
+    group_req = make_request(k, v, "DescribeShareGroupOffsetsRequestGroup", group_id=group,
+                             topics=topics)  # fmt: skip
+    req = make_request(k, v, "DescribeShareGroupOffsetsRequest", groups=(group_req,))
+    return s.call(label, k, v, req, retry=lambda r: any(_retry(g) for g in r.groups))
+
+
+def _alter_offsets(s: Side, label: str, group: str, topic: str, offset: int) -> Any:
+    k, v = ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0
+    part = make_request(k, v, "AlterShareGroupOffsetsRequestPartition", partition_index=0,
+                        start_offset=offset)  # fmt: skip
+    t = make_request(k, v, "AlterShareGroupOffsetsRequestTopic", topic_name=topic,
+                     partitions=(part,))  # fmt: skip
+    req = make_request(k, v, "AlterShareGroupOffsetsRequest", group_id=group, topics=(t,))
+    return s.call(label, k, v, req, retry=_retry)
+
+
+def test_share_group_offsets_admin(differential: Run) -> None:
+    """The offsets admin calls on an unknown group and on a group with a member (refused:
+    not empty)."""
+
+    def scenario(s: Side) -> None:
+        group, topic = s.unique("sg"), s.unique("t")
+        s.create_topic(topic, 1)
+        s.find_coordinator("coordinator", group, key_type=0)
+        _describe_offsets(s, "describe-unknown-group", s.unique("nobody"), None)
+        _alter_offsets(s, "alter-unknown-group", s.unique("nobody"), topic, 0)
+        _heartbeat(s, "a-joins", group, "member-a-0000", 0, (topic,))
+        _alter_offsets(s, "alter-non-empty", group, topic, 0)
+
+    differential(
+        scenario, rules=RULES, deviations=[_d3("a-joins.assignment.topic_partitions.len", 1, 0)]
+    )

@@ -272,6 +272,34 @@ class SharePartitions:
             error = stored if stored != ErrorCode.NONE else error
         return error
 
+    # -- the admin calls (Describe/Alter/DeleteShareGroupOffsets)
+
+    def has_state(self, group_id: str) -> bool:
+        return any(key[0] == group_id for key in self._partitions)
+
+    def keys_of(self, group_id: str) -> list[ShareKey]:
+        return [key for key in self._partitions if key[0] == group_id]
+
+    def alter_start(self, key: ShareKey, offset: int) -> ErrorCode:
+        """Start the share partition afresh at ``offset`` (its group has no members)."""
+        sp = self._partitions[key] = SharePartition(offset, **self._limits(key[0]))
+        return self._persist(key, sp)
+
+    def delete(self, group_id: str, topic_id: uuid.UUID) -> ErrorCode:
+        """Forget the group's share partitions of the topic (tombstones in the state topic)."""
+        error = ErrorCode.NONE
+        for key in [k for k in self._partitions if k[0] == group_id and k[1] == topic_id]:
+            del self._partitions[key]
+            self._epochs.pop(key, None)
+            if self._store is not None:
+                skey = ShareStateKey(*key)
+                n = self._store.partition_count(SHARE_STATE_TOPIC) or STATE_PARTITIONS
+                appended = self._store.append(
+                    SHARE_STATE_TOPIC, state_partition(skey, n), [(encode_key(skey), None)]
+                )
+                error = appended.error if error == ErrorCode.NONE else error
+        return error
+
     def release_member(self, group_id: str, member_id: str) -> None:
         """The member's share session closed: its acquired records go back."""
         for key, sp in self._partitions.items():

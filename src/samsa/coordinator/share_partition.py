@@ -142,6 +142,11 @@ class SharePartition:
         ]
         return min(deadlines, default=None)
 
+    def finished_in_flight(self) -> int:
+        """Records between the SPSO and SPEO already acknowledged or archived (the lag of
+        DescribeShareGroupOffsets leaves them out)."""
+        return sum(1 for r in self._records.values() if r.state in _FINISHED)
+
     def acquired_by(self, member_id: str) -> list[int]:
         return [o for o, r in self._records.items() if r.member_id == member_id]
 

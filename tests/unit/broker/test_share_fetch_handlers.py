@@ -163,3 +163,81 @@ def test_share_state_survives_a_restart(tmp_path: Path) -> None:
         assert _acquired(_fetch(again, "b", 0)) == [(2, 3, 2)]
     finally:
         again.close()
+
+
+def _offsets(broker: Broker, group: str) -> Any:
+    k = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
+    req = make_request(
+        k,
+        1,
+        "DescribeShareGroupOffsetsRequest",
+        groups=(
+            make_request(
+                k, 1, "DescribeShareGroupOffsetsRequestGroup", group_id=group, topics=None
+            ),
+        ),
+    )
+    return handle(broker, "User:ANONYMOUS", k, 1, req, "10.0.0.7").groups[0]
+
+
+def test_share_group_offsets_admin_calls(broker: Broker) -> None:
+    nobody = _offsets(broker, "nobody")  # as Kafka: a group without state, not an error
+    assert (nobody.error_code, nobody.topics) == (ErrorCode.NONE, ())
+    _fetch(broker, "a", 0, max_records=4)
+    _ack(broker, "a", 1, 0, 1, ACCEPT)
+    _ack(broker, "a", 2, 3, 3, ACCEPT)
+    g = _offsets(broker, "sg")
+    (p,) = g.topics[0].partitions
+    # SPSO 2; six records, 0-1 and 3 done: lag 3 (2, 4, 5)
+    assert (g.error_code, g.topics[0].topic_name, p.start_offset, p.lag) == (0, "jobs", 2, 3)
+    ka, kd = ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS
+
+    def alter(offset: int) -> Any:
+        part = make_request(
+            ka, 0, "AlterShareGroupOffsetsRequestPartition", partition_index=0, start_offset=offset
+        )
+        topic = make_request(
+            ka, 0, "AlterShareGroupOffsetsRequestTopic", topic_name="jobs", partitions=(part,)
+        )
+        req = make_request(ka, 0, "AlterShareGroupOffsetsRequest", group_id="sg", topics=(topic,))
+        return handle(broker, "User:ANONYMOUS", ka, 0, req, "10.0.0.7")
+
+    # a share group with a member is not altered (the member is there: it heartbeated)
+    hb = ApiKey.SHARE_GROUP_HEARTBEAT
+    join = make_request(
+        hb,
+        1,
+        "ShareGroupHeartbeatRequest",
+        group_id="sg",
+        member_id="a",
+        member_epoch=0,
+        rack_id=None,
+        subscribed_topic_names=("jobs",),
+    )
+    epoch = handle(broker, "User:ANONYMOUS", hb, 1, join, "10.0.0.7").member_epoch
+    assert alter(5).error_code == ErrorCode.NON_EMPTY_GROUP
+    leave = make_request(
+        hb,
+        1,
+        "ShareGroupHeartbeatRequest",
+        group_id="sg",
+        member_id="a",
+        member_epoch=-1,
+        rack_id=None,
+        subscribed_topic_names=None,
+    )
+    assert epoch > 0 and handle(broker, "User:ANONYMOUS", hb, 1, leave, "10.0.0.7").error_code == 0
+    r = alter(5)
+    assert (r.error_code, r.responses[0].partitions[0].error_code) == (0, 0)
+    assert alter(99).responses[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+    assert _offsets(broker, "sg").topics[0].partitions[0].start_offset == 5
+    delete = make_request(
+        kd,
+        0,
+        "DeleteShareGroupOffsetsRequest",
+        group_id="sg",
+        topics=(make_request(kd, 0, "DeleteShareGroupOffsetsRequestTopic", topic_name="jobs"),),
+    )
+    d = handle(broker, "User:ANONYMOUS", kd, 0, delete, "10.0.0.7")
+    assert (d.error_code, d.responses[0].error_code) == (0, 0)
+    assert broker.share_partitions.get(("sg", _tid(broker), 0)) is None

@@ -12,6 +12,7 @@ from samsa.broker.handlers import (
     add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
+    alter_share_group_offsets,
     alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
@@ -22,6 +23,7 @@ from samsa.broker.handlers import (
     delete_acls,
     delete_groups,
     delete_records,
+    delete_share_group_offsets,
     delete_topics,
     describe_acls,
     describe_client_quotas,
@@ -30,6 +32,7 @@ from samsa.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_share_group_offsets,
     describe_topic_partitions,
     describe_transactions,
     describe_user_scram_credentials,
@@ -132,6 +135,9 @@ APIS: dict[int, Api] = {
         Api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, share_group_describe.handle),
         Api(ApiKey.SHARE_FETCH, 1, 1, share_fetch.handle),
         Api(ApiKey.SHARE_ACKNOWLEDGE, 1, 1, share_acknowledge.handle),
+        Api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, describe_share_group_offsets.handle),
+        Api(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, alter_share_group_offsets.handle),
+        Api(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, delete_share_group_offsets.handle),
     )
 }
 api_versions.SUPPORTED.update(APIS)
