@@ -7,42 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-
-from confluent_kafka import Producer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    ResourceType,
-)
 
 from _broker import BrokerProcess
+from _share import share_topic
 from samsa.client._share_consumer import ACCEPT, RELEASE, AsyncShareConsumer
 
 
-def _setup(bootstrap: str, records: int) -> tuple[str, str]:
-    topic, group = f"share-py-{uuid.uuid4().hex[:8]}", f"sg-py-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result(timeout=20)
-    earliest = ConfigEntry(
-        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
-    )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
-    for f in admin.incremental_alter_configs([resource]).values():
-        f.result(timeout=20)
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(records):
-        p.produce(topic, value=f"v{i}".encode())
-    assert p.flush(20) == 0
-    return topic, group
-
-
 def test_two_python_share_consumers(shared_broker: BrokerProcess) -> None:
-    topic, group = _setup(shared_broker.bootstrap, 30)
+    topic, group = share_topic(shared_broker.bootstrap, 30, "py")
 
     async def run() -> list[bytes]:
         consumers = [AsyncShareConsumer(shared_broker.bootstrap, group) for _ in range(2)]
@@ -63,7 +35,7 @@ def test_two_python_share_consumers(shared_broker: BrokerProcess) -> None:
 
 
 def test_explicit_release_redelivers(shared_broker: BrokerProcess) -> None:
-    topic, group = _setup(shared_broker.bootstrap, 3)
+    topic, group = share_topic(shared_broker.bootstrap, 3, "py")
 
     async def run() -> list[tuple[bytes, int]]:
         c = AsyncShareConsumer(shared_broker.bootstrap, group, acknowledgement_mode="explicit")
@@ -86,7 +58,7 @@ def test_explicit_release_redelivers(shared_broker: BrokerProcess) -> None:
 
 def test_an_abandoned_consumers_records_come_back(broker_factory: type[BrokerProcess]) -> None:
     broker = broker_factory(overrides={"group.share.record.lock.duration.ms": "1500"}).start()
-    topic, group = _setup(broker.bootstrap, 5)
+    topic, group = share_topic(broker.bootstrap, 5, "py")
 
     async def run() -> list[tuple[bytes, int]]:
         dead = AsyncShareConsumer(broker.bootstrap, group, acknowledgement_mode="explicit")

@@ -5,35 +5,11 @@ delivery stops coming after ``share.delivery.count.limit`` deliveries (archived)
 from __future__ import annotations
 
 import time
-import uuid
 
-from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    ResourceType,
-)
+from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from _broker import BrokerProcess
-
-
-def _setup(bootstrap: str, topic: str, group: str, records: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result(timeout=20)
-    earliest = ConfigEntry(
-        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
-    )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
-    for f in admin.incremental_alter_configs([resource]).values():
-        f.result(timeout=20)
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(records):
-        p.produce(topic, value=f"v{i}".encode())
-    assert p.flush(20) == 0
+from _share import share_topic
 
 
 def _consumer(bootstrap: str, group: str, explicit: bool = False) -> ShareConsumer:
@@ -44,8 +20,7 @@ def _consumer(bootstrap: str, group: str, explicit: bool = False) -> ShareConsum
 
 
 def test_two_share_consumers_get_every_record_once(shared_broker: BrokerProcess) -> None:
-    topic, group = f"share-cf-{uuid.uuid4().hex[:8]}", f"sg-cf-{uuid.uuid4().hex[:8]}"
-    _setup(shared_broker.bootstrap, topic, group, 40)
+    topic, group = share_topic(shared_broker.bootstrap, 40, "cf")
     consumers = [_consumer(shared_broker.bootstrap, group) for _ in range(2)]
     seen: list[bytes] = []
     try:
@@ -64,8 +39,7 @@ def test_two_share_consumers_get_every_record_once(shared_broker: BrokerProcess)
 
 
 def test_a_record_released_every_time_is_archived(shared_broker: BrokerProcess) -> None:
-    topic, group = f"share-cfp-{uuid.uuid4().hex[:8]}", f"sg-cfp-{uuid.uuid4().hex[:8]}"
-    _setup(shared_broker.bootstrap, topic, group, 1)
+    topic, group = share_topic(shared_broker.bootstrap, 1, "cfp")
     c = _consumer(shared_broker.bootstrap, group, explicit=True)
     deliveries = 0
     try:

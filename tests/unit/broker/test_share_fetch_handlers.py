@@ -23,17 +23,26 @@ KF, KA = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 ACCEPT, RELEASE = 1, 2
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(BrokerConfig(data_dir=tmp_path))
+def _open(data_dir: Path) -> Broker:
+    """A broker on ``data_dir``; the first time, with topic "jobs" holding three batches of
+    two records (offsets 0-5) and group "sg" reading from the start."""
+    b = Broker(BrokerConfig(data_dir=data_dir))
     b.start()
+    if "jobs" in b.topics.topics:
+        return b
     b.create_topic("jobs", 1)
     b.group_configs.alter("sg", {"share.auto.offset.reset": "earliest"}, validate_only=False)
     part = b.topics.get_partition("jobs", 0)
     assert part is not None
-    for i in range(3):  # three batches of two records: offsets 0-5
+    for i in range(3):
         batch = build_batch([NewRecord(None, f"r{i}-{j}".encode()) for j in range(2)])
         b.append(part, validate_produce_batch(batch))
+    return b
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = _open(tmp_path)
     yield b
     b.close()
 
@@ -145,22 +154,15 @@ def test_share_session_epochs(broker: Broker) -> None:
 
 
 def test_share_state_survives_a_restart(tmp_path: Path) -> None:
-    b = Broker(BrokerConfig(data_dir=tmp_path))
-    b.start()
-    b.create_topic("jobs", 1)
-    b.group_configs.alter("sg", {"share.auto.offset.reset": "earliest"}, validate_only=False)
-    part = b.topics.get_partition("jobs", 0)
-    assert part is not None
-    b.append(part, validate_produce_batch(build_batch([NewRecord(None, b"x")] * 4)))
-    assert _acquired(_fetch(b, "a", 0)) == [(0, 3, 1)]
+    b = _open(tmp_path)
+    assert _acquired(_fetch(b, "a", 0)) == [(0, 1, 1), (2, 3, 1), (4, 5, 1)]
     assert _ack(b, "a", 1, 0, 1, ACCEPT).responses[0].partitions[0].error_code == 0
-    b.close()  # a still holds 2-3: the lock does not survive, the delivery does
-    again = Broker(BrokerConfig(data_dir=tmp_path))
-    again.start()
+    b.close()  # a still holds 2-5: the lock does not survive, the delivery does
+    again = _open(tmp_path)
     try:
         sp = again.share_partitions.get(("sg", _tid(again), 0))
-        assert sp is not None and (sp.start_offset, sp.end_offset) == (2, 4)
-        assert _acquired(_fetch(again, "b", 0)) == [(2, 3, 2)]
+        assert sp is not None and (sp.start_offset, sp.end_offset) == (2, 6)
+        assert _acquired(_fetch(again, "b", 0)) == [(2, 3, 2), (4, 5, 2)]
     finally:
         again.close()
 

@@ -6,7 +6,6 @@ new data, as Fetch does."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from samsa.broker.handlers._base import (
     authorized,
     authorized_names,
 )
+from samsa.broker.handlers.fetch import wait_for_data
 from samsa.broker.share import ShareRead
 from samsa.coordinator.share_group import MAX_MEMBER_ID_LENGTH
 from samsa.coordinator.share_group_sessions import SessionContext
@@ -117,13 +117,7 @@ async def _long_poll(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
     while True:
-        remaining = deadline - loop.time()
-        if remaining > 0:
-            fut: asyncio.Future[None] = loop.create_future()
-            for p in partitions:
-                p.wait_for_data(fut)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, remaining)
+        await wait_for_data(partitions, deadline - loop.time())
         reads, partitions = _read(broker, request, session, denied)
         if any(r.acquired for r in reads.values()) or loop.time() >= deadline or not partitions:
             return _respond(broker, ctx.version, acks, reads)

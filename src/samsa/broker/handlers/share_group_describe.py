@@ -13,8 +13,12 @@ from samsa.broker.handlers._base import (
     authorized,
     authorized_names,
 )
-from samsa.broker.handlers.consumer_group_describe import HIDDEN_TOPICS, NO_OPERATIONS
-from samsa.coordinator.share_group import Assignment, ShareGroupDescription
+from samsa.broker.handlers.consumer_group_describe import (
+    HIDDEN_TOPICS,
+    NO_OPERATIONS,
+    assignment_of,
+)
+from samsa.coordinator.share_group import ShareGroupDescription
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
@@ -22,21 +26,6 @@ if TYPE_CHECKING:
     from samsa.broker.broker import Broker
 
 K = ApiKey.SHARE_GROUP_DESCRIBE
-
-
-def _assignment(v: int, assignment: Assignment, names: dict[Any, str]) -> Any:
-    parts = [
-        make(
-            K,
-            v,
-            "TopicPartitions",
-            topic_id=tid,
-            topic_name=names.get(tid, ""),
-            partitions=tuple(sorted(ps)),
-        )
-        for tid, ps in sorted(assignment.items(), key=lambda kv: kv[0].bytes)
-    ]
-    return make(K, v, "Assignment", topic_partitions=tuple(parts))
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
@@ -62,7 +51,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 client_id=m.client_id,
                 client_host=m.client_host,
                 subscribed_topic_names=m.subscribed_topic_names,
-                assignment=_assignment(v, m.assignment, names),
+                assignment=assignment_of(K, v, m.assignment, names),
             )
             for m in d.members
         )
