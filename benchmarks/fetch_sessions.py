@@ -52,7 +52,7 @@ from samsa.protocol.messages import ApiKey
 class Sessionless(FetchSessionHandler):
     """Every request full and sessionless (session 0, epoch -1)."""
 
-    def build(self, wanted: Mapping[tuple[str, int], tuple[int, int]]) -> FetchPlan:
+    def build(self, wanted: Mapping[tuple[str, int], tuple[int, int, int]]) -> FetchPlan:
         self.full_requests += 1
         return FetchPlan(INVALID_SESSION_ID, FINAL_EPOCH, dict(wanted))
 

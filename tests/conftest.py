@@ -80,7 +80,9 @@ def _uses_brokers(item: pytest.Item) -> bool:
 # Longest first: `make test` runs two workers that each take the next file as they free up,
 # so the suites of minutes-long files (Spark, Kafka JVMs) start early and the many short unit
 # files fill the end, instead of one worker finishing a Spark file alone. Files stay whole
-# (a stable sort by directory), so module fixtures are built once.
+# (a stable sort by directory), so module fixtures are built once. `make test` passes
+# --no-loadscope-reorder: by default xdist hands out the files with the most tests first,
+# which put the few-test, minutes-long Spark and Kafka files at the very end.
 _RUN_ORDER = ("spark", "oracle", "chaos", "interop", "property", "unit")
 
 

@@ -239,7 +239,7 @@ def test_broker_group_size_limits(differential: Run) -> None:
 # an API, the versions that differ, as (samsa, Kafka).
 KAFKA_ONLY_APIS = {
     34: (1, 2), 38: (1, 3), 39: (1, 2), 40: (1, 2), 41: (1, 3),
-    49: (0, 1), 55: (0, 2), 64: (0, 0), 74: (0, 1), 76: (1, 1), 77: (1, 1),
+    49: (0, 1), 55: (0, 2), 64: (0, 0), 76: (1, 1), 77: (1, 1),
     78: (1, 2), 79: (1, 2), 80: (0, 1), 81: (0, 0), 83: (0, 0), 84: (0, 0), 85: (0, 1),
     86: (0, 0), 87: (0, 1), 88: (0, 1), 89: (0, 1), 90: (0, 1), 91: (0, 0), 92: (0, 0),
     93: (0, 0), 94: (0, 0),
@@ -264,6 +264,8 @@ def test_api_versions(differential: Run) -> None:
         Deviation(f"apis.{key}", "<absent>", list(versions), "D-ADMIN-5")
         for key, versions in KAFKA_ONLY_APIS.items()
     ]
+    # D-TELEM-1: Kafka lists the telemetry APIs only with a telemetry exporter plugin.
+    deviations += [Deviation(f"apis.{key}", [0, 0], "<absent>", "D-TELEM-1") for key in (71, 72)]
     for key, (mine, theirs) in OTHER_VERSIONS.items():
         for i, field in enumerate(("min", "max")):
             if mine[i] != theirs[i]:

@@ -170,7 +170,7 @@ def session_fetch(
     parts: dict[tuple[str, int], int],
     forgotten: list[tuple[str, int]] | None = None,
 ) -> Any:
-    plan = FetchPlan(session_id, epoch, {tp: (o, 1 << 20) for tp, o in parts.items()},
+    plan = FetchPlan(session_id, epoch, {tp: (o, 1 << 20, -1) for tp, o in parts.items()},
                      forgotten or [])  # fmt: skip
     req = session_fetch_request(
         FETCH_VERSION, plan, max_wait_ms=0, min_bytes=1, max_bytes=1 << 24, isolation_level=0

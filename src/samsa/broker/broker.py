@@ -26,6 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from samsa.broker.authorizer import AclError, Authorizer, authorizer_enabled, parse_super_users
+from samsa.broker.client_metrics import (
+    CLIENT_METRICS_FILE,
+    ClientMetricsConfigs,
+    ClientMetricsManager,
+)
 from samsa.broker.config import LONG_MAX, BrokerConfig, ConfigError
 from samsa.broker.coordinator_log import CoordinatorLogs
 from samsa.broker.dynamic_config import (
@@ -83,8 +88,12 @@ class Broker:
         try:
             self.config = config = self.dynamic.load()
             self.group_configs.load()
+            client_metrics = ClientMetricsConfigs(self.data_dir / CLIENT_METRICS_FILE)
+            client_metrics.load()
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
+        # Client telemetry subscriptions and the instances pushing (KIP-714).
+        self.client_metrics = ClientMetricsManager(client_metrics, config.telemetry_max_bytes)
         # Finalized features (rule 45): the persisted levels, else the transaction.version setting.
         try:
             self.features = Features(

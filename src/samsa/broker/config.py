@@ -36,6 +36,7 @@ _KAFKA_NAMES: dict[str, str] = {
     "log.max.open.files": "log_max_open_files",
     "max.partitions": "max_partitions",
     "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
+    "telemetry.max.bytes": "telemetry_max_bytes",
     "broker.id": "broker_id",
     "node.id": "broker_id",
     "log.dirs": "data_dir",
@@ -122,6 +123,27 @@ _KAFKA_NAMES: dict[str, str] = {
     "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
     "sasl.server.authentication.timeout.ms": "sasl_server_authentication_timeout_ms",
     "sasl.max.connections.per.ip": "sasl_max_connections_per_ip",
+    # OAUTHBEARER (broker/oauthbearer.py): KIP-768's OIDC validator, and samsa's names for the
+    # options Kafka's unsecured validator takes from JAAS (unsecuredValidator...).
+    "sasl.oauthbearer.jwks.endpoint.url": "sasl_oauthbearer_jwks_endpoint_url",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": "sasl_oauthbearer_jwks_endpoint_refresh_ms",
+    "sasl.oauthbearer.expected.audience": "sasl_oauthbearer_expected_audience",
+    "sasl.oauthbearer.expected.issuer": "sasl_oauthbearer_expected_issuer",
+    "sasl.oauthbearer.clock.skew.seconds": "sasl_oauthbearer_clock_skew_seconds",
+    "sasl.oauthbearer.sub.claim.name": "sasl_oauthbearer_sub_claim_name",
+    "sasl.oauthbearer.scope.claim.name": "sasl_oauthbearer_scope_claim_name",
+    "sasl.oauthbearer.unsecured.validator.principal.claim.name": (
+        "sasl_oauthbearer_unsecured_validator_principal_claim_name"
+    ),
+    "sasl.oauthbearer.unsecured.validator.scope.claim.name": (
+        "sasl_oauthbearer_unsecured_validator_scope_claim_name"
+    ),
+    "sasl.oauthbearer.unsecured.validator.required.scope": (
+        "sasl_oauthbearer_unsecured_validator_required_scope"
+    ),
+    "sasl.oauthbearer.unsecured.validator.allowable.clock.skew.ms": (
+        "sasl_oauthbearer_unsecured_validator_allowable_clock_skew_ms"
+    ),
     # Authorization (see broker/authorizer.py).
     "authorizer.class.name": "authorizer_class_name",
     "super.users": "super_users",
@@ -194,11 +216,15 @@ _RANGES: dict[str, Range] = {
     "log_max_open_files": Range(1),  # samsa's own
     "max_partitions": Range(1),  # samsa's own
     "max_incremental_fetch_session_cache_slots": Range(0),
+    "telemetry_max_bytes": Range(1),  # as Kafka: atLeast(1)
     "connections_max_reauth_ms": Range(0, LONG_MAX),  # Kafka: no validator; 0: no deadline
     "sasl_server_max_receive_size": Range(1),  # Kafka: no validator; 0 would refuse all
     "connection_failed_authentication_delay_ms": Range(0),
     "sasl_server_authentication_timeout_ms": Range(1),  # samsa's own
     "sasl_max_connections_per_ip": Range(1),  # samsa's own
+    "sasl_oauthbearer_jwks_endpoint_refresh_ms": Range(1),
+    "sasl_oauthbearer_clock_skew_seconds": Range(0),
+    "sasl_oauthbearer_unsecured_validator_allowable_clock_skew_ms": Range(0),
     "metrics_port": Range(0, 65535),  # samsa's own; 0: pick a free port
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
@@ -348,6 +374,7 @@ class BrokerConfig:
     max_partitions: int = 100_000
     # KIP-227: fetch sessions kept at once (broker/fetch_session.py); 0: none.
     max_incremental_fetch_session_cache_slots: int = 1000
+    telemetry_max_bytes: int = 1024 * 1024  # KIP-714: the largest PushTelemetry, inflated
     log_retention_ms: int = 604_800_000  # 168 hours, Kafka's log.retention.hours default
     log_retention_bytes: int = -1
     # Broker defaults of the topic configs segment.ms, cleanup.policy, message.timestamp.type.
@@ -448,6 +475,19 @@ class BrokerConfig:
     # samsa's own: connections from one address to one SASL listener (Kafka's
     # max.connections.per.ip, unlimited by default there, still applies across listeners).
     sasl_max_connections_per_ip: int = 256
+    # OAUTHBEARER (KIP-255, KIP-768): with a JWKS URL (file:// or http:// on loopback) tokens
+    # are signed JWTs checked against it; without one, Kafka's default: unsecured JWTs.
+    sasl_oauthbearer_jwks_endpoint_url: str | None = None
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int = 3_600_000
+    sasl_oauthbearer_expected_audience: str = ""  # comma-separated; empty: not checked
+    sasl_oauthbearer_expected_issuer: str | None = None
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_scope_claim_name: str = "scope"
+    sasl_oauthbearer_unsecured_validator_principal_claim_name: str = "sub"
+    sasl_oauthbearer_unsecured_validator_scope_claim_name: str = "scope"
+    sasl_oauthbearer_unsecured_validator_required_scope: str = ""  # comma-separated
+    sasl_oauthbearer_unsecured_validator_allowable_clock_skew_ms: int = 0
     # Empty: no authorization (anyone may do anything). Kafka's StandardAuthorizer (or the
     # older AclAuthorizer) class name turns ACLs on (broker/authorizer.py).
     authorizer_class_name: str = ""

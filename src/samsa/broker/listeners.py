@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from samsa.broker.config import BrokerConfig, ConfigError, parse_host_port
+from samsa.broker.oauthbearer import OAUTHBEARER, check_jwks_url
 from samsa.protocol.sasl import MECHANISMS
+
+SERVER_MECHANISMS = (*MECHANISMS, OAUTHBEARER)
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 ANONYMOUS = "User:ANONYMOUS"
@@ -170,15 +173,20 @@ def _check_listener(config: BrokerConfig, lst: Listener) -> None:
             )
     if lst.sasl and not mechanisms:
         raise ConfigError(f"sasl.enabled.mechanisms is empty for SASL listener {lst.name}")
+    if config.sasl_oauthbearer_jwks_endpoint_url is not None:
+        try:
+            check_jwks_url(config.sasl_oauthbearer_jwks_endpoint_url)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def enabled_mechanisms(config: BrokerConfig) -> tuple[str, ...]:
     names = tuple(m.strip().upper() for m in config.sasl_enabled_mechanisms.split(",") if m.strip())
     for m in names:
-        if m not in MECHANISMS:
+        if m not in SERVER_MECHANISMS:
             raise ConfigError(
                 f"sasl.enabled.mechanisms: {m} is not supported (samsa serves "
-                f"{', '.join(MECHANISMS)})"
+                f"{', '.join(SERVER_MECHANISMS)})"
             )
     return names
 

@@ -15,7 +15,8 @@ Bounded: a per-topic counter exists only for a topic that exists when it is coun
 counters of deleted topics are dropped (when a new topic is first counted, and at each
 scrape), so a client cannot grow them with made-up names. Group lag, whose group ids come
 from clients, is capped at ``MAX_GROUP_LAG_SERIES`` series per scrape; what is left out is
-counted in ``samsa_consumergroup_lag_series_omitted``.
+counted in ``samsa_consumergroup_lag_series_omitted``. What clients push (KIP-714,
+``samsa_client_...``) is bounded by :mod:`samsa.broker.client_metrics`.
 
 The registry is this broker's own (not ``prometheus_client``'s global one), so brokers in
 one process do not clash. ``broker/server.py`` serves it over HTTP (:func:`http_response`
@@ -24,6 +25,7 @@ builds the answer; this module touches no socket).
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
@@ -33,6 +35,13 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from samsa.broker.client_metrics import (
+    MAX_CLIENT_INSTANCES,
+    MAX_SERIES,
+    MAX_SERIES_PER_CLIENT,
+    kafka_uuid,
+    monotonic_ms,
+)
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import api_name
 
@@ -45,6 +54,7 @@ if TYPE_CHECKING:
     from samsa.protocol.records import RecordBatchView
 
 T = TypeVar("T")
+_METRIC_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 # Request latency in milliseconds, as Kafka's RequestMetrics report it (TotalTimeMs): from
 # sub-millisecond ApiVersions to long-polling fetches (fetch.max.wait.ms is up to 30 s).
@@ -259,6 +269,7 @@ class _StateCollector:
         yield from _transaction_gauges(broker)
         yield from _group_lag(broker)
         yield from _cleaner_counters(broker)
+        yield from _client_telemetry(broker)
 
 
 def _partition_gauges(broker: Broker) -> Iterator[Metric]:
@@ -369,6 +380,46 @@ def _cleaner_counters(broker: Broker) -> Iterator[Metric]:
         family = CounterMetricFamily(f"samsa_log_cleaner_{attr}", text)
         family.add_metric([], getattr(stats, attr))
         yield family
+
+
+def _client_telemetry(broker: Broker) -> Iterator[Metric]:
+    """What clients pushed (KIP-714), one gauge family per metric name, labelled by client
+    instance and client id besides the data point's own attributes; bounded by the manager
+    (instances, series per instance, series in all), stale instances dropped first."""
+    manager = broker.client_metrics
+    manager.expire(monotonic_ms())
+    families: dict[str, Metric] = {}
+    for inst, name, labels, value in manager.series():
+        prom = "samsa_client_" + _METRIC_NAME.sub("_", name)
+        family = families.get(prom)
+        if family is None:
+            family = families[prom] = Metric(prom, f"Pushed by clients (KIP-714): {name}", "gauge")
+        tags = {
+            "client_instance_id": kafka_uuid(inst.instance_id),
+            "client_id": inst.info.client_id,
+        }
+        for k, v in labels:
+            tags.setdefault(k, v)  # the broker's labels win over a same-named attribute
+        family.add_sample(prom, tags, value)
+    yield from families.values()
+    for attr, text in (
+        ("instances", "Client instances the broker keeps telemetry state for"),
+        ("series_count", "Series of pushed client metrics kept"),
+    ):
+        gauge = GaugeMetricFamily(f"samsa_client_telemetry_{attr.removesuffix('_count')}", text)
+        gauge.add_metric(
+            [], len(manager.instances) if attr == "instances" else manager.series_count
+        )
+        yield gauge
+    for attr, text in (
+        ("series_dropped", f"Pushed series not kept (over {MAX_SERIES_PER_CLIENT} a client "
+                           f"or {MAX_SERIES} in all)"),
+        ("instances_evicted", f"Client instances dropped for newer ones (over "
+                              f"{MAX_CLIENT_INSTANCES})"),
+    ):  # fmt: skip
+        counter = CounterMetricFamily(f"samsa_client_telemetry_{attr}", text)
+        counter.add_metric([], getattr(manager, attr))
+        yield counter
 
 
 # -- HTTP: the answer to one request (the socket side is in broker/server.py) -------------------

@@ -22,6 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from samsa.broker.oauthbearer import (
+    OAUTHBEARER,
+    AuthenticationRefused,
+    OAuthBearerServer,
+    TokenValidator,
+)
 from samsa.log.durable import write_atomically
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.sasl import (
@@ -236,6 +242,7 @@ class SaslSession:
     raw_tokens: bool = False
     _mechanism: ServerMechanism | None = field(default=None, repr=False)
     _mechanism_name: str | None = None
+    oauth: TokenValidator | None = field(default=None, repr=False)  # OAUTHBEARER's
 
     @property
     def authenticated(self) -> bool:
@@ -251,7 +258,8 @@ class SaslSession:
 
     def handshake(self, mechanism: str, version: int = 1) -> ErrorCode:
         in_progress = self._mechanism is not None and not self._mechanism.complete
-        if in_progress or (self.authenticated and not self.reauth_ms):
+        # KIP-368: re-authentication is for sessions that expire (reauth_ms or a token's exp).
+        if in_progress or (self.authenticated and self.expires_at is None):
             self.failed = "unexpected SaslHandshake"
             return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism not in self.mechanisms:
@@ -261,9 +269,13 @@ class SaslSession:
             # KIP-368: re-authentication keeps the mechanism it started with.
             self.failed = f"re-authentication may not switch to {mechanism}"
             return ErrorCode.ILLEGAL_SASL_STATE
-        self._mechanism = server_mechanism(
-            mechanism, self.scram.lookup, self.plain.check, self.scram.mock
-        )
+        if mechanism == OAUTHBEARER:
+            assert self.oauth is not None
+            self._mechanism = OAuthBearerServer(self.oauth, reauthenticating=self.authenticated)
+        else:
+            self._mechanism = server_mechanism(
+                mechanism, self.scram.lookup, self.plain.check, self.scram.mock
+            )
         self._mechanism_name = mechanism
         self.raw_tokens = version == 0
         return ErrorCode.NONE
@@ -280,15 +292,25 @@ class SaslSession:
                 raise SaslError("re-authentication may not change the principal")
         except (SaslError, CredentialError) as exc:
             user = None if mech.user is None else clip(mech.user)
-            self.failed = f"SASL authentication failed (user {user!r}): {exc}"
+            why = exc.detail if isinstance(exc, AuthenticationRefused) else exc
+            self.failed = f"SASL authentication failed (user {user!r}): {clip(str(why))}"
             message = str(exc) if isinstance(exc, SaslError) else "Authentication failed"
             return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
         if mech.complete:
             self.principal = principal
-            self.lifetime_ms = self.reauth_ms
-            if self.reauth_ms:
-                self.expires_at = time.monotonic() + self.reauth_ms / 1000
-        return ErrorCode.NONE, None, reply
+            self._start_session(getattr(mech, "expires_ms", None))
+        return ErrorCode.NONE, "", reply  # Kafka's default message: empty, not null
+
+    def _start_session(self, credential_expires_ms: int | None) -> None:
+        """KIP-368 as Kafka's SaslServerAuthenticator: the session ends at
+        connections.max.reauth.ms or when the credential (an OAUTHBEARER token) expires,
+        whichever is first; with neither, never."""
+        self.lifetime_ms, self.expires_at = self.reauth_ms, None
+        if credential_expires_ms is not None:
+            left = max(0, credential_expires_ms - int(time.time() * 1000))
+            self.lifetime_ms = min(left, self.reauth_ms) if self.reauth_ms else left
+        if self.reauth_ms or credential_expires_ms is not None:
+            self.expires_at = time.monotonic() + self.lifetime_ms / 1000
 
 
 _STORES: dict[Path, ScramCredentials] = {}

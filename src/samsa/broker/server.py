@@ -109,6 +109,7 @@ from samsa.broker.listeners import (
     server_context,
 )
 from samsa.broker.metrics import MAX_HTTP_REQUEST_BYTES, http_response, metrics_bind_host
+from samsa.broker.oauthbearer import OAUTHBEARER, Jwks, validator_for
 from samsa.broker.sasl import PlainUsers, SaslSession, clip, credentials_for
 from samsa.broker.writer import ZeroCopyWriter
 from samsa.log.segment import SEGMENT_FILES, FileSlice
@@ -219,6 +220,7 @@ class Endpoint:
     ssl_context: ssl.SSLContext | None = None
     mapper: PrincipalMapper | None = None  # SSL listeners: certificate -> principal
     new_session: Callable[[], SaslSession] | None = None  # SASL listeners
+    jwks: Jwks | None = None  # OAUTHBEARER's key set, refreshed while the listener runs
     sockets: list[socket.socket] = field(default_factory=list)
     # SASL listeners: the largest frame before authentication, the time to authenticate in,
     # and connections per client address (with their counts).
@@ -258,6 +260,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.tls = False  # a TLS transport: response bytes must go through it (no sendfile)
         self.principal = ANONYMOUS
+        self.software = ("", "")  # ApiVersions v3+ (KIP-511): the client's name and version
         self._scheduled = False  # a call_soon(_process) is pending
         self._out_fd = -1
         self._writer_added = False
@@ -467,6 +470,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         flexible = is_flexible(api_key, version)
         header = parse_request_header(frame, flexible)
         request = decode_request(api_key, version, frame, header.body_offset)
+        if api_key == ApiKey.API_VERSIONS and version >= 3:
+            self.software = (request.client_software_name, request.client_software_version)
         endpoint = self.endpoint
         ctx = RequestContext(
             header=header,
@@ -476,6 +481,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             advertised=endpoint.advertised if endpoint is not None else None,
             session=session,
             zero_copy=api_key == ApiKey.FETCH and self.zero_copy,
+            software=self.software,
         )
         started = time.perf_counter()
         result = self.broker.metrics.timed(api_key, started, api.handler(self.broker, ctx, request))
@@ -707,6 +713,9 @@ class BrokerServer:
         )
         self.broker.start()
         self._loop = loop = asyncio.get_running_loop()
+        for endpoint in self.endpoints:
+            if endpoint.jwks is not None:
+                await endpoint.jwks.start()
         try:
             for endpoint in self.endpoints:
                 lst = endpoint.listener
@@ -858,6 +867,9 @@ class BrokerServer:
         self._listening.clear()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for endpoint in self.endpoints:
+            if endpoint.jwks is not None:
+                endpoint.jwks.close()
         if self._metrics is not None:
             await self._metrics.stop()
         for task in list(self._setups):
@@ -943,12 +955,16 @@ def _endpoints(config: BrokerConfig) -> list[Endpoint]:
         elif lst.protocol == "SASL_SSL":  # KIP-684: SASL authenticates, not certificates
             endpoint.ssl_context = server_context(own, client_auth=False)
         if lst.sasl:
+            mechanisms = enabled_mechanisms(own)
+            oauth = validator_for(own) if OAUTHBEARER in mechanisms else None
+            endpoint.jwks = getattr(oauth, "jwks", None)
             endpoint.new_session = partial(
                 SaslSession,
-                enabled_mechanisms(own),
+                mechanisms,
                 scram,
                 PlainUsers(own.sasl_plain_users_file),
                 own.connections_max_reauth_ms,
+                oauth=oauth,
             )
             endpoint.max_receive = own.sasl_server_max_receive_size
             endpoint.auth_timeout_s = own.sasl_server_authentication_timeout_ms / 1000

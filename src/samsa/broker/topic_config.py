@@ -37,6 +37,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    CLIENT_METRICS_CONFIG = 7  # a client metrics subscription's (KIP-714)
     GROUP_CONFIG = 8  # a group's own (KIP-848)
 
 

@@ -465,6 +465,12 @@ class Cluster:
             return None
         return p.leader
 
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as the metadata last said (-1: unknown)."""
+        info = self.topics.get(topic)
+        p = info.partitions.get(partition) if info is not None else None
+        return p.leader_epoch if p is not None else -1
+
     async def each_broker(self, what: str, call: Callable[[int], Awaitable[Any]]) -> list[Any]:
         """``call(node)`` on every broker, each retried on its own (ListGroups,
         ListTransactions: each broker answers for what it coordinates)."""

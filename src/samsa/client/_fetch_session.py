@@ -26,7 +26,9 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 
 Key = tuple[str, int]  # (topic, partition)
-Wanted = tuple[int, int]  # (fetch offset, partition max bytes)
+# (fetch offset, partition max bytes, current leader epoch): a change of any resends the
+# partition in an incremental request, as Java's session builder compares them all.
+Wanted = tuple[int, int, int]
 
 
 def next_epoch(epoch: int) -> int:
@@ -135,16 +137,19 @@ def fetch_request(
     max_bytes: int,
     isolation_level: int,
 ) -> Any:
-    """The Fetch request of ``plan`` (a consumer's: no replica, no leader epochs)."""
+    """The Fetch request of ``plan`` (a consumer's: no replica id). Each partition carries
+    the leader epoch the consumer's metadata knows (KIP-320; -1: unknown), so a leader that
+    lost its leadership, or one the metadata is ahead of, refuses the fetch
+    (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH) instead of serving from a stale log."""
     topics: dict[str, list[Any]] = {}
-    for (topic, partition), (offset, part_max) in plan.to_send.items():
+    for (topic, partition), (offset, part_max, epoch) in plan.to_send.items():
         topics.setdefault(topic, []).append(
             make_request(
                 ApiKey.FETCH,
                 version,
                 "FetchPartition",
                 partition=partition,
-                current_leader_epoch=-1,
+                current_leader_epoch=epoch,
                 fetch_offset=offset,
                 last_fetched_epoch=-1,
                 log_start_offset=-1,

@@ -474,7 +474,10 @@ class Fetcher:
         if any(p is None for p in positions.values()):
             return  # seeked to "unknown" meanwhile; the next pass initialises it
         part_max = c.int("max.partition.fetch.bytes")
-        wanted = {(tp.topic, tp.partition): (off, part_max) for tp, off in positions.items()}
+        epoch = self.cluster.leader_epoch
+        wanted = {
+            (tp.topic, tp.partition): (off, part_max, epoch(*tp)) for tp, off in positions.items()
+        }
         # KIP-227 from Fetch v7 (as Java's consumer, always): a full request opens a session,
         # later ones name only what changed. Rounds are sequential (one _fetching task, one
         # request per node each), as a session allows one request in flight.

@@ -3,8 +3,10 @@ atomically and durably."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def fsync_file(path: Path) -> None:
@@ -56,3 +58,20 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(directory)
+
+
+def read_versioned_json(path: Path, version: int = 1) -> dict[str, Any] | None:
+    """The JSON object a broker file of its own holds (None if there is no file); ValueError
+    unless it is an object of ``version``."""
+    if not path.exists():
+        return None
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict) or doc.get("version") != version:
+        raise ValueError(f"expected a JSON object with version {version}")
+    return doc
+
+
+def write_versioned_json(path: Path, version: int = 1, **fields: Any) -> None:
+    """:func:`write_atomically` a JSON object of ``version`` and ``fields``."""
+    doc = {"version": version, **fields}
+    write_atomically(path, json.dumps(doc, indent=1, sort_keys=True).encode())

@@ -128,7 +128,7 @@ def fetch_request(
     plan = FetchPlan(
         INVALID_SESSION_ID,
         FINAL_EPOCH,
-        {tp: (offset, partition_max_bytes) for tp, offset in partitions.items()},
+        {tp: (offset, partition_max_bytes, -1) for tp, offset in partitions.items()},
     )
     return build_fetch_request(
         version,

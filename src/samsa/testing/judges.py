@@ -401,6 +401,7 @@ def copier_run(
     copier_kills: int = 2,
     broker_kills: int = 1,
     transaction_size: int = 50,
+    transaction_timeout_ms: int = 10_000,
     group_mode: bool = False,
     timeout: float = 60.0,
 ) -> CopierStats:
@@ -410,7 +411,12 @@ def copier_run(
     that exits on an error is restarted too. Returns once every copier finished cleanly.
 
     ``group_mode``: the copiers share the input topic through one consumer group and commit
-    with its metadata (KIP-447), as Kafka's transactions system test also runs them."""
+    with its metadata (KIP-447), as Kafka's transactions system test also runs them.
+
+    ``transaction_timeout_ms``: a restarted copier asks its input position (a read_committed
+    OffsetFetch) before its ``initTransactions`` fences the killed one, so it waits, on any
+    broker, until the killed copier's open transaction times out (and the broker's abort
+    check runs): the tool's default of a minute made each copier kill cost one."""
     workdir.mkdir(parents=True, exist_ok=True)
     stats = CopierStats()
 
@@ -421,6 +427,7 @@ def copier_run(
             "--input-topic", input_topic, "--input-partition", str(p),
             "--output-topic", output_topic, "--transactional-id", f"copier-{p}",
             "--consumer-group", "copiers", "--transaction-size", str(transaction_size),
+            "--transaction-timeout", str(transaction_timeout_ms),
             "--enable-random-aborts",
             *(("--group-mode", "--use-group-metadata") if group_mode else ()),
             stderr=workdir / f"copier-{p}.err",

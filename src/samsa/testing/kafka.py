@@ -74,6 +74,7 @@ TOOLS: dict[str, str] = {
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
+    "kafka-client-metrics": "org.apache.kafka.tools.ClientMetricsCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",

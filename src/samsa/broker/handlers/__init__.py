@@ -40,11 +40,13 @@ from samsa.broker.handlers import (
     end_txn,
     fetch,
     find_coordinator,
+    get_telemetry_subscriptions,
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
+    list_config_resources,
     list_groups,
     list_offsets,
     list_partition_reassignments,
@@ -55,6 +57,7 @@ from samsa.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    push_telemetry,
     sasl_authenticate,
     sasl_handshake,
     share_acknowledge,
@@ -138,6 +141,10 @@ APIS: dict[int, Api] = {
         Api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, describe_share_group_offsets.handle),
         Api(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, alter_share_group_offsets.handle),
         Api(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, delete_share_group_offsets.handle),
+        # KIP-714 client telemetry; ListConfigResources v0 is kafka-client-metrics --list.
+        Api(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, 0, get_telemetry_subscriptions.handle),
+        Api(ApiKey.PUSH_TELEMETRY, 0, 0, push_telemetry.handle),
+        Api(ApiKey.LIST_CONFIG_RESOURCES, 0, 1, list_config_resources.handle),
     )
 }
 api_versions.SUPPORTED.update(APIS)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.client_metrics import CLIENT_METRICS, ClientMetricsError
 from samsa.broker.dynamic_config import DynamicConfigError
 from samsa.broker.group_config import GroupConfigError
 from samsa.broker.handlers._base import Op, Res, authorized
@@ -55,6 +56,8 @@ def alter(
                 own = broker.group_configs
                 configs = new_configs(own.get(res.resource_name), res)
                 own.alter(res.resource_name, configs, request.validate_only)
+            elif res.resource_type == CLIENT_METRICS:
+                _alter_client_metrics(broker, res, new_configs, request.validate_only)
             elif res.resource_type != TOPIC:
                 code = ErrorCode.INVALID_REQUEST
                 message = f"resource type {res.resource_type} not supported"
@@ -71,6 +74,9 @@ def alter(
             code, message = ErrorCode.INVALID_CONFIG, str(exc)
         except DynamicConfigError as exc:
             code, message = ErrorCode.INVALID_REQUEST, str(exc)
+        except ClientMetricsError as exc:
+            invalid = ErrorCode.INVALID_CONFIG if exc.invalid_config else ErrorCode.INVALID_REQUEST
+            code, message = invalid, str(exc)
         except GroupConfigError as exc:
             invalid = ErrorCode.INVALID_REQUEST if exc.invalid_request else ErrorCode.INVALID_CONFIG
             code, message = invalid, str(exc)
@@ -108,6 +114,23 @@ def _alter_broker(
     except InvalidConfigError as exc:
         raise DynamicConfigError(str(exc)) from None
     broker.alter_broker_configs(res.resource_name, configs, validate_only)
+
+
+def _alter_client_metrics(
+    broker: Broker,
+    res: Any,
+    new_configs: Callable[[dict[str, str], Any], dict[str, str]],
+    validate_only: bool,
+) -> None:
+    """KIP-714: a client metrics subscription's set; clients see a change at their next
+    request (their subscription id changes)."""
+    manager = broker.client_metrics
+    try:
+        configs = new_configs(manager.configs.get(res.resource_name), res)
+    except InvalidConfigError as exc:
+        raise ClientMetricsError(str(exc)) from None
+    if manager.configs.alter(res.resource_name, configs, validate_only):
+        manager.subscriptions_changed()
 
 
 def _unauthorized(broker: Broker, ctx: RequestContext, res: Any) -> ErrorCode | None:

@@ -34,6 +34,8 @@ class RequestContext:
     # The connection can send record bytes straight from segment files (os.sendfile): Fetch
     # may answer with pinned FileSlice pieces, which the server releases once written.
     zero_copy: bool = False
+    # What the client's ApiVersions named (KIP-511); client metrics select on it (KIP-714).
+    software: tuple[str, str] = ("", "")
 
     @property
     def api_key(self) -> int:

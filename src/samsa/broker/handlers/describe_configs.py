@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
+from samsa.broker.client_metrics import CLIENT_METRICS, ClientMetricsError
 from samsa.broker.dynamic_config import DynamicConfigError, describe_broker
 from samsa.broker.group_config import GroupConfigError
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
@@ -69,7 +70,7 @@ def _check_authorized(broker: Broker, ctx: RequestContext, resource_type: int, n
     """Rule 33: DescribeConfigs on the topic, or on the cluster for a broker."""
     if resource_type == TOPIC and not authorized(broker, ctx, Op.DESCRIBE_CONFIGS, Res.TOPIC, name):
         raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized")
-    if resource_type == BROKER and not authorized(
+    if resource_type in (BROKER, CLIENT_METRICS) and not authorized(
         broker, ctx, Op.DESCRIBE_CONFIGS, Res.CLUSTER, CLUSTER_NAME
     ):
         raise _Refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized")
@@ -92,6 +93,11 @@ def _describe(broker: Broker, resource_type: int, name: str) -> list[DescribedCo
         try:  # every group has every key, as in Kafka, whether the group exists or not
             return broker.group_configs.describe(name, broker.config)
         except GroupConfigError as exc:
+            raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    if resource_type == CLIENT_METRICS:
+        try:  # as a group's: every key, the subscription existing or not
+            return broker.client_metrics.configs.describe(name)
+        except ClientMetricsError as exc:
             raise _Refused(ErrorCode.INVALID_REQUEST, str(exc)) from None
     raise _Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} not supported")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from samsa.broker.client_metrics import CLIENT_METRICS
+from samsa.broker.client_metrics import LIST_DEFAULTS as CLIENT_METRICS_LIST_DEFAULTS
 from samsa.broker.dynamic_config import LIST_DEFAULTS
 from samsa.broker.group_config import LIST_DEFAULTS as GROUP_LIST_DEFAULTS
 from samsa.broker.group_config import check_operations
@@ -26,6 +28,8 @@ def _apply(current: dict[str, str], resource: Any) -> dict[str, str]:
     if resource.resource_type == GROUP:
         check_operations(ops)
         return apply_incremental(current, ops, GROUP_LIST_DEFAULTS)
+    if resource.resource_type == CLIENT_METRICS:
+        return apply_incremental(current, ops, CLIENT_METRICS_LIST_DEFAULTS)
     return apply_incremental(current, ops)
 
 

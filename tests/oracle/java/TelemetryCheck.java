@@ -1,0 +1,28 @@
+// KIP-714 from Kafka's Java client: a producer (enable.metrics.push is true by default)
+// sends records for a few seconds, so it fetches its subscription and pushes, then closes
+// (its last, terminating push). Prints its client instance id as JSON.
+// Arguments: bootstrap servers, client id, topic, seconds.
+import java.time.Duration;
+import java.util.Properties;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public class TelemetryCheck {
+    public static void main(String[] args) throws Exception {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args[0]);
+        props.put("client.id", args[1]);
+        props.put("key.serializer", StringSerializer.class.getName());
+        props.put("value.serializer", StringSerializer.class.getName());
+        long until = System.currentTimeMillis() + 1000L * Integer.parseInt(args[3]);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            String id = String.valueOf(producer.clientInstanceId(Duration.ofSeconds(30)));
+            while (System.currentTimeMillis() < until) {
+                producer.send(new ProducerRecord<>(args[2], "k", "v")).get();
+                Thread.sleep(100);
+            }
+            System.out.println("{\"client_instance_id\": \"" + id + "\"}");
+        }
+    }
+}
