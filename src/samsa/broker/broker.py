@@ -45,11 +45,14 @@ from samsa.broker.group_config import GROUP_CONFIGS_FILE, GroupConfigs
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.quotas import CLIENT_QUOTAS_FILE, ClientQuotas
+from samsa.broker.share import ShareConfigs, SharePartitions
 from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
 from samsa.broker.topics import Partition, TopicError, TopicManager, topic_log_config
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
 from samsa.coordinator.group_coordinator import GroupConfig
 from samsa.coordinator.group_runtime import GroupCoordinatorRuntime
+from samsa.coordinator.share_group import ShareConfig
+from samsa.coordinator.share_group_sessions import ShareSessionCache
 from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import StepHook, TransactionCoordinatorRuntime
 from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
@@ -152,6 +155,17 @@ class Broker:
         self._inline_used = 0  # bytes of batches checked on the event loop in this turn
         # The coordinators' ports (coordinator/ports.py): their internal topics, and markers.
         self.coordinator_logs = CoordinatorLogs(self.topics, now_ms)
+        # KIP-932 share groups' record states and share sessions (handlers/share_fetch.py).
+        self.share_partitions = SharePartitions(
+            ShareConfigs(
+                config.group_share_record_lock_duration_ms,
+                config.group_share_delivery_count_limit,
+                config.group_share_partition_max_record_locks,
+            ),
+            group_configs=self.group_configs.get,
+            store=self.coordinator_logs,
+        )
+        self.share_sessions = ShareSessionCache()
         # Called as (topic, partition, producer id, committed) after each marker is written.
         self.txn_marker_listeners = self.coordinator_logs.marker_listeners
         # Transaction coordinator: state rebuilt from __transaction_state at start().
@@ -171,6 +185,9 @@ class Broker:
             self.transactions.verify,
             self._topic_infos,
             self._group_timeouts,
+        )
+        self.groups.coordinator.share.config = ShareConfig(
+            config.group_share_session_timeout_ms, config.group_share_heartbeat_interval_ms
         )
 
     def _group_timeouts(self, group_id: str) -> tuple[int | None, int | None]:
@@ -196,6 +213,7 @@ class Broker:
     def start(self) -> None:
         self.topics.load(now_ms())
         self.groups.load()
+        self.share_partitions.load()
         self.transactions.load()
 
     def start_background_tasks(self) -> None:

@@ -86,6 +86,11 @@ _KAFKA_NAMES: dict[str, str] = {
     "group.consumer.max.size": "group_consumer_max_size",
     "group.max.size": "group_max_size",
     "group.consumer.migration.policy": "group_consumer_migration_policy",
+    "group.share.session.timeout.ms": "group_share_session_timeout_ms",
+    "group.share.heartbeat.interval.ms": "group_share_heartbeat_interval_ms",
+    "group.share.record.lock.duration.ms": "group_share_record_lock_duration_ms",
+    "group.share.delivery.count.limit": "group_share_delivery_count_limit",
+    "group.share.partition.max.record.locks": "group_share_partition_max_record_locks",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
@@ -257,6 +262,12 @@ _RANGES: dict[str, Range] = {
     "group_consumer_heartbeat_interval_ms": Range(1),
     "group_consumer_max_size": Range(1),
     "group_max_size": Range(1),
+    # KIP-932 share groups (broker/share.py, coordinator/share_group.py)
+    "group_share_session_timeout_ms": Range(1),
+    "group_share_heartbeat_interval_ms": Range(1),
+    "group_share_record_lock_duration_ms": Range(1000, 3_600_000),
+    "group_share_delivery_count_limit": Range(2, 10),
+    "group_share_partition_max_record_locks": Range(100, 10_000),
     "offsets_retention_minutes": Range(1),
     "offsets_retention_check_interval_ms": Range(1, LONG_MAX),
     "transaction_state_log_num_partitions": Range(1),
@@ -417,6 +428,11 @@ class BrokerConfig:
     # Kafka's default is Integer.MAX_VALUE; bounded here as every client-made resource is.
     group_consumer_max_size: int = 1000
     group_max_size: int = 1000  # classic groups; bounded, as group.consumer.max.size (D-GROUP-1)
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5_000
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_delivery_count_limit: int = 5
+    group_share_partition_max_record_locks: int = 2000
     # Online migration of non-empty groups between the protocols (rule 38); Kafka 4's default.
     group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 10080  # 7 days

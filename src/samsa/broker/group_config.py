@@ -7,8 +7,10 @@ by (Incremental)AlterConfigs, validated as Kafka's GroupConfig validates them (t
 key's own lower bound, then the broker's bounds). They are kept in
 ``<data dir>/group-configs.json``, written atomically before a change is answered, as Kafka
 keeps them in its metadata log. samsa's consumer-group coordinator applies
-``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` per group; the share
-and streams keys are kept and described only (samsa has no share or streams groups).
+``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` per group, and its share
+partitions (``broker/share.py``) ``share.auto.offset.reset``, ``share.isolation.level``,
+``share.record.lock.duration.ms``, ``share.delivery.count.limit`` and
+``share.partition.max.record.locks``; the streams keys are kept and described only.
 """
 
 from __future__ import annotations

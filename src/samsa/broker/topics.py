@@ -46,7 +46,7 @@ _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _CREATING = re.compile(r"^(?P<topic_id>[0-9a-f]{32})\.creating$")
 _DELETING = re.compile(r"^.+\.[0-9a-f]{32}-delete$")
 _ADDING = re.compile(r"^[0-9a-f]{32}-\d+\.adding$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 TOPIC_CONFIG_FILE = "topic.config"
 
 

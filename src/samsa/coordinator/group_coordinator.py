@@ -86,6 +86,12 @@ from samsa.coordinator.offsets_records import (
 )
 from samsa.coordinator.ports import StoredBatch
 from samsa.coordinator.runtime import Outcome
+from samsa.coordinator.share_group import (
+    ShareGroupDescription,
+    ShareGroups,
+    ShareHeartbeat,
+    ShareHeartbeatResult,
+)
 from samsa.coordinator.timer import Timer
 from samsa.protocol.errors import ErrorCode
 
@@ -147,6 +153,9 @@ class GroupCoordinator:
         self.migration = GroupMigration(
             self.config, self.registry, self.consumer, self._out, topics, new_member_id
         )
+        # KIP-932 share groups: an id naming a classic or consumer group names no share group.
+        self.share = ShareGroups()
+        self._topics = topics
 
     @property
     def config(self) -> GroupConfig:
@@ -354,6 +363,27 @@ class GroupCoordinator:
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
         return self.consumer.describe(group_id)
 
+    # == ShareGroupHeartbeat (KIP-932) ============================================================
+
+    def share_heartbeat(
+        self, req: ShareHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
+    ) -> Outcome[CoordinatorRecord, ShareHeartbeatResult]:
+        self._touched.add(req.group_id)
+        if self.registry.knows(req.group_id):
+            return self._outcome(
+                ShareHeartbeatResult(
+                    E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a share group."
+                )
+            )
+        return self._outcome(self.share.heartbeat(req, topics, now_ms))
+
+    def describe_share_group(self, group_id: str) -> ShareGroupDescription:
+        if self.registry.knows(group_id):
+            return ShareGroupDescription(
+                group_id, E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
+            )
+        return self.share.describe(group_id)
+
     # == offsets ===================================================================================
 
     def commit_offsets(
@@ -543,6 +573,7 @@ class GroupCoordinator:
         if group is not None:
             self.classic.fire(group, now_ms)
         self.consumer.fire(group_id, now_ms)
+        self.share.fire(group_id, self._topics(), now_ms)
         self._touched.add(group_id)
 
     def _reschedule(self) -> None:
@@ -553,6 +584,8 @@ class GroupCoordinator:
             deadline = self.classic.next_deadline(group) if group is not None else None
             if deadline is None:
                 deadline = self.consumer.next_deadline(group_id)
+            if deadline is None:
+                deadline = self.share.next_deadline(group_id)
             if deadline is None:
                 self._timer.cancel(group_id)
             else:

@@ -48,6 +48,11 @@ from samsa.coordinator.group_coordinator import (
 from samsa.coordinator.offsets import OFFSETS_TOPIC, FetchedOffset, TopicPartition
 from samsa.coordinator.ports import CoordinatorLog, StoreUnavailable
 from samsa.coordinator.runtime import CoordinatorRuntime, Outcome
+from samsa.coordinator.share_group import (
+    ShareGroupDescription,
+    ShareHeartbeat,
+    ShareHeartbeatResult,
+)
 from samsa.protocol.errors import ErrorCode
 
 log = logging.getLogger("samsa.coordinator")
@@ -311,6 +316,18 @@ class GroupCoordinatorRuntime:
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
         self._fire(group_id)
         return self.coordinator.describe_consumer_group(group_id)
+
+    def share_heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
+        self._fire(req.group_id)
+        outcome = self.coordinator.share_heartbeat(req, self.topics(), self.clock())
+        error, _ = self._run(outcome)
+        if error != ErrorCode.NONE:
+            return ShareHeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return outcome.response
+
+    def describe_share_group(self, group_id: str) -> ShareGroupDescription:
+        self._fire(group_id)
+        return self.coordinator.describe_share_group(group_id)
 
     def list_consumer_groups(self, states: list[str]) -> list[tuple[str, str]]:
         self._tick_now()

@@ -26,14 +26,16 @@ NO_OPERATIONS = -(2**31)  # authorized operations were not asked for
 HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
-def _assignment(v: int, assignment: Assignment, names: dict[Any, str]) -> Any:
+def assignment_of(k: int, v: int, assignment: Assignment, names: dict[Any, str]) -> Any:
+    """A described member's assignment, topics by id and name (shared with
+    ShareGroupDescribe)."""
     return make(
-        K,
+        k,
         v,
         "Assignment",
         topic_partitions=tuple(
             make(
-                K,
+                k,
                 v,
                 "TopicPartitions",
                 topic_id=tid,
@@ -72,8 +74,8 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 client_host=m.client_host,
                 subscribed_topic_names=m.subscribed_topic_names,
                 subscribed_topic_regex=m.subscribed_topic_regex or "",  # Kafka's "" for none
-                assignment=_assignment(v, m.assignment, names),
-                target_assignment=_assignment(v, m.target, names),
+                assignment=assignment_of(K, v, m.assignment, names),
+                target_assignment=assignment_of(K, v, m.target, names),
                 member_type=0 if m.classic else 1,  # a classic member: online migration
             )
             for m in d.members

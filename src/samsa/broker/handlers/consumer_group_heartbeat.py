@@ -3,6 +3,7 @@ its assignment or leaves; the group coordinator decides (``consumer_group_coordi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
@@ -57,32 +58,45 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             )
         ),
     )
-    names = req.subscribed_topic_names or ()
-    # Rule 33, as Kafka's KafkaApis: Read on the group, Describe on the topics subscribed to.
-    if not authorized(broker, ctx, Op.READ, Res.GROUP, req.group_id):
-        result = ConsumerHeartbeatResult(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    elif len(authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, names)) < len(set(names)):
-        result = ConsumerHeartbeatResult(
-            ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe a subscribed topic"
-        )
+    refused = refusal(broker, ctx, req.group_id, req.subscribed_topic_names or ())
+    if refused is not None:
+        result = ConsumerHeartbeatResult(*refused)
     else:
         result = broker.groups.consumer_heartbeat(req)
+    return heartbeat_response(K, v, "ConsumerGroupHeartbeatResponse", result)
+
+
+def refusal(
+    broker: Broker, ctx: RequestContext, group_id: str, names: Iterable[str]
+) -> tuple[ErrorCode, str | None] | None:
+    """Rule 33, as Kafka's KafkaApis: Read on the group, Describe on the topics subscribed
+    to (shared with ShareGroupHeartbeat)."""
+    names = set(names)
+    if not authorized(broker, ctx, Op.READ, Res.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    if len(authorized_names(broker, ctx, Op.DESCRIBE, Res.TOPIC, names)) < len(names):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe a subscribed topic"
+    return None
+
+
+def heartbeat_response(k: int, v: int, name: str, result: Any) -> Body:
+    """A Consumer- or ShareGroupHeartbeat response from the coordinator's result."""
     assignment = None
     if result.assignment is not None:
         assignment = make(
-            K,
+            k,
             v,
             "Assignment",
             topic_partitions=tuple(
-                make(K, v, "TopicPartitions", topic_id=tid, partitions=tuple(sorted(parts)))
+                make(k, v, "TopicPartitions", topic_id=tid, partitions=tuple(sorted(parts)))
                 for tid, parts in sorted(result.assignment.items(), key=lambda kv: kv[0].bytes)
             ),
         )
     ok = result.error == ErrorCode.NONE
     response = make(
-        K,
+        k,
         v,
-        "ConsumerGroupHeartbeatResponse",
+        name,
         throttle_time=0,
         error_code=result.error,
         error_message=result.message,
@@ -92,4 +106,4 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         heartbeat_interval=result.heartbeat_interval_ms if ok else 0,
         assignment=assignment,
     )
-    return encode_response(K, v, response)
+    return encode_response(k, v, response)

@@ -125,13 +125,7 @@ async def _long_poll(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_ms / 1000
     while True:
-        remaining = deadline - loop.time()
-        if remaining > 0:
-            fut: asyncio.Future[None] = loop.create_future()
-            for p in partitions:
-                p.wait_for_data(fut)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fut, remaining)
+        await wait_for_data(partitions, deadline - loop.time())
         # One read per wake-up; at the deadline it is the answer, whatever it holds.
         results, size, partitions, errors = _read_all(
             broker,
@@ -146,6 +140,18 @@ async def _long_poll(
                 broker.fetch_sessions, ctx.version, sctx, results, _throttle(broker, ctx, size)
             )
         _release(results)
+
+
+async def wait_for_data(partitions: Iterable[Partition], timeout: float) -> None:
+    """Until an append (or marker) to any of ``partitions``, or ``timeout`` seconds (shared
+    with ShareFetch's long poll)."""
+    if timeout <= 0:
+        return
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for p in partitions:
+        p.wait_for_data(fut)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(fut, timeout)
 
 
 def _keys(sctx: SessionContext) -> list[TopicKey]:
