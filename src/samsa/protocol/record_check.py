@@ -321,7 +321,15 @@ def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int]
     return None
 
 
-def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
+# size, timestamp delta at, its varint size, offset delta at, its size, key is null, and the
+# (column, byte) pairs that each record of the run must repeat
+_Layout = tuple[int, int, int, int, int, bool, tuple[tuple[int, bytes], ...]]
+# recent layouts by (the first two bytes of a run, its offset delta bound): a guess to try
+_LAYOUTS: dict[tuple[bytes, int], _Layout] = {}
+_MAX_LAYOUTS = 256
+
+
+def _layout(buf: bytes, pos: int, end: int) -> _Layout | None:
     """The layout of the record at ``pos`` if it is whole, well formed and has no headers:
     (size, timestamp delta at, its varint size, offset delta at, its size, key is null,
     (column, byte) of each byte its like must repeat: the length, key length, value length
@@ -563,25 +571,30 @@ class RecordChecker:
         (the general path then reads the records)."""
         first = self.summary.count
         room = self.declared - first
-        layout = _layout(buf, pos, end) if room > 0 else None
-        if layout is None:
+        if room <= 0:
             return 0
-        size, ts_at, ts_len, od_at, od_len, key_null, fixed = layout
         boundary = 64  # the offset delta's varint grows at 64, 8192, ...: one size a run
         while boundary <= first:
             boundary <<= 7
-        most = n = min(room, (end - pos) // size, boundary - first)
-        for col, byte in fixed:
-            n = _same_run(buf[pos + col : pos + n * size : size], byte)
-        for k in range(ts_len):  # the timestamp delta's varint keeps its size
-            column = buf[pos + ts_at + k : pos + n * size : size]
-            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
-        if n < most and n < _MIN_RUN:
-            return 0  # sizes keep changing: the general path reads the rest at once
+        # A producer sends batches laid out alike, one after another: the layout of the last
+        # run that began with these length bytes is tried before reading the first record.
+        # It is only a guess: the column checks below start at this first record, so a
+        # wrong one fails there and the record is read after all.
+        hint = (buf[pos : pos + 2], boundary)
+        layout = _LAYOUTS.get(hint)
+        n = self._run_length(buf, pos, end, first, room, boundary, layout) if layout else 0
+        if not n:
+            layout = _layout(buf, pos, end)
+            if layout is None:
+                return 0
+            n = self._run_length(buf, pos, end, first, room, boundary, layout)
+            if not n:
+                return 0
+            if len(_LAYOUTS) >= _MAX_LAYOUTS:
+                _LAYOUTS.clear()
+            _LAYOUTS[hint] = layout
+        size, ts_at, ts_len, _od_at, _od_len, key_null, _fixed = layout
         stop = pos + n * size
-        for k in range(od_len):
-            if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
-                return 0  # the general path says which record is wrong
         bound = 1 << (7 * ts_len - 1)  # |timestamp delta| below this, whatever its bytes
         rules = self.rules
         base = self.base_timestamp
@@ -602,6 +615,27 @@ class RecordChecker:
             self._rules(first, np.full(n, key_null), ts_delta)
         self.summary.count += n
         return n * size
+
+    @staticmethod
+    def _run_length(
+        buf: bytes, pos: int, end: int, first: int, room: int, boundary: int, layout: _Layout
+    ) -> int:
+        """How many records from ``pos`` (the first included) have ``layout``'s bytes where
+        it fixes them; 0 if too few for a run."""
+        size, ts_at, ts_len, od_at, od_len, _key_null, fixed = layout
+        most = n = min(room, (end - pos) // size, boundary - first)
+        for col, byte in fixed:
+            n = _same_run(buf[pos + col : pos + n * size : size], byte)
+        for k in range(ts_len):  # the timestamp delta's varint keeps its size
+            column = buf[pos + ts_at + k : pos + n * size : size]
+            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
+        if not n or (n < most and n < _MIN_RUN):
+            return 0  # sizes keep changing: the general path reads the rest at once
+        stop = pos + n * size
+        for k in range(od_len):
+            if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
+                return 0  # the general path says which record is wrong
+        return n
 
     def _starts(self, buf: bytes, nbuf: np.ndarray, end: int, pos: int = 0) -> np.ndarray:
         """Starts of the complete records from ``pos`` in ``buf`` (at most one more than
