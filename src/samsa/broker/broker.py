@@ -48,7 +48,7 @@ from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import StepHook, TransactionCoordinatorRuntime
 from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
 from samsa.log.log import AppendResult, Log, LogConfig
-from samsa.log.validator import CheckedBatch, check_client_batch
+from samsa.log.validator import CheckedBatch, check_client_batch, try_client_batch
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import Compression, RecordBatchView
 
@@ -413,9 +413,10 @@ class Broker:
         self, partition: Partition, batch: RecordBatchView
     ) -> AppendResult | asyncio.Future[AppendResult]:
         """Append a client batch. Its records are checked first (log/validator.py): on the
-        event loop for a small uncompressed batch, else in a worker thread, whose
-        decompression and numpy passes release the GIL; then the append is a future, and
-        later appends to the partition wait for it (arrival order is append order)."""
+        event loop for a small batch whose records inflate to what is left of this turn's
+        budget, else in a worker thread, whose decompression and numpy passes release the
+        GIL; then the append is a future, and later appends to the partition wait for it
+        (arrival order is append order)."""
         if batch.producer_id >= 0 and not self.producer_ids.issued(batch.producer_id):
             # D-REC-3: the only issuer of producer ids knows this one was never handed out.
             return AppendResult(
@@ -424,12 +425,14 @@ class Broker:
                 message=f"producer id {batch.producer_id} was never issued by this broker",
             )
         tail = partition.append_tail
-        if (
-            tail is None
-            and not _heavy(batch, partition.log.config)
-            and self._inline_budget(batch.size)
-        ):
-            return self._append_checked(partition, batch, None)
+        if tail is None and not _heavy(batch, partition.log.config):
+            if batch.compression == Compression.NONE:
+                if self._inline_budget(batch.size):
+                    return self._append_checked(partition, batch, None)
+            else:
+                checked = self._try_inline(partition, batch)
+                if checked is not None:
+                    return self._append_checked(partition, batch, checked)
         loop = asyncio.get_running_loop()
         checking = loop.run_in_executor(
             self._checkers,
@@ -454,13 +457,33 @@ class Broker:
         turn of it: at most _INLINE_TURN_BYTES a turn, whatever the requests carry."""
         if self._inline_used + size > _INLINE_TURN_BYTES:
             return False
+        self._charge_inline(size)
+        return True
+
+    def _charge_inline(self, size: int) -> None:
         if not self._inline_used:
             try:
                 asyncio.get_running_loop().call_soon(self._reset_inline_budget)
             except RuntimeError:  # no loop (an in-process harness): nothing else to serve
-                return True
+                return
         self._inline_used += size
-        return True
+
+    def _try_inline(self, partition: Partition, batch: RecordBatchView) -> CheckedBatch | None:
+        """A compressed batch checked on the event loop if its records inflate to what is
+        left of this turn's budget (a thread hand-off costs more than a small one's check);
+        None if not, after at most that many bytes (and a chunk) inflated in vain. A refusal
+        spends the rest of the budget: a bomb stops before its end, so its cost is unknown."""
+        room = _INLINE_TURN_BYTES - self._inline_used
+        if room < batch.size:
+            return None
+        config = partition.log.config
+        name = f"{partition.topic}-{partition.index}"
+        checked = try_client_batch(batch, config, now_ms(), name, room)
+        if checked is None or checked.error != ErrorCode.NONE:
+            self._charge_inline(room)
+        else:
+            self._charge_inline(max(checked.inflated, batch.size))
+        return checked
 
     def _reset_inline_budget(self) -> None:
         self._inline_used = 0
@@ -510,20 +533,18 @@ class Broker:
         return self.flusher.flush(plog)
 
 
-# An uncompressed batch up to _INLINE_CHECK_BYTES is checked on the event loop (about a
-# millisecond at worst), and up to _INLINE_TURN_BYTES of them in one turn of the loop; a larger
+# A batch up to _INLINE_CHECK_BYTES is checked on the event loop (about a millisecond at
+# worst), and up to _INLINE_TURN_BYTES of records (inflated) in one turn of the loop; a larger
 # batch, or one past that, goes to a worker thread.
 _INLINE_CHECK_BYTES = 64 * 1024
 _INLINE_TURN_BYTES = 256 * 1024
 
 
 def _heavy(batch: RecordBatchView, config: LogConfig) -> bool:
-    """Whether checking the batch's records may take long: worker-thread work."""
-    return (
-        batch.compression != Compression.NONE
-        or batch.size > _INLINE_CHECK_BYTES
-        or config.compression_type not in ("producer", "uncompressed")
-    )
+    """Whether checking the batch's records may take long whatever they inflate to: a
+    large batch, or one to re-encode (worker-thread work)."""
+    kept = ("producer", "uncompressed") if batch.compression == Compression.NONE else ("producer",)
+    return batch.size > _INLINE_CHECK_BYTES or config.compression_type not in kept
 
 
 def _log_config(config: BrokerConfig) -> LogConfig:

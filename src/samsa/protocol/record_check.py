@@ -86,27 +86,38 @@ def _invalid(message: str) -> InvalidBatchError:
 # --- bounded inflation ---------------------------------------------------------------------
 
 
-class _Budget:
-    __slots__ = ("left", "limit")
+class Unfinished(Exception):
+    """The records inflate past the ``give_up`` bytes a caller allowed: not a verdict on the
+    batch, which is to be checked again where a long check may run."""
 
-    def __init__(self, limit: int) -> None:
+
+class _Budget:
+    __slots__ = ("give_up", "left", "limit")
+
+    def __init__(self, limit: int, give_up: int | None = None) -> None:
         self.limit = limit
-        self.left = limit
+        self.give_up = give_up if give_up is not None and give_up < limit else None
+        self.left = limit if self.give_up is None else self.give_up
 
     def take(self, n: int) -> None:
         self.left -= n
         if self.left < 0:
+            if self.give_up is not None:
+                raise Unfinished(self.give_up)
             raise InvalidBatchError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"records inflate to more than {self.limit} bytes (message.max.inflated.bytes)",
             )
 
 
-def inflate(codec: int, data: bytes | memoryview, limit: int) -> Iterator[bytes]:
+def inflate(
+    codec: int, data: bytes | memoryview, limit: int, give_up: int | None = None
+) -> Iterator[bytes]:
     """The records section of ``codec`` ``data``, in chunks of at most :data:`INFLATE_CHUNK`
     bytes (a snappy block: at most what it declares). InvalidBatchError: UNKNOWN_SERVER_ERROR for
-    bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes."""
-    budget = _Budget(limit)
+    bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes; Unfinished
+    past ``give_up`` bytes if that is fewer (at most a chunk more is inflated)."""
+    budget = _Budget(limit, give_up)
     try:
         if codec == Compression.NONE:
             budget.take(len(data))
@@ -125,7 +136,7 @@ def inflate(codec: int, data: bytes | memoryview, limit: int) -> Iterator[bytes]
         for chunk in chunks:
             budget.take(len(chunk))
             yield chunk
-    except InvalidBatchError:
+    except (InvalidBatchError, Unfinished):
         raise
     except Exception as exc:  # each library's own error for bytes it cannot read
         raise _corrupt(f"records cannot be decompressed: {exc}") from None
@@ -805,13 +816,15 @@ def check_records(
     rules: RecordRules,
     limit: int,
     sink: Callable[[bytes], None] | None = None,
+    give_up: int | None = None,
 ) -> RecordsSummary:
     """Read every record of ``view`` (streamed, at most ``limit`` bytes inflated), handing
     each inflated chunk to ``sink`` too if given. InvalidBatchError for a batch Kafka refuses
-    whole; per-record refusals are in the summary's ``record_errors`` and ``error``."""
+    whole; per-record refusals are in the summary's ``record_errors`` and ``error``.
+    Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
     checker = RecordChecker(view, rules)
     body = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
-    for chunk in inflate(view.compression, body, limit):
+    for chunk in inflate(view.compression, body, limit, give_up):
         checker.feed(chunk)
         if sink is not None:
             sink(chunk)

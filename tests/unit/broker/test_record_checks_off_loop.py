@@ -1,5 +1,6 @@
-"""Broker.append: a compressed batch's records are checked in a worker thread while the event
-loop goes on, and appends to a partition still happen in the order they arrived."""
+"""Broker.append: a batch whose records inflate past what the event loop may check in one
+turn is checked in a worker thread while the loop goes on, a small one on the loop, and
+appends to a partition still happen in the order they arrived."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from samsa.broker import broker as broker_module
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.log.log import AppendResult
-from samsa.protocol.records import Compression, NewRecord, build_batch, validate_produce_batch
+from samsa.protocol.records import (
+    HEADER_SIZE,
+    Compression,
+    NewRecord,
+    build_batch,
+    validate_produce_batch,
+    with_records_section,
+)
 
 
 @pytest.fixture
@@ -49,7 +57,10 @@ def _batch(value: bytes, codec: int = Compression.NONE) -> Any:
     )
 
 
-def test_a_compressed_batch_is_checked_off_the_event_loop(
+_BIG = 300_000  # inflated bytes: more than the loop checks in a turn (_INLINE_TURN_BYTES)
+
+
+def test_a_compressed_batch_inflating_past_the_turn_is_checked_off_the_event_loop(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held = _HeldCheck(broker_module.check_client_batch)
@@ -58,7 +69,7 @@ def test_a_compressed_batch_is_checked_off_the_event_loop(
     async def body() -> None:
         part = broker.topics.get_partition("t", 0)
         assert part is not None
-        appended = broker.append(part, _batch(b"z" * 1000, Compression.GZIP))
+        appended = broker.append(part, _batch(b"z" * _BIG, Compression.GZIP))
         assert isinstance(appended, asyncio.Future)
         ticks = 0
         for _ in range(5):  # the loop keeps running while the check is held
@@ -85,8 +96,9 @@ def test_appends_to_a_partition_keep_their_arrival_order(
         p0 = broker.topics.get_partition("t", 0)
         p1 = broker.topics.get_partition("t", 1)
         assert p0 is not None and p1 is not None
-        first = broker.append(p0, _batch(b"first", Compression.ZSTD))
+        first = broker.append(p0, _batch(b"f" * _BIG, Compression.ZSTD))
         second = broker.append(p0, _batch(b"second"))
+        await asyncio.sleep(0)  # a new turn: the first one's attempt on the loop spent this one
         elsewhere = broker.append(p1, _batch(b"elsewhere"))
         assert isinstance(elsewhere, AppendResult) and elsewhere.base_offset == 0
         assert isinstance(first, asyncio.Future) and isinstance(second, asyncio.Future)
@@ -117,5 +129,39 @@ def test_the_event_loop_checks_a_bounded_share_of_a_turn(broker: Broker) -> None
         assert [r.base_offset for r in results] == list(range(20))
         await asyncio.sleep(0)  # a new turn: the loop checks again
         assert isinstance(broker.append(part, _batch(b"later")), AppendResult)
+
+    asyncio.run(body())
+
+
+def test_small_compressed_batches_are_checked_on_the_loop_up_to_a_turn_of_inflation(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread hand-off costs more than a small compressed batch's check: those are checked
+    on the loop while their records, inflated, fit in the turn's budget; the rest go to the
+    workers, in order. A refused one spends the turn (a bomb is not read to its end)."""
+    from samsa.broker.broker import _INLINE_TURN_BYTES
+
+    held = _HeldCheck(broker_module.check_client_batch)
+    held.release.set()
+    monkeypatch.setattr(broker_module, "check_client_batch", held)
+
+    async def body() -> None:
+        part = broker.topics.get_partition("t", 0)
+        assert part is not None
+        batches = [_batch(bytes([i]) * 60_000, Compression.GZIP) for i in range(10)]
+        assert all(b.size < 1000 for b in batches)  # 600 KB inflated from a few KB
+        appended = [broker.append(part, b) for b in batches]  # one turn of the loop
+        inline = [a for a in appended if isinstance(a, AppendResult)]
+        assert 0 < len(inline) * 60_000 <= _INLINE_TURN_BYTES < 10 * 60_000
+        results = [a if isinstance(a, AppendResult) else await a for a in appended]
+        assert [r.base_offset for r in results] == list(range(10))
+        assert len(held.threads) == 10 - len(inline)
+        await asyncio.sleep(0)  # a new turn
+        good = _batch(b"x" * 1000, Compression.GZIP)
+        body = bytes(good.buf)[HEADER_SIZE:-8] + bytes(8)  # a gzip trailer that is wrong
+        broken = with_records_section(good, Compression.GZIP, body)
+        refused = broker.append(part, validate_produce_batch(broken))
+        assert isinstance(refused, AppendResult) and refused.error != 0
+        assert isinstance(broker.append(part, _batch(b"later", Compression.GZIP)), asyncio.Future)
 
     asyncio.run(body())
