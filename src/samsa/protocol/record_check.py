@@ -576,10 +576,11 @@ class RecordChecker:
     def _uniform_run(self, buf: bytes, pos: int, end: int) -> int:
         """Records from ``pos`` laid out exactly as the first (same length, key and value
         lengths, no headers, timestamp and offset deltas of the same varint sizes). The first
-        is read in Python; in the others every byte that fixes the layout is compared with
-        its, a column at a time (a strided slice of the bytes, searched by ``re``: C code),
-        and the offset deltas with 0, 1, ... Bytes used: the longest such run, 0 if none
-        (the general path then reads the records)."""
+        is read in Python, unless the layout of an earlier run fits it; in every record, that
+        first included, each byte that fixes the layout is compared with its, a column at a
+        time (a strided slice of the bytes, searched by ``re``: C code), and the offset deltas
+        with 0, 1, ... Bytes used: the longest such run, 0 if none (the general path then
+        reads the records)."""
         first = self.summary.count
         room = self.declared - first
         if room <= 0:
@@ -587,10 +588,9 @@ class RecordChecker:
         boundary = 64  # the offset delta's varint grows at 64, 8192, ...: one size a run
         while boundary <= first:
             boundary <<= 7
-        # A producer sends batches laid out alike, one after another: the layout of the last
-        # run that began with these length bytes is tried before reading the first record.
-        # It is only a guess: the column checks below start at this first record, so a
-        # wrong one fails there and the record is read after all.
+        # A producer sends batches laid out alike: the layout of the last run that began with
+        # these bytes is tried first. Only a guess: its column checks include the first
+        # record, so a wrong one fails there and the record is read after all.
         hint = (buf[pos : pos + 2], boundary)
         layout = _LAYOUTS.get(hint)
         n = self._run_length(buf, pos, end, first, room, boundary, layout) if layout else 0
