@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import re
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -159,6 +160,19 @@ def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
             return
 
 
+_per_thread = threading.local()
+
+
+def _zstd_context() -> zstandard.ZstdDecompressor:
+    # Making a decompression context costs about as much as inflating 50 KB: one per thread
+    # (they are not thread-safe), each new stream_reader resetting it. A thread reads one
+    # batch at a time, so an abandoned stream is never resumed after another started.
+    dctx = getattr(_per_thread, "zstd", None)
+    if dctx is None:
+        dctx = _per_thread.zstd = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    return dctx
+
+
 def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
     window = zstandard.get_frame_parameters(data).window_size
     if window > ZSTD_MAX_WINDOW:  # the decoder would hold that much history
@@ -166,8 +180,7 @@ def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
             ErrorCode.MESSAGE_TOO_LARGE,
             f"zstd frame asks for a {window}-byte window; {ZSTD_MAX_WINDOW} at most",
         )
-    dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-    with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
+    with _zstd_context().stream_reader(bytes(data), read_across_frames=True) as reader:
         while True:
             chunk = reader.read(INFLATE_CHUNK)
             if not chunk:
@@ -824,7 +837,13 @@ def check_records(
     Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
     checker = RecordChecker(view, rules)
     body = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
-    for chunk in inflate(view.compression, body, limit, give_up):
+    if view.compression == Compression.NONE and len(body) <= min(
+        limit, limit if give_up is None else give_up
+    ):
+        chunks: Iterator[bytes] | tuple[bytes] = (bytes(body),)  # inflate's answer, sooner
+    else:
+        chunks = inflate(view.compression, body, limit, give_up)
+    for chunk in chunks:
         checker.feed(chunk)
         if sink is not None:
             sink(chunk)
