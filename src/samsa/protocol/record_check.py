@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import re
 import struct
-import threading
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -160,17 +159,11 @@ def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
             return
 
 
-_per_thread = threading.local()
-
-
-def _zstd_context() -> zstandard.ZstdDecompressor:
-    # Making a decompression context costs about as much as inflating 50 KB: one per thread
-    # (they are not thread-safe), each new stream_reader resetting it. A thread reads one
-    # batch at a time, so an abandoned stream is never resumed after another started.
-    dctx = getattr(_per_thread, "zstd", None)
-    if dctx is None:
-        dctx = _per_thread.zstd = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-    return dctx
+# Idle zstd decompression contexts: making one costs about as much as inflating 50 KB. A
+# stream takes one (list.pop and append are atomic: worker threads share the list) and gives
+# it back when done; each stream_reader resets it.
+_ZSTD_CONTEXTS: list[zstandard.ZstdDecompressor] = []
+_MAX_ZSTD_CONTEXTS = 4
 
 
 def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
@@ -180,12 +173,20 @@ def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
             ErrorCode.MESSAGE_TOO_LARGE,
             f"zstd frame asks for a {window}-byte window; {ZSTD_MAX_WINDOW} at most",
         )
-    with _zstd_context().stream_reader(bytes(data), read_across_frames=True) as reader:
-        while True:
-            chunk = reader.read(INFLATE_CHUNK)
-            if not chunk:
-                return
-            yield chunk
+    try:
+        dctx = _ZSTD_CONTEXTS.pop()
+    except IndexError:
+        dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    try:
+        with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
+            while True:
+                chunk = reader.read(INFLATE_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+    finally:  # also when the stream is abandoned: the generator is closed
+        if len(_ZSTD_CONTEXTS) < _MAX_ZSTD_CONTEXTS:
+            _ZSTD_CONTEXTS.append(dctx)
 
 
 def _lz4(data: bytes | memoryview) -> Iterator[bytes]:
