@@ -148,7 +148,6 @@ class CheckedBatch:
     message: str | None = None
     # (batch index, message) of each refused record, as Kafka's ProduceResponse RecordError
     record_errors: tuple[tuple[int, str], ...] = ()
-    inflated: int = 0  # bytes of records read, 0 if refused before the end
 
 
 def record_rules(config: LogConfig, now_ms: int, partition: str = "") -> RecordRules:
@@ -201,7 +200,7 @@ def check_client_batch(
             batch = RecordBatchView(with_records_section(batch, codec or 0, sink.finish()))
     except InvalidBatchError as exc:
         return CheckedBatch(batch, exc.code, str(exc))
-    return CheckedBatch(batch, inflated=summary.inflated_bytes)
+    return CheckedBatch(batch)
 
 
 def try_client_batch(
