@@ -1,6 +1,9 @@
 """What reading every record of a client batch on append costs (issue 27): produce throughput
 before and after, and the check of a 1 MB zstd batch against Kafka's.
 
+(0) the CPU time of ``check_client_batch`` alone for the batches of (1), in processes of this
+    tree and of ``--src``'s, alternately (steadier than (1) on a busy machine);
+
 (1) raw idempotent produce, one connection, 5 requests in flight, acks=-1, 3 partitions, 100 B
     values (as benchmarks/produce.py's (a)), uncompressed and compressed, against a samsa broker
     from ``--src`` (the code before) and from this tree, alternately, ``--rounds`` times each:
@@ -10,14 +13,18 @@ before and after, and the check of a 1 MB zstd batch against Kafka's.
     check of the batch alone, in process (``check_client_batch``).
 
     python benchmarks/record_check.py --src /path/to/old/tree     # ~3 min
+    python benchmarks/record_check.py --src /path/to/old/tree --only cpu   # ~1 min
     python benchmarks/record_check.py --no-kafka                  # without (2)'s Kafka part
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,6 +122,54 @@ def compare_throughput(src: Path | None, rounds: int, records: int) -> None:
               f"{cpu_after / cpu_before if cpu_before else 0:6.2f}")  # fmt: skip
 
 
+_CPU_ROWS = [(100, "none"), (1000, "none"), (1000, "zstd"), (1000, "gzip")]
+
+
+def check_cpu() -> dict[str, float]:
+    """CPU microseconds (this thread's) of ``check_client_batch`` per batch of each row's
+    kind, the least of 5 loops: the check alone, whatever else the machine runs."""
+    out = {}
+    for per_batch, codec in _CPU_ROWS:
+        ts = time.time_ns() // 1_000_000
+        values = [(b"%08d" % i).ljust(VALUE_SIZE, b"v") for i in range(per_batch)]
+        records = [NewRecord(value=v, timestamp=ts) for v in values]
+        view = RecordBatchView(build_batch(records, producer_id=1, producer_epoch=0,
+                                           base_sequence=0, compression=CODECS[codec]))  # fmt: skip
+        config, now = LogConfig(), int(time.time() * 1000)
+        reps = 300 if per_batch >= 1000 else 2000
+        loops = []
+        for _ in range(6):  # the first warms up
+            t0 = time.thread_time_ns()
+            for _ in range(reps):
+                check_client_batch(view, config, now)
+            loops.append((time.thread_time_ns() - t0) / reps / 1000)
+        out[f"{per_batch} rec, {codec}"] = min(loops[1:])
+    return out
+
+
+def compare_check_cpu(src: Path | None, rounds: int) -> None:
+    """check_cpu() in a process of this tree and of ``src``'s, alternately: the medians."""
+    trees = [("after", None)] + ([("before", src)] if src is not None else [])
+    runs: dict[tuple[str, str], list[float]] = {}
+    for r in range(rounds):
+        for name, tree in trees if r % 2 == 0 else trees[::-1]:
+            env = dict(os.environ)
+            if tree is not None:
+                env["PYTHONPATH"] = str(tree.resolve() / "src")
+            code = "import json, record_check; print(json.dumps(record_check.check_cpu()))"
+            proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).parent,
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            for row, us in json.loads(proc.stdout).items():
+                runs.setdefault((name, row), []).append(us)
+    print(f"(0) check_client_batch alone, CPU us per batch: median of {rounds} processes each")
+    print(f"{'batch':>16} {'before us':>10} {'after us':>9} {'ratio':>6}")
+    for per_batch, codec in _CPU_ROWS:
+        row = f"{per_batch} rec, {codec}"
+        after = statistics.median(runs[("after", row)])
+        before = statistics.median(runs.get(("before", row), [0.0]))
+        print(f"{row:>16} {before:10.1f} {after:9.1f} {after / before if before else 0:6.2f}")
+
+
 def _zstd_batch() -> bytes:
     rng = random.Random(27)
     return build_batch(
@@ -170,11 +225,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--records", type=int, default=300_000, help="records per run")
     parser.add_argument("--no-kafka", action="store_true")
-    parser.add_argument("--only", choices=("throughput", "kafka"))
+    parser.add_argument("--only", choices=("cpu", "throughput", "kafka"))
     args = parser.parse_args()
-    if args.only != "kafka":
+    if args.only in (None, "cpu"):
+        compare_check_cpu(args.src, max(args.rounds, 5))
+    if args.only in (None, "throughput"):
         compare_throughput(args.src, args.rounds, args.records)
-    if args.only != "throughput":
+    if args.only in (None, "kafka"):
         compare_with_kafka(not args.no_kafka, 30)
 
 

@@ -57,7 +57,7 @@ from samsa.coordinator.transaction_coordinator import TxnConfig
 from samsa.coordinator.txn_runtime import StepHook, TransactionCoordinatorRuntime
 from samsa.log.cleaner import CleanerConfig, CleanerStoppedError, LogCleaner
 from samsa.log.log import AppendResult, Log, LogConfig
-from samsa.log.validator import CheckedBatch, check_client_batch
+from samsa.log.validator import CheckedBatch, check_client_batch, try_client_batch
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import Compression, RecordBatchView
 
@@ -152,7 +152,7 @@ class Broker:
         # Checking compressed or large client batches (Broker.append): one thread per core
         # of the machine this is sized for; each check is bounded (message.max.inflated.bytes).
         self._checkers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="samsa-check")
-        self._inline_used = 0  # bytes of batches checked on the event loop in this turn
+        self._inline_ns = 0  # time spent checking batches on the event loop in this turn
         # The coordinators' ports (coordinator/ports.py): their internal topics, and markers.
         self.coordinator_logs = CoordinatorLogs(self.topics, now_ms)
         # KIP-932 share groups' record states and share sessions (handlers/share_fetch.py).
@@ -451,9 +451,11 @@ class Broker:
         self, partition: Partition, batch: RecordBatchView
     ) -> AppendResult | asyncio.Future[AppendResult]:
         """Append a client batch. Its records are checked first (log/validator.py): on the
-        event loop for a small uncompressed batch, else in a worker thread, whose
-        decompression and numpy passes release the GIL; then the append is a future, and
-        later appends to the partition wait for it (arrival order is append order)."""
+        event loop for a small batch while this turn of it has checked for less than
+        _INLINE_TURN_NS, else (or if its records inflate past _INLINE_INFLATE_BYTES) in a
+        worker thread, whose decompression and numpy passes release the GIL; then the
+        append is a future, and later appends to the partition wait for it (arrival order
+        is append order)."""
         if batch.producer_id >= 0 and not self.producer_ids.issued(batch.producer_id):
             # D-REC-3: the only issuer of producer ids knows this one was never handed out.
             return AppendResult(
@@ -462,12 +464,10 @@ class Broker:
                 message=f"producer id {batch.producer_id} was never issued by this broker",
             )
         tail = partition.append_tail
-        if (
-            tail is None
-            and not _heavy(batch, partition.log.config)
-            and self._inline_budget(batch.size)
-        ):
-            return self._append_checked(partition, batch, None)
+        if tail is None and not _heavy(batch, partition.log.config):
+            checked = self._try_inline(partition, batch)
+            if checked is not None:
+                return self._append_checked(partition, batch, checked)
         loop = asyncio.get_running_loop()
         checking = loop.run_in_executor(
             self._checkers,
@@ -487,21 +487,34 @@ class Broker:
         done.add_done_callback(untail)
         return done
 
-    def _inline_budget(self, size: int) -> bool:
-        """Whether a batch of ``size`` bytes may still be checked on the event loop in this
-        turn of it: at most _INLINE_TURN_BYTES a turn, whatever the requests carry."""
-        if self._inline_used + size > _INLINE_TURN_BYTES:
-            return False
-        if not self._inline_used:
+    def _try_inline(self, partition: Partition, batch: RecordBatchView) -> CheckedBatch | None:
+        """The batch checked on the event loop if this turn of it has time left for checks
+        (a thread hand-off costs more than a small batch's check), its time counted; None
+        if the turn has none left, or once the records inflate past _INLINE_INFLATE_BYTES
+        (to be checked again by a worker)."""
+        if self._inline_ns >= _INLINE_TURN_NS:
+            return None
+        counted = True
+        if not self._inline_ns:
             try:
                 asyncio.get_running_loop().call_soon(self._reset_inline_budget)
             except RuntimeError:  # no loop (an in-process harness): nothing else to serve
-                return True
-        self._inline_used += size
-        return True
+                counted = False
+        started = _clock()
+        try:
+            return try_client_batch(
+                batch,
+                partition.log.config,
+                now_ms(),
+                f"{partition.topic}-{partition.index}",
+                _INLINE_INFLATE_BYTES,
+            )
+        finally:
+            if counted:
+                self._inline_ns += max(_clock() - started, 1)
 
     def _reset_inline_budget(self) -> None:
-        self._inline_used = 0
+        self._inline_ns = 0
 
     async def _append_after(
         self,
@@ -548,20 +561,21 @@ class Broker:
         return self.flusher.flush(plog)
 
 
-# An uncompressed batch up to _INLINE_CHECK_BYTES is checked on the event loop (about a
-# millisecond at worst), and up to _INLINE_TURN_BYTES of them in one turn of the loop; a larger
-# batch, or one past that, goes to a worker thread.
+# A batch up to _INLINE_CHECK_BYTES whose records inflate to _INLINE_INFLATE_BYTES at most is
+# checked on the event loop (a few milliseconds at worst: tiny records of varying sizes; 0.1 ms
+# for a uniform run), and more in the same turn of the loop while its checks took less than
+# _INLINE_TURN_NS; a larger batch, or one past that, goes to a worker thread.
 _INLINE_CHECK_BYTES = 64 * 1024
-_INLINE_TURN_BYTES = 256 * 1024
+_INLINE_INFLATE_BYTES = 128 * 1024
+_INLINE_TURN_NS = 1_000_000
+_clock = time.perf_counter_ns  # the loop's latency is wall time
 
 
 def _heavy(batch: RecordBatchView, config: LogConfig) -> bool:
-    """Whether checking the batch's records may take long: worker-thread work."""
-    return (
-        batch.compression != Compression.NONE
-        or batch.size > _INLINE_CHECK_BYTES
-        or config.compression_type not in ("producer", "uncompressed")
-    )
+    """Whether checking the batch's records may take long whatever they inflate to: a
+    large batch, or one to re-encode (worker-thread work)."""
+    kept = ("producer", "uncompressed") if batch.compression == Compression.NONE else ("producer",)
+    return batch.size > _INLINE_CHECK_BYTES or config.compression_type not in kept
 
 
 def _log_config(config: BrokerConfig) -> LogConfig:

@@ -31,7 +31,7 @@ import lz4.frame
 import zstandard
 
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.record_check import RecordRules, RecordsSummary, check_records
+from samsa.protocol.record_check import RecordRules, RecordsSummary, Unfinished, check_records
 from samsa.protocol.records import (
     XERIAL_BLOCK,
     XERIAL_HEADER,
@@ -163,11 +163,17 @@ def record_rules(config: LogConfig, now_ms: int, partition: str = "") -> RecordR
 
 
 def check_client_batch(
-    batch: RecordBatchView, config: LogConfig, now_ms: int, partition: str = ""
+    batch: RecordBatchView,
+    config: LogConfig,
+    now_ms: int,
+    partition: str = "",
+    *,
+    give_up: int | None = None,
 ) -> CheckedBatch:
     """Read every record of a client batch as Kafka's LogValidator does (streamed, at most
     ``max_inflated_bytes`` inflated) and re-encode it in the topic's codec if that differs
-    (rule 39). Heavy for a compressed batch: the broker runs it in a worker thread."""
+    (rule 39). Heavy for a large compressed batch: the broker runs it in a worker thread, or
+    tries it on the event loop first with ``give_up`` set (Unfinished past that many bytes)."""
     if batch.size > config.max_message_bytes:  # as Kafka: before reading the records
         return CheckedBatch(
             batch,
@@ -184,6 +190,7 @@ def check_client_batch(
             record_rules(config, now_ms, partition),
             config.max_inflated_bytes,
             sink.feed if sink is not None else None,
+            give_up,
         )
         if summary.error_count:
             return CheckedBatch(
@@ -194,3 +201,14 @@ def check_client_batch(
     except InvalidBatchError as exc:
         return CheckedBatch(batch, exc.code, str(exc))
     return CheckedBatch(batch)
+
+
+def try_client_batch(
+    batch: RecordBatchView, config: LogConfig, now_ms: int, partition: str, most: int
+) -> CheckedBatch | None:
+    """:func:`check_client_batch` if the records inflate to ``most`` bytes at most, else
+    None: the check is left for a worker thread, having cost about ``most`` bytes here."""
+    try:
+        return check_client_batch(batch, config, now_ms, partition, give_up=most)
+    except Unfinished:
+        return None

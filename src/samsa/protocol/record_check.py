@@ -86,27 +86,38 @@ def _invalid(message: str) -> InvalidBatchError:
 # --- bounded inflation ---------------------------------------------------------------------
 
 
-class _Budget:
-    __slots__ = ("left", "limit")
+class Unfinished(Exception):
+    """The records inflate past the ``give_up`` bytes a caller allowed: not a verdict on the
+    batch, which is to be checked again where a long check may run."""
 
-    def __init__(self, limit: int) -> None:
+
+class _Budget:
+    __slots__ = ("give_up", "left", "limit")
+
+    def __init__(self, limit: int, give_up: int | None = None) -> None:
         self.limit = limit
-        self.left = limit
+        self.give_up = give_up if give_up is not None and give_up < limit else None
+        self.left = limit if self.give_up is None else self.give_up
 
     def take(self, n: int) -> None:
         self.left -= n
         if self.left < 0:
+            if self.give_up is not None:
+                raise Unfinished(self.give_up)
             raise InvalidBatchError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"records inflate to more than {self.limit} bytes (message.max.inflated.bytes)",
             )
 
 
-def inflate(codec: int, data: bytes | memoryview, limit: int) -> Iterator[bytes]:
+def inflate(
+    codec: int, data: bytes | memoryview, limit: int, give_up: int | None = None
+) -> Iterator[bytes]:
     """The records section of ``codec`` ``data``, in chunks of at most :data:`INFLATE_CHUNK`
     bytes (a snappy block: at most what it declares). InvalidBatchError: UNKNOWN_SERVER_ERROR for
-    bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes."""
-    budget = _Budget(limit)
+    bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes; Unfinished
+    past ``give_up`` bytes if that is fewer (at most a chunk more is inflated)."""
+    budget = _Budget(limit, give_up)
     try:
         if codec == Compression.NONE:
             budget.take(len(data))
@@ -125,7 +136,7 @@ def inflate(codec: int, data: bytes | memoryview, limit: int) -> Iterator[bytes]
         for chunk in chunks:
             budget.take(len(chunk))
             yield chunk
-    except InvalidBatchError:
+    except (InvalidBatchError, Unfinished):
         raise
     except Exception as exc:  # each library's own error for bytes it cannot read
         raise _corrupt(f"records cannot be decompressed: {exc}") from None
@@ -148,6 +159,13 @@ def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
             return
 
 
+# Idle zstd decompression contexts: making one costs about as much as inflating 50 KB. A
+# stream takes one (list.pop and append are atomic: worker threads share the list) and gives
+# it back when done; each stream_reader resets it.
+_ZSTD_CONTEXTS: list[zstandard.ZstdDecompressor] = []
+_MAX_ZSTD_CONTEXTS = 4
+
+
 def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
     window = zstandard.get_frame_parameters(data).window_size
     if window > ZSTD_MAX_WINDOW:  # the decoder would hold that much history
@@ -155,13 +173,20 @@ def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
             ErrorCode.MESSAGE_TOO_LARGE,
             f"zstd frame asks for a {window}-byte window; {ZSTD_MAX_WINDOW} at most",
         )
-    dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-    with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
-        while True:
-            chunk = reader.read(INFLATE_CHUNK)
-            if not chunk:
-                return
-            yield chunk
+    try:
+        dctx = _ZSTD_CONTEXTS.pop()
+    except IndexError:
+        dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    try:
+        with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
+            while True:
+                chunk = reader.read(INFLATE_CHUNK)
+                if not chunk:
+                    return
+                yield chunk
+    finally:  # also when the stream is abandoned: the generator is closed
+        if len(_ZSTD_CONTEXTS) < _MAX_ZSTD_CONTEXTS:
+            _ZSTD_CONTEXTS.append(dctx)
 
 
 def _lz4(data: bytes | memoryview) -> Iterator[bytes]:
@@ -321,7 +346,15 @@ def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int]
     return None
 
 
-def _layout(buf: bytes, pos: int, end: int) -> tuple[Any, ...] | None:
+# size, timestamp delta at, its varint size, offset delta at, its size, key is null, and the
+# (column, byte) pairs that each record of the run must repeat
+_Layout = tuple[int, int, int, int, int, bool, tuple[tuple[int, bytes], ...]]
+# recent layouts by (the first two bytes of a run, its offset delta bound): a guess to try
+_LAYOUTS: dict[tuple[bytes, int], _Layout] = {}
+_MAX_LAYOUTS = 256
+
+
+def _layout(buf: bytes, pos: int, end: int) -> _Layout | None:
     """The layout of the record at ``pos`` if it is whole, well formed and has no headers:
     (size, timestamp delta at, its varint size, offset delta at, its size, key is null,
     (column, byte) of each byte its like must repeat: the length, key length, value length
@@ -557,31 +590,36 @@ class RecordChecker:
     def _uniform_run(self, buf: bytes, pos: int, end: int) -> int:
         """Records from ``pos`` laid out exactly as the first (same length, key and value
         lengths, no headers, timestamp and offset deltas of the same varint sizes). The first
-        is read in Python; in the others every byte that fixes the layout is compared with
-        its, a column at a time (a strided slice of the bytes, searched by ``re``: C code),
-        and the offset deltas with 0, 1, ... Bytes used: the longest such run, 0 if none
-        (the general path then reads the records)."""
+        is read in Python, unless the layout of an earlier run fits it; in every record, that
+        first included, each byte that fixes the layout is compared with its, a column at a
+        time (a strided slice of the bytes, searched by ``re``: C code), and the offset deltas
+        with 0, 1, ... Bytes used: the longest such run, 0 if none (the general path then
+        reads the records)."""
         first = self.summary.count
         room = self.declared - first
-        layout = _layout(buf, pos, end) if room > 0 else None
-        if layout is None:
+        if room <= 0:
             return 0
-        size, ts_at, ts_len, od_at, od_len, key_null, fixed = layout
         boundary = 64  # the offset delta's varint grows at 64, 8192, ...: one size a run
         while boundary <= first:
             boundary <<= 7
-        most = n = min(room, (end - pos) // size, boundary - first)
-        for col, byte in fixed:
-            n = _same_run(buf[pos + col : pos + n * size : size], byte)
-        for k in range(ts_len):  # the timestamp delta's varint keeps its size
-            column = buf[pos + ts_at + k : pos + n * size : size]
-            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
-        if n < most and n < _MIN_RUN:
-            return 0  # sizes keep changing: the general path reads the rest at once
+        # A producer sends batches laid out alike: the layout of the last run that began with
+        # these bytes is tried first. Only a guess: its column checks include the first
+        # record, so a wrong one fails there and the record is read after all.
+        hint = (buf[pos : pos + 2], boundary)
+        layout = _LAYOUTS.get(hint)
+        n = self._run_length(buf, pos, end, first, room, boundary, layout) if layout else 0
+        if not n:
+            layout = _layout(buf, pos, end)
+            if layout is None:
+                return 0
+            n = self._run_length(buf, pos, end, first, room, boundary, layout)
+            if not n:
+                return 0
+            if len(_LAYOUTS) >= _MAX_LAYOUTS:
+                _LAYOUTS.clear()
+            _LAYOUTS[hint] = layout
+        size, ts_at, ts_len, _od_at, _od_len, key_null, _fixed = layout
         stop = pos + n * size
-        for k in range(od_len):
-            if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
-                return 0  # the general path says which record is wrong
         bound = 1 << (7 * ts_len - 1)  # |timestamp delta| below this, whatever its bytes
         rules = self.rules
         base = self.base_timestamp
@@ -602,6 +640,27 @@ class RecordChecker:
             self._rules(first, np.full(n, key_null), ts_delta)
         self.summary.count += n
         return n * size
+
+    @staticmethod
+    def _run_length(
+        buf: bytes, pos: int, end: int, first: int, room: int, boundary: int, layout: _Layout
+    ) -> int:
+        """How many records from ``pos`` (the first included) have ``layout``'s bytes where
+        it fixes them; 0 if too few for a run."""
+        size, ts_at, ts_len, od_at, od_len, _key_null, fixed = layout
+        most = n = min(room, (end - pos) // size, boundary - first)
+        for col, byte in fixed:
+            n = _same_run(buf[pos + col : pos + n * size : size], byte)
+        for k in range(ts_len):  # the timestamp delta's varint keeps its size
+            column = buf[pos + ts_at + k : pos + n * size : size]
+            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
+        if not n or (n < most and n < _MIN_RUN):
+            return 0  # sizes keep changing: the general path reads the rest at once
+        stop = pos + n * size
+        for k in range(od_len):
+            if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
+                return 0  # the general path says which record is wrong
+        return n
 
     def _starts(self, buf: bytes, nbuf: np.ndarray, end: int, pos: int = 0) -> np.ndarray:
         """Starts of the complete records from ``pos`` in ``buf`` (at most one more than
@@ -771,13 +830,21 @@ def check_records(
     rules: RecordRules,
     limit: int,
     sink: Callable[[bytes], None] | None = None,
+    give_up: int | None = None,
 ) -> RecordsSummary:
     """Read every record of ``view`` (streamed, at most ``limit`` bytes inflated), handing
     each inflated chunk to ``sink`` too if given. InvalidBatchError for a batch Kafka refuses
-    whole; per-record refusals are in the summary's ``record_errors`` and ``error``."""
+    whole; per-record refusals are in the summary's ``record_errors`` and ``error``.
+    Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
     checker = RecordChecker(view, rules)
     body = memoryview(view.buf)[view.pos + HEADER_SIZE : view.pos + view.size]
-    for chunk in inflate(view.compression, body, limit):
+    if view.compression == Compression.NONE and len(body) <= min(
+        limit, limit if give_up is None else give_up
+    ):
+        chunks: Iterator[bytes] | tuple[bytes] = (bytes(body),)  # inflate's answer, sooner
+    else:
+        chunks = inflate(view.compression, body, limit, give_up)
+    for chunk in chunks:
         checker.feed(chunk)
         if sink is not None:
             sink(chunk)

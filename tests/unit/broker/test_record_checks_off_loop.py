@@ -1,5 +1,6 @@
-"""Broker.append: a compressed batch's records are checked in a worker thread while the event
-loop goes on, and appends to a partition still happen in the order they arrived."""
+"""Broker.append: a batch whose records inflate past what the event loop may check in one
+turn is checked in a worker thread while the loop goes on, a small one on the loop, and
+appends to a partition still happen in the order they arrived."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from samsa.broker import broker as broker_module
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.log.log import AppendResult
-from samsa.protocol.records import Compression, NewRecord, build_batch, validate_produce_batch
+from samsa.protocol.errors import ErrorCode
+from samsa.protocol.records import (
+    HEADER_SIZE,
+    Compression,
+    NewRecord,
+    build_batch,
+    validate_produce_batch,
+    with_records_section,
+)
 
 
 @pytest.fixture
@@ -49,7 +58,10 @@ def _batch(value: bytes, codec: int = Compression.NONE) -> Any:
     )
 
 
-def test_a_compressed_batch_is_checked_off_the_event_loop(
+_BIG = 300_000  # inflated bytes: more than the loop checks (_INLINE_INFLATE_BYTES)
+
+
+def test_a_compressed_batch_inflating_past_the_inline_share_is_checked_off_the_loop(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held = _HeldCheck(broker_module.check_client_batch)
@@ -58,7 +70,7 @@ def test_a_compressed_batch_is_checked_off_the_event_loop(
     async def body() -> None:
         part = broker.topics.get_partition("t", 0)
         assert part is not None
-        appended = broker.append(part, _batch(b"z" * 1000, Compression.GZIP))
+        appended = broker.append(part, _batch(b"z" * _BIG, Compression.GZIP))
         assert isinstance(appended, asyncio.Future)
         ticks = 0
         for _ in range(5):  # the loop keeps running while the check is held
@@ -85,8 +97,9 @@ def test_appends_to_a_partition_keep_their_arrival_order(
         p0 = broker.topics.get_partition("t", 0)
         p1 = broker.topics.get_partition("t", 1)
         assert p0 is not None and p1 is not None
-        first = broker.append(p0, _batch(b"first", Compression.ZSTD))
+        first = broker.append(p0, _batch(b"f" * _BIG, Compression.ZSTD))
         second = broker.append(p0, _batch(b"second"))
+        await asyncio.sleep(0)  # a new turn: the first one's attempt on the loop spent this one
         elsewhere = broker.append(p1, _batch(b"elsewhere"))
         assert isinstance(elsewhere, AppendResult) and elsewhere.base_offset == 0
         assert isinstance(first, asyncio.Future) and isinstance(second, asyncio.Future)
@@ -100,22 +113,78 @@ def test_appends_to_a_partition_keep_their_arrival_order(
     asyncio.run(body())
 
 
-def test_the_event_loop_checks_a_bounded_share_of_a_turn(broker: Broker) -> None:
-    """Small uncompressed batches are checked on the loop only up to 256 KB in one turn of it
-    (a request of many partitions cannot hold the loop); the rest go to the workers, and
-    all are appended in order."""
-    from samsa.broker.broker import _INLINE_TURN_BYTES
+class _SlowClock:
+    """The broker's clock, each reading ``step`` ns after the last: every check "takes" that."""
+
+    def __init__(self, step: int) -> None:
+        self.now = 0
+        self.step = step
+
+    def __call__(self) -> int:
+        self.now += self.step
+        return self.now
+
+
+def test_the_event_loop_checks_for_a_bounded_time_each_turn(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small batches, compressed or not, are checked on the loop (a thread hand-off costs
+    more than their check) until the checks of this turn took _INLINE_TURN_NS (a request of
+    many partitions cannot hold the loop); the rest go to the workers, and all are appended
+    in order. A new turn checks on the loop again."""
+    from samsa.broker.broker import _INLINE_TURN_NS
+
+    held = _HeldCheck(broker_module.check_client_batch)
+    held.release.set()
+    monkeypatch.setattr(broker_module, "check_client_batch", held)
+    monkeypatch.setattr(broker_module, "_clock", _SlowClock(_INLINE_TURN_NS // 3 + 1))
 
     async def body() -> None:
         part = broker.topics.get_partition("t", 0)
         assert part is not None
-        batches = [_batch(bytes([i]) * 30_000) for i in range(20)]  # 600 KB in all
+        batches = [_batch(bytes([i]) * 30_000, Compression.GZIP) for i in range(5)]
+        batches += [_batch(bytes([i]) * 30_000) for i in range(5)]
         appended = [broker.append(part, b) for b in batches]  # one turn of the loop
         inline = [a for a in appended if isinstance(a, AppendResult)]
-        assert 0 < len(inline) * 30_000 <= _INLINE_TURN_BYTES < 20 * 30_000
+        assert len(inline) == 3  # each check "takes" a third of the turn
+        assert all(isinstance(a, asyncio.Future) for a in appended[3:])
         results = [a if isinstance(a, AppendResult) else await a for a in appended]
-        assert [r.base_offset for r in results] == list(range(20))
+        assert [r.base_offset for r in results] == list(range(10))
+        assert len(held.threads) == 7
         await asyncio.sleep(0)  # a new turn: the loop checks again
+        assert isinstance(broker.append(part, _batch(b"later", Compression.GZIP)), AppendResult)
         assert isinstance(broker.append(part, _batch(b"later")), AppendResult)
+
+    asyncio.run(body())
+
+
+def test_a_batch_inflating_past_the_inline_share_is_left_to_a_worker(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small compressed batch whose records inflate past _INLINE_INFLATE_BYTES stops being
+    read on the loop there (a bomb costs the loop that much, not message.max.inflated.bytes)
+    and is checked by a worker; one the codec cannot read is refused on the loop."""
+    from samsa.broker.broker import _INLINE_INFLATE_BYTES
+
+    held = _HeldCheck(broker_module.check_client_batch)
+    held.release.set()
+    monkeypatch.setattr(broker_module, "check_client_batch", held)
+
+    async def body() -> None:
+        part = broker.topics.get_partition("t", 0)
+        assert part is not None
+        small = _batch(b"s" * (_INLINE_INFLATE_BYTES - 100), Compression.ZSTD)
+        big = _batch(b"b" * (_INLINE_INFLATE_BYTES + 100), Compression.ZSTD)
+        assert isinstance(broker.append(part, small), AppendResult)
+        assert not held.threads
+        appended = broker.append(part, big)
+        assert isinstance(appended, asyncio.Future)
+        assert (await appended).base_offset == 1 and len(held.threads) == 1
+        good = _batch(b"x" * 1000, Compression.GZIP)
+        body = bytes(good.buf)[HEADER_SIZE:-8] + bytes(8)  # a gzip trailer that is wrong
+        broken = with_records_section(good, Compression.GZIP, body)
+        refused = broker.append(part, validate_produce_batch(broken))
+        assert isinstance(refused, AppendResult)
+        assert refused.error == ErrorCode.UNKNOWN_SERVER_ERROR
 
     asyncio.run(body())

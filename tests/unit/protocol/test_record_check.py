@@ -14,9 +14,11 @@ import zstandard
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.record_check import (
     _BIG_RECORD,
+    _LAYOUTS,
     INFLATE_CHUNK,
     RecordChecker,
     RecordRules,
+    Unfinished,
     check_records,
     inflate,
 )
@@ -197,3 +199,65 @@ def test_corrupted_batches_are_refused_or_read_as_the_decoder_reads_them() -> No
         accepted += 1
         assert [r.offset for r in decode_records(view)] == list(range(n))
     assert 500 < accepted < 1500  # both outcomes were exercised
+
+
+def test_giving_up_early_is_not_a_refusal() -> None:
+    """With ``give_up`` under the limit, records inflating past it stop the check (Unfinished,
+    a chunk at most past it), and the limit refuses them as before when it is the lower."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = z.compress(encode_record(0, 0, b"k", bytes(4 << 20))) + z.flush()
+    view = _raw_batch(body, 1, Compression.GZIP)
+    with pytest.raises(Unfinished):
+        check_records(view, RecordRules(), 8 << 20, give_up=1 << 20)
+    with pytest.raises(InvalidBatchError) as exc:
+        check_records(view, RecordRules(), 2 << 20, give_up=3 << 20)
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert check_records(view, RecordRules(), 8 << 20, give_up=5 << 20).count == 1
+
+
+def _verdict(view: RecordBatchView) -> object:
+    try:
+        summary = check_records(view, RecordRules(need_key=True), 1 << 20)
+    except InvalidBatchError as exc:
+        return exc.code, str(exc)
+    return summary.count, summary.error, summary.record_errors
+
+
+def test_a_layout_guessed_from_an_earlier_batch_changes_no_verdict() -> None:
+    """A run is first tried with the layout of an earlier run that began with the same bytes:
+    a batch with one byte changed gets the verdict it gets with nothing remembered, after its
+    unchanged original (same layout) was read."""
+    rng = random.Random(27)
+    for _ in range(600):
+        n = rng.randrange(1, 150)
+        klen, vlen = rng.choice([0, 1, 3]), rng.choice([0, 5, 60, 200])
+        records = [
+            NewRecord(
+                key=rng.choice([None, rng.randbytes(klen)]) if rng.random() < 0.1 else b"k" * klen,
+                value=rng.randbytes(vlen),
+                timestamp=1000 + rng.choice([0, 0, 0, rng.randrange(0, 100)]),
+            )
+            for _ in range(n)
+        ]
+        original = build_batch(records, now_ms=1000)
+        body = bytearray(original[61:])
+        size = len(body) // n
+        at = rng.randrange(min(len(body), 2 * size)) if rng.random() < 0.7 else None
+        body[at if at is not None else rng.randrange(len(body))] = rng.randrange(256)
+        view = _raw_batch(bytes(body), n)
+        _LAYOUTS.clear()
+        fresh = _verdict(view)
+        _verdict(RecordBatchView(original))
+        assert _verdict(view) == fresh
+
+
+def test_zstd_streams_never_share_a_decompression_context() -> None:
+    """Contexts are reused (making one costs ~10 us) but one stream's is its own until it
+    ends: two streams read interleaved, then a third, inflate correctly."""
+    one, two = bytes(range(256)) * 4096, b"".join(b"%07d" % i for i in range(150_000))
+    cctx = zstandard.ZstdCompressor()
+    first = inflate(Compression.ZSTD, cctx.compress(one), 1 << 30)
+    head = next(first)
+    assert b"".join(inflate(Compression.ZSTD, cctx.compress(two), 1 << 30)) == two
+    assert head + b"".join(first) == one
+    assert b"".join(inflate(Compression.ZSTD, cctx.compress(one), 1 << 30)) == one
