@@ -77,7 +77,8 @@ def _uses_brokers(item: pytest.Item) -> bool:
     return any(f is not None and _starts_a_broker(f) for f in funcs)
 
 
-# Longest first: `make test` runs two workers that each take the next file as they free up,
+# Longest first: `make test` runs three workers (on two cores: most tests wait on brokers and
+# JVMs, so a third keeps the cores busy) that each take the next file as they free up,
 # so the suites of minutes-long files (Spark, Kafka JVMs) start early and the many short unit
 # files fill the end, instead of one worker finishing a Spark file alone. Files stay whole
 # (a stable sort by directory), so module fixtures are built once. `make test` passes
