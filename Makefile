@@ -62,7 +62,7 @@ demo: $(STAMP)
 
 test: $(STAMP) java $(KAFKA_CP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 # samsa beside Apache Kafka (first peer) and Tansu, then the produce/fetch table against Tansu
 bench: $(STAMP) java $(KAFKA_CP)

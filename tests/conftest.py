@@ -16,11 +16,15 @@ import pytest
 from hypothesis import settings
 
 from _broker import BrokerProcess
-from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster
+from samsa.testing.kafka import FAST_FAILOVER, KafkaCluster, KafkaNode
 from samsa.testing.oracle import summary_lines
 from samsa.testing.tansu import tansu_broker_args
 
 __all__ = ["BrokerProcess"]
+
+# The suite's Kafka nodes compile with C1 only: they serve a few requests each, and C2's
+# compiler threads were most of a node's CPU at start-up. (Benchmarks keep the default JIT.)
+KafkaNode.default_jvm_args = ("-XX:TieredStopAtLevel=1",)
 
 # `make test` (and so CI) runs the property tests on a fixed sequence of examples, so a run
 # fails only for a change, never for a new random draw. HYPOTHESIS_PROFILE=explore draws
@@ -77,23 +81,40 @@ def _uses_brokers(item: pytest.Item) -> bool:
     return any(f is not None and _starts_a_broker(f) for f in funcs)
 
 
-# Longest first: `make test` runs three workers (on two cores: most tests wait on brokers and
-# JVMs, so a third keeps the cores busy) that each take the next file as they free up,
-# so the suites of minutes-long files (Spark, Kafka JVMs) start early and the many short unit
-# files fill the end, instead of one worker finishing a Spark file alone. Files stay whole
-# (a stable sort by directory), so module fixtures are built once. `make test` passes
-# --no-loadscope-reorder: by default xdist hands out the files with the most tests first,
-# which put the few-test, minutes-long Spark and Kafka files at the very end.
-_RUN_ORDER = ("spark", "oracle", "chaos", "interop", "property", "unit")
+# `make test` runs two workers, each taking the next file as it frees up (with
+# --no-loadscope-reorder, so xdist keeps this order rather than sending the files with most
+# tests first). The Spark and Kafka files are minutes of JVM work each; the others mostly
+# wait on brokers and timeouts. They are interleaved, a JVM file between runs of the rest,
+# so the two cores stay busy from start to end instead of both workers crowding the JVM
+# files at one end of the run. Files stay whole, so module fixtures are built once.
+_JVM_DIRS = ("spark", "oracle")
 
 
-def _run_rank(item: pytest.Item) -> int:
-    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
-    return _RUN_ORDER.index(parts[0]) if parts[0] in _RUN_ORDER else len(_RUN_ORDER)
+def _top_dir(item: pytest.Item) -> str:
+    return Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+
+
+def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(Path(str(item.path)), []).append(item)
+    # Spark's files first: they are the longest.
+    heavy = sorted(
+        (f for f in files if _top_dir(files[f][0]) in _JVM_DIRS),
+        key=lambda f: _JVM_DIRS.index(_top_dir(files[f][0])),
+    )
+    light = [f for f in files if _top_dir(files[f][0]) not in _JVM_DIRS]
+    order: list[Path] = []
+    step = max(1, len(light) // max(1, len(heavy)))
+    for i, f in enumerate(heavy):
+        order.append(f)
+        order += light[i * step : (i + 1) * step]
+    order += light[len(heavy) * step :]
+    return [item for f in order for item in files[f]]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_run_rank)
+    items[:] = _interleaved(items)
     for item in items:
         if _uses_brokers(item):
             item.add_marker(pytest.mark.brokers)

@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "FAST_FAILOVER",
@@ -214,6 +214,9 @@ class KafkaNode:
     The ports stay fixed across restarts, so clients and the other nodes find it again.
     """
 
+    # JVM options of nodes made without ``jvm_args`` (the test suite sets C1-only JIT).
+    default_jvm_args: ClassVar[tuple[str, ...]] = ()
+
     def __init__(
         self,
         data_dir: Path,
@@ -235,7 +238,7 @@ class KafkaNode:
         self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
         self.overrides = dict(overrides or {})
         self.heap = heap
-        self.jvm_args = list(jvm_args)
+        self.jvm_args = list(jvm_args) or list(self.default_jvm_args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_s = 0.0  # seconds from exec to "Kafka Server started", last start
         self.rss_mb = 0.0  # resident memory when it started serving
