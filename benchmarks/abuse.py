@@ -42,7 +42,8 @@ measures; the broker's RSS is sampled every 20 ms. One row per attack: a 972 KB 
 whose one record inflates to 1 GB (to a compacted topic, then to a topic whose
 compression.type makes the broker re-encode it), a ~5 KB zstd batch of 8 million tiny records,
 random bytes labelled gzip, a batch claiming 1,000,000 records holding one, garbage records, and
-ListOffsets by timestamp over the topic the tiny records were sent to.
+ListOffsets by timestamp over the topic the tiny records were sent to, and over a stored zstd
+batch of 200,000 records that inflates to ~60 MB (accepted: under message.max.inflated.bytes).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from samsa.client._connection import BlockingConnection
 from samsa.client._security import from_config
 from samsa.protocol.framing import frame_request, split_response, uvarint
 from samsa.protocol.messages import ApiKey, decode_response, encode_request, make_request
+from samsa.protocol.records import Compression, NewRecord, build_batch
 from samsa.testing import create_topic, produce_request, read_frame
 
 TOPIC = "abuse"
@@ -631,15 +633,37 @@ def _attack_frames(port: int) -> list[tuple[str, bytes]]:
         for i, (name, topic, batch) in enumerate(rows):
             req = produce_request({(topic, 0): batch}, acks=1, timeout_ms=120_000)
             out.append((name, c.encode(ApiKey.PRODUCE, 9, req, i + 1)))
-        part = make_request(
-            ApiKey.LIST_OFFSETS, 7, "ListOffsetsPartition", partition_index=0, timestamp=0
-        )
-        t = make_request(ApiKey.LIST_OFFSETS, 7, "ListOffsetsTopic", name="rec-tiny",
-                         partitions=(part,))  # fmt: skip
-        lo = make_request(ApiKey.LIST_OFFSETS, 7, "ListOffsetsRequest", replica_id=-1,
-                          isolation_level=0, topics=(t,))  # fmt: skip
-        out.append(("ListOffsets by timestamp, tiny", c.encode(ApiKey.LIST_OFFSETS, 7, lo, 99)))
+        out.append(("ListOffsets by timestamp, tiny", _list_offsets(c, "rec-tiny", 0, 99)))
+        # A batch that was accepted (within message.max.inflated.bytes) and is searched whole:
+        # its last record is the first at or after the timestamp asked for.
+        size, stored, last_ts = _store_inflating_batch(c, "rec-stored")
+        out.append((f"ListOffsets by time, zstd {size // 1024} KB -> {stored >> 20} MB",
+                    _list_offsets(c, "rec-stored", last_ts, 100)))  # fmt: skip
     return out
+
+
+def _list_offsets(c: BlockingConnection, topic: str, timestamp: int, cid: int) -> bytes:
+    part = make_request(
+        ApiKey.LIST_OFFSETS, 7, "ListOffsetsPartition", partition_index=0, timestamp=timestamp
+    )
+    t = make_request(ApiKey.LIST_OFFSETS, 7, "ListOffsetsTopic", name=topic,
+                     partitions=(part,))  # fmt: skip
+    lo = make_request(ApiKey.LIST_OFFSETS, 7, "ListOffsetsRequest", replica_id=-1,
+                      isolation_level=0, topics=(t,))  # fmt: skip
+    return c.encode(ApiKey.LIST_OFFSETS, 7, lo, cid)
+
+
+def _store_inflating_batch(c: BlockingConnection, topic: str) -> tuple[int, int, int]:
+    """Produce one zstd batch of 200,000 records of 300 zero bytes (~60 MB inflated, under
+    the 64 MiB bound) with timestamps 1 ms apart; (its size, inflated bytes, last timestamp)."""
+    n = 200_000
+    first = int(time.time() * 1000) - n
+    records = [NewRecord(value=bytes(300), timestamp=first + i) for i in range(n)]
+    batch = build_batch(records, compression=Compression.ZSTD, now_ms=first)
+    req = produce_request({(topic, 0): batch}, acks=1, timeout_ms=60_000)
+    resp = c.request(ApiKey.PRODUCE, 9, req)
+    assert resp.responses[0].partition_responses[0].error_code == 0, resp
+    return len(batch), n * 306, first + n - 1
 
 
 def _repeat_request(port: int, frame: bytes, ready: Any, stop: Any, results: Any) -> None:
@@ -675,7 +699,7 @@ def record_attacks(seconds: float) -> None:
         assert broker.pid is not None
         with BlockingConnection(HOST, broker.port) as c:
             assert create_topic(c, TOPIC, 1) == 0
-            for name in ("rec-plain", "rec-tiny", "rec-compacted", "rec-lz4"):
+            for name in ("rec-plain", "rec-tiny", "rec-compacted", "rec-lz4", "rec-stored"):
                 assert create_topic(c, name, 1) == 0
             for name, key, value in (("rec-compacted", "cleanup.policy", "compact"),
                                      ("rec-lz4", "compression.type", "lz4")):  # fmt: skip

@@ -372,6 +372,7 @@ def test_read_errors_are_storage_errors_per_partition(tmp_path: Path, monkeypatc
         assert produce_one(conn, "r", 0, idempotent_batch(-1, -1, -1)) == (0, 0)
         monkeypatch.setattr(Log, "read", unreadable)
         monkeypatch.setattr(Log, "offset_for_timestamp", unreadable)
+        monkeypatch.setattr(Log, "timestamp_probes", unreadable)
         assert high_watermark(conn, "r") == (STORAGE, -1)
         req = make_request(
             ApiKey.LIST_OFFSETS,

@@ -445,6 +445,26 @@ class Broker:
                 return p
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
+    # --- ListOffsets by time -----------------------------------------------------------
+
+    async def offset_for_timestamp(self, plog: Log, timestamp_ms: int) -> tuple[int, int] | None:
+        """``plog.offset_for_timestamp`` with the records of compressed or large batches
+        searched in the checkers' threads (inflating one may take seconds: issue 27), so other
+        connections are served meanwhile. The batches are found and read on the event loop;
+        a segment deleted by retention while searched has the search done again here."""
+        loop = asyncio.get_running_loop()
+        try:
+            for probe in plog.timestamp_probes(timestamp_ms):
+                if probe.heavy:
+                    hit = await loop.run_in_executor(self._checkers, probe.search, timestamp_ms)
+                else:
+                    hit = probe.search(timestamp_ms)
+                if hit is not None:
+                    return hit
+            return None
+        except OSError:
+            return plog.offset_for_timestamp(timestamp_ms)
+
     # --- produce ----------------------------------------------------------------------
 
     def append(

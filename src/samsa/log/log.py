@@ -59,7 +59,7 @@ from samsa.log.loader import (
     write_recovery_point,
 )
 from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManager, Rejected
-from samsa.log.segment import FileSlice, LogSegment
+from samsa.log.segment import FileSlice, LogSegment, TimestampProbe
 from samsa.log.snapshot import delete_snapshots_below, write_snapshot
 from samsa.log.txn_index import AbortedTxn, TransactionIndex
 from samsa.log.validator import CheckedBatch, check_client_batch
@@ -549,17 +549,28 @@ class Log:
         """ListOffsets by time: (offset, timestamp) of the first record whose timestamp is
         >= ``timestamp_ms``, or None. Special values (-1 latest, -2 earliest) are the
         caller's to handle."""
+        for probe in self.timestamp_probes(timestamp_ms):
+            found = probe.search(timestamp_ms)
+            if found is not None:
+                return found
+        return None
+
+    def timestamp_probes(self, timestamp_ms: int) -> Iterator[TimestampProbe]:
+        """The batches :meth:`offset_for_timestamp` searches, in order, to be searched by the
+        caller (the broker searches heavy ones in a worker thread) until the first hit."""
         for seg in list(self._segments):
             if seg.max_timestamp >= timestamp_ms:
-                found = seg.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
-                if found is not None:
-                    return found
-        return None
+                yield from seg.timestamp_probes(timestamp_ms, self.log_start_offset)
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest record timestamp in the log, -1 if it has none."""
+        return max((seg.max_timestamp for seg in list(self._segments)), default=-1)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """ListOffsets MAX_TIMESTAMP (KIP-734): (timestamp, offset) of the record with the
         largest timestamp, the earliest such record on ties; None for an empty log."""
-        max_ts = max((seg.max_timestamp for seg in list(self._segments)), default=-1)
+        max_ts = self.max_timestamp
         if max_ts < 0:
             return None
         found = self.offset_for_timestamp(max_ts)

@@ -65,6 +65,43 @@ LEADER_EPOCH = 0
 # batch stored before message.max.inflated.bytes existed) the batch's own offset answers.
 TIMESTAMP_SEARCH_LIMIT = 64 * 1024 * 1024
 
+# A probe whose batch is compressed or larger than this is searched in a worker thread: its
+# records may inflate to message.max.inflated.bytes, seconds of work on the event loop.
+HEAVY_PROBE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampProbe:
+    """One stored batch that may hold the answer of a ListOffsets by time. ``search`` reads
+    only these bytes (no segment, no index), so it may run in a worker thread while the log
+    goes on appending."""
+
+    base_offset: int
+    min_delta: int  # records before this offset delta are below the log start
+    max_timestamp: int
+    batch: bytes | None  # None: LogAppendTime, the header answers
+
+    @property
+    def heavy(self) -> bool:
+        if self.batch is None:
+            return False
+        return len(self.batch) > HEAVY_PROBE_BYTES or RecordBatchView(self.batch).compression != 0
+
+    def search(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the batch's first record at or after the log start whose
+        timestamp is >= ``timestamp``; None if there is none."""
+        first = self.base_offset + max(self.min_delta, 0)
+        if self.batch is None:
+            return first, self.max_timestamp
+        try:  # streamed, bounded: no Python object per record (protocol/record_check.py)
+            hit = find_timestamp(
+                RecordBatchView(self.batch), timestamp, self.min_delta, TIMESTAMP_SEARCH_LIMIT
+            )
+        except InvalidBatchError:  # unreadable (or inflating too far): the batch's own
+            return first, self.max_timestamp
+        return None if hit is None else (self.base_offset + hit[0], hit[1])
+
+
 # The header fields a CRC check needs: base offset, batch length, partition leader epoch,
 # magic, crc, attributes, last offset delta (one unpack instead of the whole 61 bytes).
 _CHECK_HEADER = struct.Struct(">qiibIhi")
@@ -557,26 +594,30 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``start_offset`` whose timestamp
         is >= ``timestamp`` (Kafka's ListOffsets semantics), or None."""
+        for probe in self.timestamp_probes(timestamp, start_offset):
+            hit = probe.search(timestamp)
+            if hit is not None:
+                return hit
+        return None
+
+    def timestamp_probes(self, timestamp: int, start_offset: int) -> Iterator[TimestampProbe]:
+        """The batches that may hold the first record at or after ``start_offset`` whose
+        timestamp is >= ``timestamp``, in order, each read whole (bounded by the batch size).
+        The time index skips to the first candidate; the caller searches each probe, and
+        stops at the first hit."""
         self._ensure_indexes()
         from_offset = max(self.time_index.lookup(timestamp), start_offset)
         for pos, view in self._walk_indexed(from_offset):
             if view.max_timestamp < timestamp or view.last_offset < start_offset:
                 continue
+            base = view.base_offset
             if view.attributes & TIMESTAMP_TYPE_FLAG:
                 # LogAppendTime: every record carries the batch's timestamp.
-                return max(view.base_offset, start_offset), view.max_timestamp
-            try:  # streamed, bounded: no Python object per record (protocol/record_check.py)
-                hit = find_timestamp(
-                    RecordBatchView(self.read(pos, view.size)),
-                    timestamp,
-                    start_offset - view.base_offset,
-                    TIMESTAMP_SEARCH_LIMIT,
-                )
-            except InvalidBatchError:  # unreadable (or inflating too far): the batch's own
-                return max(view.base_offset, start_offset), view.max_timestamp
-            if hit is not None:
-                return view.base_offset + hit[0], hit[1]
-        return None
+                yield TimestampProbe(base, start_offset - base, view.max_timestamp, None)
+                return
+            yield TimestampProbe(
+                base, start_offset - base, view.max_timestamp, self.read(pos, view.size)
+            )
 
     # -- indexes: loading and rebuilding --------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Broker.append: a batch whose records inflate past what the event loop may check in one
 turn is checked in a worker thread while the loop goes on, a small one on the loop, and
-appends to a partition still happen in the order they arrived."""
+appends to a partition still happen in the order they arrived. ListOffsets by time searches
+compressed or large batches in a worker too."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from samsa.broker import broker as broker_module
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
 from samsa.log.log import AppendResult
+from samsa.log.segment import TimestampProbe
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import (
     HEADER_SIZE,
@@ -58,6 +60,15 @@ def _batch(value: bytes, codec: int = Compression.NONE) -> Any:
     )
 
 
+async def _loop_runs_while_held(held: asyncio.Future[Any]) -> None:
+    """The loop keeps turning (five sleeps) while the work behind ``held`` is held."""
+    ticks = 0
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert ticks == 5 and not held.done()
+
+
 _BIG = 300_000  # inflated bytes: more than the loop checks (_INLINE_INFLATE_BYTES)
 
 
@@ -72,11 +83,7 @@ def test_a_compressed_batch_inflating_past_the_inline_share_is_checked_off_the_l
         assert part is not None
         appended = broker.append(part, _batch(b"z" * _BIG, Compression.GZIP))
         assert isinstance(appended, asyncio.Future)
-        ticks = 0
-        for _ in range(5):  # the loop keeps running while the check is held
-            await asyncio.sleep(0.01)
-            ticks += 1
-        assert ticks == 5 and not appended.done()
+        await _loop_runs_while_held(appended)
         held.release.set()
         result = await asyncio.wait_for(appended, 10)
         assert (result.error, result.base_offset) == (0, 0)
@@ -188,3 +195,49 @@ def test_a_batch_inflating_past_the_inline_share_is_left_to_a_worker(
         assert refused.error == ErrorCode.UNKNOWN_SERVER_ERROR
 
     asyncio.run(body())
+
+
+class _HeldSearch:
+    """TimestampProbe.search, held in its thread until released; records where it ran."""
+
+    def __init__(self) -> None:
+        self.real = TimestampProbe.search
+        self.threads: list[str] = []
+        self.release = threading.Event()
+
+    def __call__(self, probe: TimestampProbe, timestamp: int) -> Any:
+        self.threads.append(threading.current_thread().name)
+        if threading.current_thread() is not threading.main_thread():
+            assert self.release.wait(10)
+        return self.real(probe, timestamp)
+
+
+def test_listoffsets_by_time_searches_a_compressed_batch_off_the_loop(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ListOffsets by time (issue 27): a compressed batch's records may inflate to
+    message.max.inflated.bytes, so they are searched by a worker while the loop goes on; a
+    small uncompressed batch is searched on the loop. The answers are the log's own."""
+    held = _HeldSearch()
+    monkeypatch.setattr(TimestampProbe, "search", lambda probe, ts: held(probe, ts))
+    part = broker.topics.get_partition("t", 0)
+    assert part is not None
+    plog = part.log
+    records = [NewRecord(value=b"v%d" % i, key=None, timestamp=1_000 + i) for i in range(2_000)]
+    zstd = build_batch(records, compression=Compression.ZSTD)
+    plain = build_batch([NewRecord(value=b"u", timestamp=5_000)])
+    assert plog.append(validate_produce_batch(zstd), 6_000).error == 0
+    assert plog.append(validate_produce_batch(plain), 6_000).error == 0
+
+    async def body() -> None:
+        searching = asyncio.ensure_future(broker.offset_for_timestamp(plog, 1_500))
+        await _loop_runs_while_held(searching)
+        held.release.set()
+        assert await asyncio.wait_for(searching, 10) == (500, 1_500)
+        assert held.threads and held.threads[0].startswith("samsa-check")
+        held.threads.clear()
+        assert await broker.offset_for_timestamp(plog, 4_000) == (2_000, 5_000)
+        assert held.threads == ["MainThread"]  # the small batch: on the loop
+
+    asyncio.run(body())
+    assert plog.offset_for_timestamp(1_500) == (500, 1_500)
