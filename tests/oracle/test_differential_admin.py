@@ -213,10 +213,12 @@ def test_update_features_and_describe_cluster(differential: Run) -> None:
         update("unknown-feature", "no.such.feature", 1)
         update("too-high", "transaction.version", 99)
         update("same-level", "transaction.version", 2)
-        k, v = ApiKey.DESCRIBE_CLUSTER, 1
-        s.call("cluster", k, v, make_request(k, v, "DescribeClusterRequest",
-                                             include_cluster_authorized_operations=False,
-                                             endpoint_type=1))  # fmt: skip
+        k = ApiKey.DESCRIBE_CLUSTER
+        for v in (1, 2):  # v2 (KIP-1073): fenced brokers listed when asked, flagged
+            s.call(f"cluster-v{v}", k, v, make_request(k, v, "DescribeClusterRequest",
+                                                       include_cluster_authorized_operations=False,
+                                                       endpoint_type=1,
+                                                       include_fenced_brokers=True))  # fmt: skip
 
     differential(scenario)
 
@@ -245,9 +247,9 @@ KAFKA_ONLY_APIS = {
     93: (0, 0), 94: (0, 0),
 }  # fmt: skip
 OTHER_VERSIONS = {
-    0: ((3, 12), (0, 13)), 1: ((4, 16), (4, 18)), 8: ((2, 9), (2, 10)), 9: ((1, 9), (1, 10)),
-    18: ((0, 4), (0, 5)), 22: ((0, 6), (0, 5)), 28: ((0, 5), (0, 6)), 35: ((1, 4), (1, 5)),
-    42: ((0, 2), (0, 3)), 60: ((0, 1), (0, 2)), 78: ((1, 1), (1, 2)), 79: ((1, 1), (1, 2)),
+    0: ((3, 12), (0, 13)), 8: ((2, 9), (2, 10)), 9: ((1, 9), (1, 10)),
+    18: ((0, 4), (0, 5)), 22: ((0, 6), (0, 5)), 28: ((0, 5), (0, 6)),
+    42: ((0, 2), (0, 3)), 78: ((1, 1), (1, 2)), 79: ((1, 1), (1, 2)),
 }  # fmt: skip
 
 

@@ -113,7 +113,7 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
 ) -> list[Sized]:
-    """FetchResponse v4-v16 body as pieces; record pieces are passed through uncopied.
+    """FetchResponse v4-v18 body as pieces; record pieces are passed through uncopied.
 
     Topics are named by string up to v12 and by topic id (a UUID) from v13 (KIP-516).
     """

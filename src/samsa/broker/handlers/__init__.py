@@ -77,7 +77,8 @@ APIS: dict[int, Api] = {
     a.key: a
     for a in (
         Api(ApiKey.PRODUCE, 3, 12, produce.handle),  # v12: transactions v2 (rule 36)
-        Api(ApiKey.FETCH, 4, 16, fetch.handle),
+        # v17-v18 add only followers' tagged fields (KIP-853, KIP-1166): a consumer's is v16's.
+        Api(ApiKey.FETCH, 4, 18, fetch.handle),
         Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),
         # v2+, as Kafka 4 serves: consumers validate positions with v3+ (KIP-320).
         Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, offset_for_leader_epoch.handle),
@@ -98,13 +99,13 @@ APIS: dict[int, Api] = {
         Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, incremental_alter_configs.handle),
         Api(ApiKey.CREATE_PARTITIONS, 0, 3, create_partitions.handle),
         Api(ApiKey.DELETE_RECORDS, 0, 2, delete_records.handle),
-        Api(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle),
+        Api(ApiKey.DESCRIBE_CLUSTER, 0, 2, describe_cluster.handle),  # v2: never a fenced broker
         Api(ApiKey.ELECT_LEADERS, 0, 2, elect_leaders.handle),
         # One broker, one replica per partition: nothing to move (KIP-455, KIP-860).
         Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1, alter_partition_reassignments.handle),
         Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0, list_partition_reassignments.handle),
         Api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0, describe_topic_partitions.handle),  # KIP-966
-        Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 4, describe_log_dirs.handle),
+        Api(ApiKey.DESCRIBE_LOG_DIRS, 1, 5, describe_log_dirs.handle),  # v5: never cordoned
         Api(ApiKey.UPDATE_FEATURES, 0, 2, update_features.handle),  # rule 45
         Api(ApiKey.DESCRIBE_PRODUCERS, 0, 0, describe_producers.handle),
         Api(ApiKey.FIND_COORDINATOR, 0, 6, find_coordinator.handle),

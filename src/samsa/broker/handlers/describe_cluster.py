@@ -48,8 +48,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             cluster_id=broker.cluster_id,
             controller_id=node,
             brokers=(
+                # v2 (KIP-1073) may ask for fenced brokers too: a lone broker is never fenced.
                 make(
-                    K, v, "DescribeClusterBroker", broker_id=node, host=host, port=port, rack=None
+                    K,
+                    v,
+                    "DescribeClusterBroker",
+                    broker_id=node,
+                    host=host,
+                    port=port,
+                    rack=None,
+                    is_fenced=False,
                 ),
             ),
             cluster_authorized_operations=cluster_ops,

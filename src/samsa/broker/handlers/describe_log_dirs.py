@@ -67,6 +67,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         topics=tuple(topics),
         total_bytes=st.f_blocks * st.f_frsize,
         usable_bytes=st.f_bavail * st.f_frsize,
+        is_cordoned=False,  # v5 (KIP-1066): samsa's one log directory always takes partitions
     )
     return _response(v, ErrorCode.NONE, (result,))
 
