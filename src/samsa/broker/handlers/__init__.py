@@ -113,8 +113,9 @@ APIS: dict[int, Api] = {
         Api(ApiKey.SYNC_GROUP, 0, 5, sync_group.handle),
         Api(ApiKey.HEARTBEAT, 0, 4, heartbeat.handle),
         Api(ApiKey.LEAVE_GROUP, 0, 5, leave_group.handle),
-        Api(ApiKey.OFFSET_COMMIT, 2, 9, offset_commit.handle),
-        Api(ApiKey.OFFSET_FETCH, 1, 9, offset_fetch.handle),
+        # v10: topics by id (KIP-516).
+        Api(ApiKey.OFFSET_COMMIT, 2, 10, offset_commit.handle),
+        Api(ApiKey.OFFSET_FETCH, 1, 10, offset_fetch.handle),
         Api(ApiKey.LIST_GROUPS, 0, 5, list_groups.handle),
         Api(ApiKey.DESCRIBE_GROUPS, 0, 6, describe_groups.handle),
         Api(ApiKey.DELETE_GROUPS, 0, 2, delete_groups.handle),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -148,6 +149,7 @@ def partition_errors(
             version,
             f"{prefix}ResponseTopic",
             name=t.name,
+            topic_id=getattr(t, "topic_id", None),
             partitions=tuple(
                 _partition_error(key, version, prefix, t.name, p.partition_index, errors)
                 for p in t.partitions
@@ -205,6 +207,7 @@ def refused_first(
     refused before the coordinator (``refused``) first, then the coordinator's, each topic
     once, in the order it first appears."""
     topics = list(topics)
+    ids = {t.name: getattr(t, "topic_id", None) for t in topics}
     by_topic: dict[str, list[Any]] = {}
     for first in (True, False):
         for t in topics:
@@ -214,6 +217,36 @@ def refused_first(
                         _partition_error(key, version, prefix, t.name, p.partition_index, errors)
                     )
     return tuple(
-        make(key, version, f"{prefix}ResponseTopic", name=name, partitions=tuple(parts))
+        make(
+            key,
+            version,
+            f"{prefix}ResponseTopic",
+            name=name,
+            topic_id=ids[name],
+            partitions=tuple(parts),
+        )
         for name, parts in by_topic.items()
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTopic:
+    """A request topic named by its id (KIP-516: OffsetCommit and OffsetFetch v10), with the
+    name of the topic that has it; an id no topic has gets a name no topic can have, so the
+    name-keyed checks pass it by (``known`` False: the caller answers UNKNOWN_TOPIC_ID)."""
+
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: Any  # the request's own partition entries
+    partition_indexes: Any
+    known: bool
+
+
+def resolve_topic_ids(broker: Broker, topics: Iterable[Any]) -> list[NamedTopic]:
+    out = []
+    for t in topics:
+        topic = broker.topics.topics_by_id.get(t.topic_id) if t.topic_id is not None else None
+        name = topic.name if topic is not None else f"<unknown topic id {t.topic_id}>"
+        out.append(NamedTopic(name, t.topic_id, getattr(t, "partitions", ()),
+                              getattr(t, "partition_indexes", ()), topic is not None))  # fmt: skip
+    return out

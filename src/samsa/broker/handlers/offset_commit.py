@@ -1,4 +1,5 @@
-"""OffsetCommit: store a group's positions, fenced by generation (per-partition errors).
+"""OffsetCommit: store a group's positions, fenced by generation (per-partition errors);
+v10 names the topics by id.
 
 As Kafka, a partition of an unknown topic, or one past a topic's last, is answered
 UNKNOWN_TOPIC_OR_PARTITION before the group coordinator sees the commit, so it is not kept;
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import (
     Body,
+    NamedTopic,
     Op,
     RequestContext,
     Res,
@@ -17,6 +19,7 @@ from samsa.broker.handlers._base import (
     authorized_names,
     partition_errors,
     refused_first,
+    resolve_topic_ids,
     unknown_partitions,
 )
 from samsa.coordinator.group_coordinator import OffsetToCommit
@@ -31,6 +34,15 @@ K = ApiKey.OFFSET_COMMIT
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
+    # v10 names topics by id (KIP-516); an id no topic has is UNKNOWN_TOPIC_ID, refused
+    # before the coordinator as an unknown partition is.
+    request_topics = resolve_topic_ids(broker, request.topics) if v >= 10 else request.topics
+    no_id = {
+        (t.name, p.partition_index)
+        for t in request_topics
+        if isinstance(t, NamedTopic) and not t.known
+        for p in t.partitions
+    }
     offsets = [
         OffsetToCommit(
             topic=t.name,
@@ -39,13 +51,15 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             leader_epoch=getattr(p, "committed_leader_epoch", -1),
             metadata=p.committed_metadata,
         )
-        for t in request.topics
+        for t in request_topics
         for p in t.partitions
+        if (t.name, p.partition_index) not in no_id
     ]
     # Rule 33: Read on the group, Read on each topic.
     if not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):
         refused = {(o.topic, o.partition): ErrorCode.GROUP_AUTHORIZATION_FAILED for o in offsets}
-        topics = partition_errors(K, v, "OffsetCommit", request.topics, refused)
+        refused.update(dict.fromkeys(no_id, ErrorCode.UNKNOWN_TOPIC_ID))
+        topics = partition_errors(K, v, "OffsetCommit", request_topics, refused)
         return encode_response(
             K, v, make(K, v, "OffsetCommitResponse", throttle_time=0, topics=topics)
         )
@@ -66,5 +80,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
         )
     errors.update(dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     errors.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-    topics = refused_first(K, v, "OffsetCommit", request.topics, errors, denied | unknown)
+    errors.update(dict.fromkeys(no_id, ErrorCode.UNKNOWN_TOPIC_ID))
+    refused = denied | unknown | no_id
+    topics = refused_first(K, v, "OffsetCommit", request_topics, errors, refused)
     return encode_response(K, v, make(K, v, "OffsetCommitResponse", throttle_time=0, topics=topics))

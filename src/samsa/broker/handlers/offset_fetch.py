@@ -1,4 +1,5 @@
-"""OffsetFetch: a group's committed offsets (v0-7 one group; v8+ a batch of groups).
+"""OffsetFetch: a group's committed offsets (v0-7 one group; v8+ a batch of groups; v10
+names topics by id, an unknown id answered UNKNOWN_TOPIC_ID).
 
 Partitions without a committed offset answer -1 with no error, as Kafka does. With
 transactional offsets still pending (their transaction undecided), ``require_stable``
@@ -7,9 +8,19 @@ transactional offsets still pending (their transaction undecided), ``require_sta
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized, authorized_names
+from samsa.broker.handlers._base import (
+    Body,
+    NamedTopic,
+    Op,
+    RequestContext,
+    Res,
+    authorized,
+    authorized_names,
+    resolve_topic_ids,
+)
 from samsa.coordinator.offsets import FetchedOffset
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
@@ -45,7 +56,10 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             error = broker.groups.validate_fetch(
                 g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
             )
-        fetched = [] if error else _fetch(broker, ctx, g.group_id, g.topics, request.require_stable)
+        topics = g.topics
+        if v >= 10 and topics is not None:  # topics by id (KIP-516)
+            topics = resolve_topic_ids(broker, topics)
+        fetched = [] if error else _fetch(broker, ctx, g.group_id, topics, request.require_stable)
         groups.append(
             make(
                 K,
@@ -54,7 +68,11 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 group_id=g.group_id,
                 error_code=error,
                 topics=_topics(
-                    v, fetched, "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"
+                    v,
+                    fetched,
+                    "OffsetFetchResponseTopics",
+                    "OffsetFetchResponsePartitions",
+                    _topic_ids(broker, topics) if v >= 10 else None,
                 ),
             )
         )
@@ -66,6 +84,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
 def _fetch(
     broker: Broker, ctx: RequestContext, group_id: str, topics: Any, require_stable: bool = False
 ) -> list[FetchedOffset]:
+    no_id = [
+        FetchedOffset(t.name, p, -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID)
+        for t in topics or ()
+        if isinstance(t, NamedTopic) and not t.known
+        for p in t.partition_indexes
+    ]
+    if no_id:
+        topics = [t for t in topics if not (isinstance(t, NamedTopic) and not t.known)]
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     # Rule 33: Describe on each topic; an all-topics answer leaves the others out.
     if wanted is None:
@@ -82,19 +108,34 @@ def _fetch(
         if t not in allowed
         for p in parts
     ]
-    return fetched + denied
+    return fetched + denied + no_id
 
 
-def _topics(v: int, fetched: list[FetchedOffset], topic_cls: str, part_cls: str) -> tuple[Any, ...]:
+def _topic_ids(broker: Broker, asked: Any) -> dict[str, uuid.UUID | None]:
+    """v10: each answered topic's id (an unknown one as asked; by the topic for all topics)."""
+    ids: dict[str, uuid.UUID | None] = {n: t.topic_id for n, t in broker.topics.topics.items()}
+    ids.update({t.name: t.topic_id for t in asked or ()})
+    return ids
+
+
+def _topics(
+    v: int,
+    fetched: list[FetchedOffset],
+    topic_cls: str,
+    part_cls: str,
+    ids: dict[str, uuid.UUID | None] | None = None,
+) -> tuple[Any, ...]:
     by_topic: dict[str, list[FetchedOffset]] = {}
     for f in fetched:
-        by_topic.setdefault(f.topic, []).append(f)
+        if ids is None or f.topic in ids:  # v10: a deleted topic has no id to answer with
+            by_topic.setdefault(f.topic, []).append(f)
     return tuple(
         make(
             K,
             v,
             topic_cls,
             name=name,
+            topic_id=ids[name] if ids is not None else None,
             partitions=tuple(
                 make(
                     K,
