@@ -57,14 +57,18 @@ class ProducePartitionResult:
 
 def encode_produce_response(
     version: int,
-    topics: Sequence[tuple[str, Sequence[ProducePartitionResult]]],
+    topics: Sequence[tuple[str | uuid.UUID | None, Sequence[ProducePartitionResult]]],
     throttle_time_ms: int = 0,
 ) -> bytes:
-    """ProduceResponse v3-v11 body."""
+    """ProduceResponse v3-v13 body. Topics are named by string up to v12 and by topic id (a
+    UUID; None is the zero id) from v13 (KIP-516)."""
     flexible = version >= 9
     out = bytearray(_array_len(len(topics), flexible))
-    for name, partitions in topics:
-        out += _string(name, flexible)
+    for key, partitions in topics:
+        if isinstance(key, str):
+            out += _string(key, flexible)
+        else:
+            out += key.bytes if key is not None else bytes(16)
         out += _array_len(len(partitions), flexible)
         for p in partitions:
             if version >= 5:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from samsa.client import Admin, Consumer, TopicPartition
@@ -84,13 +86,14 @@ def idempotent_batch(
 
 
 def produce_request(
-    partitions: dict[tuple[str, int], bytes],
+    partitions: Mapping[tuple[str | uuid.UUID, int], bytes],
     *,
     acks: int = -1,
     timeout_ms: int = 10_000,
     version: int = PRODUCE_VERSION,
 ) -> Any:
-    by_topic: dict[str, list[Any]] = {}
+    """A Produce request; a topic given as a UUID is named by id (v13+, KIP-516)."""
+    by_topic: dict[str | uuid.UUID, list[Any]] = {}
     for (topic, index), records in partitions.items():
         by_topic.setdefault(topic, []).append(
             make_request(
@@ -106,7 +109,11 @@ def produce_request(
         timeout=timeout_ms,
         topic_data=tuple(
             make_request(
-                ApiKey.PRODUCE, version, "TopicProduceData", name=t, partition_data=tuple(p)
+                ApiKey.PRODUCE,
+                version,
+                "TopicProduceData",
+                **({"topic_id": t} if isinstance(t, uuid.UUID) else {"name": t}),
+                partition_data=tuple(p),
             )
             for t, p in by_topic.items()
         ),

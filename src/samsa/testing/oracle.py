@@ -522,7 +522,7 @@ class Side:
     def produce(
         self,
         label: str,
-        partitions: Mapping[tuple[str, int], bytes],
+        partitions: Mapping[tuple[str | uuid.UUID, int], bytes],
         *,
         transactional_id: str | None = None,
         acks: int = -1,

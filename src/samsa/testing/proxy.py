@@ -419,7 +419,7 @@ class FaultProxy(Relay):
         for topic in req.topic_data:
             parts = []
             for part in topic.partition_data:
-                base = self._next_offset.get((str(topic.name), int(part.index)), 0)
+                base = self._next_offset.get((_topic_key(topic), int(part.index)), 0)
                 parts.append(
                     make(
                         ApiKey.PRODUCE,
@@ -439,7 +439,8 @@ class FaultProxy(Relay):
                     ApiKey.PRODUCE,
                     version,
                     "TopicProduceResponse",
-                    name=topic.name,
+                    name=getattr(topic, "name", None),
+                    topic_id=getattr(topic, "topic_id", None),
                     partition_responses=tuple(parts),
                 )
             )
@@ -457,7 +458,7 @@ class FaultProxy(Relay):
             return frame
         for topic in resp.responses:
             for part in topic.partition_responses:
-                tp = (str(topic.name), int(part.index))
+                tp = (_topic_key(topic), int(part.index))
                 if int(part.error_code) == 0 and part.base_offset >= 0 and tp in req.records:
                     self._next_offset[tp] = int(part.base_offset) + req.records[tp]
         key = (req.version, tuple(sorted(req.records)))
@@ -490,7 +491,7 @@ class FaultProxy(Relay):
                 pid, epoch, seq = _BATCH_IDS.unpack_from(records, _BATCH_IDS_AT)
                 if pid < 0:
                     continue
-                key = (str(topic.name), int(part.index), pid, epoch, seq)
+                key = (_topic_key(topic), int(part.index), pid, epoch, seq)
                 if key in self._seen_batches:
                     self.stats.produce_retries += 1
                 else:
@@ -547,6 +548,12 @@ def _match(pending: collections.deque[_Pending], frame: bytes) -> _Pending | Non
     return None
 
 
+def _topic_key(topic: Any) -> str:
+    """A Produce request topic's name (v13 names it by id, KIP-516: the id's text)."""
+    name = getattr(topic, "name", None)
+    return str(name) if name is not None else str(topic.topic_id)
+
+
 def _record_counts(req: Any) -> dict[tuple[str, int], int]:
     """Records per partition of a Produce request (one batch each: lastOffsetDelta + 1)."""
     out: dict[tuple[str, int], int] = {}
@@ -555,7 +562,7 @@ def _record_counts(req: Any) -> dict[tuple[str, int], int]:
             records = part.records
             if records and len(records) >= _LAST_DELTA_AT + 4:
                 (delta,) = struct.unpack_from(">i", records, _LAST_DELTA_AT)
-                out[(str(topic.name), int(part.index))] = delta + 1
+                out[(_topic_key(topic), int(part.index))] = delta + 1
     return out
 
 

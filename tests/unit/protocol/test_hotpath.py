@@ -15,25 +15,29 @@ from samsa.protocol.hotpath import (
 from samsa.protocol.messages import ApiKey, decode_response
 
 
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", range(3, 14))
 def test_produce_response(version: int) -> None:
+    a = uuid.uuid4()
     body = encode_produce_response(
         version,
         [
             (
-                "topic-a",
+                a if version >= 13 else "topic-a",
                 [
                     ProducePartitionResult(0, 0, 41, -1, 3),
                     ProducePartitionResult(2, 45, error_message="gap"),
                 ],
             ),
-            ("b", []),
+            (None if version >= 13 else "b", []),
         ],
         throttle_time_ms=7,
     )
     resp = decode_response(ApiKey.PRODUCE, version, body, 0)
     first, second = resp.responses[0].partition_responses
-    assert resp.responses[0].name == "topic-a" and resp.responses[1].name == "b"
+    if version >= 13:  # topics by id (KIP-516); the zero id decodes as None
+        assert resp.responses[0].topic_id == a and resp.responses[1].topic_id is None
+    else:
+        assert resp.responses[0].name == "topic-a" and resp.responses[1].name == "b"
     assert (first.index, int(first.error_code), first.base_offset) == (0, 0, 41)
     assert (second.index, int(second.error_code)) == (2, 45)
     if version >= 5:
@@ -42,7 +46,7 @@ def test_produce_response(version: int) -> None:
         assert second.error_message == "gap"
 
 
-@pytest.mark.parametrize("version", range(4, 17))
+@pytest.mark.parametrize("version", range(4, 19))
 def test_fetch_response(version: int) -> None:
     topic_id = uuid.uuid4()
     pieces = encode_fetch_response(

@@ -76,7 +76,8 @@ from samsa.protocol.messages import ApiKey
 APIS: dict[int, Api] = {
     a.key: a
     for a in (
-        Api(ApiKey.PRODUCE, 3, 12, produce.handle),  # v12: transactions v2 (rule 36)
+        # v12: transactions v2 (rule 36); v13: topics by id (KIP-516).
+        Api(ApiKey.PRODUCE, 3, 13, produce.handle),
         # v17-v18 add only followers' tagged fields (KIP-853, KIP-1166): a consumer's is v16's.
         Api(ApiKey.FETCH, 4, 18, fetch.handle),
         Api(ApiKey.LIST_OFFSETS, 1, 11, list_offsets.handle),

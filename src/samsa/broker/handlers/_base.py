@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -231,15 +230,17 @@ def refused_first(
 
 @dataclass(frozen=True, slots=True)
 class NamedTopic:
-    """A request topic named by its id (KIP-516: OffsetCommit and OffsetFetch v10), with the
-    name of the topic that has it; an id no topic has gets a name no topic can have, so the
-    name-keyed checks pass it by (``known`` False: the caller answers UNKNOWN_TOPIC_ID)."""
+    """A request topic named by its id (KIP-516: Produce v13, OffsetCommit and OffsetFetch
+    v10), with the name of the topic that has it; an id no topic has gets a name no topic can
+    have, so the name-keyed checks pass it by (``known`` False: the caller answers
+    UNKNOWN_TOPIC_ID). Its other fields are the request topic's."""
 
     name: str
-    topic_id: uuid.UUID | None
-    partitions: Any  # the request's own partition entries
-    partition_indexes: Any
     known: bool
+    entry: Any  # the request's topic entry
+
+    def __getattr__(self, field: str) -> Any:
+        return getattr(self.entry, field)
 
 
 def resolve_topic_ids(broker: Broker, topics: Iterable[Any]) -> list[NamedTopic]:
@@ -247,6 +248,5 @@ def resolve_topic_ids(broker: Broker, topics: Iterable[Any]) -> list[NamedTopic]
     for t in topics:
         topic = broker.topics.topics_by_id.get(t.topic_id) if t.topic_id is not None else None
         name = topic.name if topic is not None else f"<unknown topic id {t.topic_id}>"
-        out.append(NamedTopic(name, t.topic_id, getattr(t, "partitions", ()),
-                              getattr(t, "partition_indexes", ()), topic is not None))  # fmt: skip
+        out.append(NamedTopic(name, topic is not None, t))
     return out

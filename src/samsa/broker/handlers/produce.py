@@ -1,4 +1,5 @@
-"""Produce: validate each partition's batch, append it, answer with offsets.
+"""Produce: validate each partition's batch, append it, answer with offsets (topics by
+name, by id from v13).
 
 Partitions are independent (rule 7): each gets its own error code. With acks=0 nothing is
 sent back; with acks=1 or -1 the response waits for the fsync round when
@@ -9,18 +10,21 @@ so -1 and 1 are the same durability otherwise).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import (
     HandlerResult,
+    NamedTopic,
     Op,
     RequestContext,
     Res,
     authorized,
     authorized_names,
     outside_transaction,
+    resolve_topic_ids,
     throttle,
 )
 from samsa.broker.quotas import PRODUCE
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 # One broker, replication factor 1: the leader is the whole in-sync replica set.
 _IN_SYNC_REPLICAS = 1
 VALID_ACKS = (-1, 0, 1)
+# v13: each answered topic's id by the name the handler used for it (None before v13).
+TopicIds = dict[str, uuid.UUID | None] | None
 
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
@@ -48,9 +54,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     # TransactionalId; only a principal that may Create topics makes one appear.
     txn_id = request.transactional_id
     txn_ok = txn_id is not None and authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
+    # v13 names topics by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID, never created.
+    by_id = ctx.version >= 13
+    request_topics = resolve_topic_ids(broker, request.topic_data) if by_id else request.topic_data
     writable = authorized_names(
-        broker, ctx, Op.WRITE, Res.TOPIC, {t.name for t in request.topic_data}
-    )
+        broker, ctx, Op.WRITE, Res.TOPIC,
+        {t.name for t in request_topics if not isinstance(t, NamedTopic) or t.known},
+    )  # fmt: skip
     owner = ctx.principal if broker.authorizer is not None else None
     to_flush: set[Log] = set()
     results: list[tuple[str, list[Any]]] = []
@@ -58,12 +68,16 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     # A transactional batch without a (permitted) transactional id refuses the whole request,
     # before any batch is validated, as Kafka.
     txn_refused = not txn_ok and _has_transactional_batch(request)
-    for topic in request.topic_data:
+    for topic in request_topics:
         partitions: list[Any] = []
-        may_create = topic.name in broker.topics.topics or _may_create(broker, ctx, topic.name)
+        may_create = topic.name in broker.topics.topics or (
+            not by_id and _may_create(broker, ctx, topic.name)
+        )
         for pdata in topic.partition_data:
             result: Any
-            if txn_refused:
+            if isinstance(topic, NamedTopic) and not topic.known:
+                result = ProducePartitionResult(pdata.index, ErrorCode.UNKNOWN_TOPIC_ID)
+            elif txn_refused:
                 result = ProducePartitionResult(
                     pdata.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 )
@@ -85,11 +99,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                 waiting = waiting or not isinstance(result, ProducePartitionResult)
             partitions.append(result)
         results.append((topic.name, partitions))
+    ids = {t.name: t.topic_id for t in request_topics} if by_id else None
     # producer_byte_rate: the request's bytes, appended whatever the throttle (as Kafka).
     throttle_ms = throttle(broker, ctx, PRODUCE, ctx.size) if ctx.size else 0
     if waiting:  # a batch is being checked in a worker thread (Broker.append)
-        return _when_appended(broker, ctx.version, request.acks, to_flush, results, throttle_ms)
-    return _respond(broker, ctx.version, request.acks, to_flush, results, throttle_ms)
+        return _when_appended(
+            broker, ctx.version, request.acks, to_flush, results, throttle_ms, ids
+        )
+    return _respond(broker, ctx.version, request.acks, to_flush, results, throttle_ms, ids)
 
 
 async def _when_appended(
@@ -99,12 +116,13 @@ async def _when_appended(
     to_flush: set[Log],
     results: list[tuple[str, list[Any]]],
     throttle_ms: int,
+    ids: TopicIds,
 ) -> Any:
     for _name, partitions in results:
         for i, result in enumerate(partitions):
             if not isinstance(result, ProducePartitionResult):
                 partitions[i] = await result
-    out = _respond(broker, version, acks, to_flush, results, throttle_ms)
+    out = _respond(broker, version, acks, to_flush, results, throttle_ms, ids)
     return await out if asyncio.iscoroutine(out) else out
 
 
@@ -115,6 +133,7 @@ def _respond(
     to_flush: set[Log],
     results: list[tuple[str, list[ProducePartitionResult]]],
     throttle_ms: int = 0,
+    ids: TopicIds = None,
 ) -> HandlerResult:
     flushed: list[tuple[int, int, Log]] = []  # (topic, partition) positions awaiting a flush
     if to_flush:
@@ -130,8 +149,19 @@ def _respond(
             broker.flush(plog)  # a failure takes the data directory offline; nobody to tell
         return None
     if not to_flush:
+        return _encode(version, results, throttle_ms, ids)
+    return _after_flush(broker, version, to_flush, results, flushed, throttle_ms, ids)
+
+
+def _encode(
+    version: int,
+    results: list[tuple[str, list[ProducePartitionResult]]],
+    throttle_ms: int,
+    ids: TopicIds,
+) -> bytes:
+    if ids is None:
         return encode_produce_response(version, results, throttle_ms)
-    return _after_flush(broker, version, to_flush, results, flushed, throttle_ms)
+    return encode_produce_response(version, [(ids[n], parts) for n, parts in results], throttle_ms)
 
 
 async def _after_flush(
@@ -141,6 +171,7 @@ async def _after_flush(
     results: list[tuple[str, list[ProducePartitionResult]]],
     flushed: list[tuple[int, int, Log]],
     throttle_ms: int,
+    ids: TopicIds,
 ) -> bytes:
     order = list(logs)
     outcomes = await asyncio.gather(*(broker.flush(plog) for plog in order))
@@ -156,7 +187,7 @@ async def _after_flush(
                 log_start_offset=ok.log_start_offset,
                 error_message=f"fsync failed: {exc}",
             )
-    return encode_produce_response(version, results, throttle_ms)
+    return _encode(version, results, throttle_ms, ids)
 
 
 def _append_one(

@@ -1,7 +1,7 @@
-"""Differential scenario: OffsetCommit and OffsetFetch v10 name topics by id (KIP-516), as
-Kafka 4.4 serves them: a known id commits and fetches as its name does, an unknown id (or the
-zero id) is answered UNKNOWN_TOPIC_ID per partition, refused before the group coordinator,
-and an all-topics fetch names each topic by its id."""
+"""Differential scenarios of the APIs that name topics by id (KIP-516) as Kafka 4.4 serves
+them: Produce v13, OffsetCommit and OffsetFetch v10. A known id works as its name does; an
+unknown id (or the zero id) is answered UNKNOWN_TOPIC_ID per partition (refused before the
+group coordinator; never auto-created), and an all-topics fetch names topics by id."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import NewRecord, build_batch
 from samsa.testing.oracle import Outcome, Side, transient
 
 Run = Callable[..., Outcome]
@@ -70,5 +71,25 @@ def test_offset_commit_and_fetch_by_topic_id(differential: Run) -> None:
         _fetch(s, "fetch-v10-unknown-only", group, 10, [(UNKNOWN, [0, 1])])
         _fetch(s, "fetch-v10-all", group, 10, None)
         _fetch(s, "fetch-v9-all", group, 9, None)
+
+    differential(scenario)
+
+
+def _batch(*values: bytes) -> bytes:
+    return build_batch([NewRecord(value=v, timestamp=1_700_000_000_000) for v in values])
+
+
+def test_produce_by_topic_id(differential: Run) -> None:
+    def scenario(s: Side) -> None:
+        topic = s.unique("t")
+        s.create_topic(topic, 2)
+        tid = _topic_id(s, topic)
+        s.produce("v13-known", {(tid, 0): _batch(b"a", b"b"), (tid, 1): _batch(b"c")}, version=13)
+        s.produce("v13-unknown-partition", {(tid, 5): _batch(b"d")}, version=13)
+        s.produce("v13-unknown-id", {(UNKNOWN, 0): _batch(b"e")}, version=13)
+        s.produce("v13-zero-id", {(ZERO, 0): _batch(b"f")}, version=13)
+        s.produce("v13-mixed", {(tid, 0): _batch(b"g"), (UNKNOWN, 1): _batch(b"h")}, version=13)
+        s.produce("v12-by-name", {(topic, 0): _batch(b"i")}, version=12)
+        s.fetch("read-back", {(topic, 0): 0, (topic, 1): 0})
 
     differential(scenario)
