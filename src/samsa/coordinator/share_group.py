@@ -23,7 +23,7 @@ A member that stops heartbeating leaves after ``session_timeout_ms``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from samsa.coordinator.consumer_group_coordinator import TopicInfo
@@ -150,6 +150,10 @@ class ShareGroups:
     def __init__(self, config: ShareConfig | None = None) -> None:
         self.config = config or ShareConfig()
         self.groups: dict[str, ShareGroup] = {}
+        # Called as (group, member) when a member leaves or its session runs out: the broker
+        # closes its share session and releases its records (membership is not replayed, so
+        # this never fires twice for one departure).
+        self.on_leave: list[Callable[[str, str], None]] = []
 
     def heartbeat(
         self, req: ShareHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
@@ -256,6 +260,8 @@ class ShareGroups:
         del group.members[member_id]
         group.group_epoch += 1
         self._assign(group, topics, True)
+        for listener in self.on_leave:
+            listener(group.group_id, member_id)
 
     # -- timers
 

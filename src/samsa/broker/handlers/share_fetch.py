@@ -6,7 +6,6 @@ new data, as Fetch does."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from samsa.broker.handlers._base import (
     authorized_names,
 )
 from samsa.broker.handlers.fetch import wait_for_data
-from samsa.broker.share import ShareRead
+from samsa.broker.share import ShareRead, share_clock
 from samsa.coordinator.share_group import MAX_MEMBER_ID_LENGTH
 from samsa.coordinator.share_group_sessions import SessionContext
 from samsa.protocol.errors import ErrorCode
@@ -34,10 +33,6 @@ K = ApiKey.SHARE_FETCH
 DEFAULT_MAX_RECORDS = 500  # a request asking for none (v0 semantics) gets the client default
 
 Tp = tuple[uuid.UUID, int]
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def topic_name(broker: Broker, topic_id: uuid.UUID | None) -> str | None:
@@ -87,7 +82,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
     session = broker.share_sessions.for_fetch(
-        group_id, member_id, request.share_session_epoch, added, forgotten
+        group_id, member_id, request.share_session_epoch, added, forgotten, ctx.peer
     )
     if session.error != ErrorCode.NONE:
         return _top_error(ctx.version, session.error)
@@ -134,7 +129,7 @@ def _read(
     budget = request.max_bytes
     reads: dict[Tp, ShareRead] = {}
     found: list[Partition] = []
-    now = _now_ms()
+    now = share_clock()
     for tp in s.partitions:
         name = topic_name(broker, tp[0])
         partition = None if name is None else broker.topics.get_partition(name, tp[1])
