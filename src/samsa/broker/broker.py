@@ -196,6 +196,7 @@ class Broker:
             config.group_share_max_size,
         )
         share_groups.on_leave.append(self._share_member_left)
+        share_groups.on_delete.append(self.share_partitions.delete)
 
     def _share_member_left(self, group_id: str, member_id: str) -> None:
         """A share group member left or was expired: its share session closes and what it

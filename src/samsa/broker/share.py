@@ -307,10 +307,11 @@ class SharePartitions:
         self._locks.cancel(key)
         return self._persist(key, sp)
 
-    def delete(self, group_id: str, topic_id: uuid.UUID) -> ErrorCode:
-        """Forget the group's share partitions of the topic (tombstones in the state topic)."""
+    def delete(self, group_id: str, topic_id: uuid.UUID | None = None) -> ErrorCode:
+        """Forget the group's share partitions of the topic (None: of every topic, the group
+        being deleted), with tombstones in the state topic."""
         error = ErrorCode.NONE
-        for key in [k for k in self._partitions if k[0] == group_id and k[1] == topic_id]:
+        for key in [k for k in self._partitions if k[0] == group_id and topic_id in (None, k[1])]:
             del self._partitions[key]
             self._epochs.pop(key, None)
             self._locks.cancel(key)
