@@ -170,7 +170,7 @@ def _respond(broker: Broker, v: int, acks: dict[Tp, ErrorCode], reads: dict[Tp, 
                 acknowledge_error_code=ack,
                 acknowledge_error_message=None,
                 current_leader=no_leader,
-                records=b"".join(read.records) if read.records else None,
+                records=b"".join(read.records),  # never null: the field is not nullable
                 acquired_records=tuple(
                     make(
                         K,
