@@ -350,3 +350,11 @@ def test_members_per_share_group_are_bounded(tmp_path: Path) -> None:
         assert _heartbeat(b, "c", 0).error_code == ErrorCode.NONE
     finally:
         b.close()
+
+
+def test_a_fetch_that_only_acknowledges_is_answered(broker: Broker) -> None:
+    _fetch(broker, "a", 0)
+    # all six are a's: this fetch acquires nothing, its partition is there for the ack alone
+    r = _fetch(broker, "a", 1, acks=[(0, 5, ACCEPT)])
+    (p,) = r.responses[0].partitions
+    assert (p.acknowledge_error_code, p.acquired_records, p.records) == (ErrorCode.NONE, (), b"")
