@@ -175,6 +175,10 @@ class SharePartitions:
             "max_in_flight": int(own.get("share.partition.max.record.locks", c.max_record_locks)),
         }
 
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The group's ``share.record.lock.duration.ms``, else the broker's."""
+        return self._limits(group_id)["lock_duration_ms"]
+
     def __len__(self) -> int:
         return len(self._partitions)
 

@@ -358,3 +358,9 @@ def test_a_fetch_that_only_acknowledges_is_answered(broker: Broker) -> None:
     r = _fetch(broker, "a", 1, acks=[(0, 5, ACCEPT)])
     (p,) = r.responses[0].partitions
     assert (p.acknowledge_error_code, p.acquired_records, p.records) == (ErrorCode.NONE, (), b"")
+
+
+def test_the_lock_duration_answered_is_the_groups(broker: Broker) -> None:
+    own = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "15000"}
+    broker.group_configs.alter("sg", own, validate_only=False)
+    assert _fetch(broker, "a", 0).acquisition_lock_timeout.total_seconds() == 15

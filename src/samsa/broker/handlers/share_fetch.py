@@ -90,12 +90,12 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     acks = acknowledge_all(broker, group_id, member_id, request.topics, denied)
     if session.closing:
         broker.share_partitions.release_member(group_id, member_id)
-        return _respond(broker, ctx.version, acks, {})
+        return _respond(broker, ctx.version, group_id, acks, {})
     reads, waitable = _read(broker, request, session, denied)
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     acquired = any(r.acquired for r in reads.values())
     if acquired or wait_ms <= 0 or not waitable:
-        return _respond(broker, ctx.version, acks, reads)
+        return _respond(broker, ctx.version, group_id, acks, reads)
     return _long_poll(broker, ctx, request, session, denied, acks, waitable, wait_ms)
 
 
@@ -115,7 +115,7 @@ async def _long_poll(
         await wait_for_data(partitions, deadline - loop.time())
         reads, partitions = _read(broker, request, session, denied)
         if any(r.acquired for r in reads.values()) or loop.time() >= deadline or not partitions:
-            return _respond(broker, ctx.version, acks, reads)
+            return _respond(broker, ctx.version, request.group_id, acks, reads)
 
 
 def _read(
@@ -151,7 +151,9 @@ def _read(
     return reads, found
 
 
-def _respond(broker: Broker, v: int, acks: dict[Tp, ErrorCode], reads: dict[Tp, ShareRead]) -> Body:
+def _respond(
+    broker: Broker, v: int, group_id: str, acks: dict[Tp, ErrorCode], reads: dict[Tp, ShareRead]
+) -> Body:
     by_topic: dict[uuid.UUID, list[Any]] = {}
     no_leader = make(K, v, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)
     for tp in dict.fromkeys([*acks, *reads]):
@@ -191,7 +193,8 @@ def _respond(broker: Broker, v: int, acks: dict[Tp, ErrorCode], reads: dict[Tp, 
         throttle_time=0,
         error_code=ErrorCode.NONE,
         error_message=None,
-        acquisition_lock_timeout=broker.share_partitions.configs.lock_duration_ms,
+        # the group's own lock duration, if it has one: the client times its acks by it
+        acquisition_lock_timeout=broker.share_partitions.lock_duration_ms(group_id),
         responses=tuple(
             make(K, v, "ShareFetchableTopicResponse", topic_id=tid, partitions=tuple(parts))
             for tid, parts in by_topic.items()
