@@ -43,14 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _brokers import BrokerProcess, KafkaBroker, SamsaBroker
 from confluent_kafka import Producer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewTopic,
-    ResourceType,
-)
+from confluent_kafka import admin as ck
 
 from samsa.client._share_consumer import AsyncShareConsumer
 
@@ -85,8 +78,8 @@ def machine() -> str:
 
 def load_topic(bootstrap: str, records: int) -> str:
     topic = f"share-bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+    admin = ck.AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([ck.NewTopic(topic, 1, 1)]).values():
         f.result(timeout=60)
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     for _ in range(records):
@@ -103,11 +96,11 @@ def load_topic(bootstrap: str, records: int) -> str:
 
 def share_group(bootstrap: str) -> str:
     group = f"share-bench-{uuid.uuid4().hex[:8]}"
-    entry = ConfigEntry(
-        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+    entry = ck.ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=ck.AlterConfigOpType.SET
     )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ck.ConfigResource(ck.ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = ck.AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.incremental_alter_configs([resource]).values():
         f.result(timeout=60)
     return group
