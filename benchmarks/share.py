@@ -17,9 +17,12 @@ broker. A row stops after ``--timeout`` seconds whatever it got (then marked). R
 are counted: a record delivered twice means a lock expired or a session closed before its
 acknowledgement.
 
-The same client drives both brokers, so the ratio compares brokers, not clients; with ten
-consumers in one Python process the client takes its share of the two cores too. The
-brokers' order alternates from row to row.
+Each row is run with two clients, each against both brokers: samsa's Python consumers, and
+Kafka's Java ``KafkaShareConsumer`` (benchmarks/java/ShareConsumerBench.java, one thread per
+consumer, implicit acknowledgement, run on the pinned Kafka's classpath). The same client
+drives both brokers, so each ratio compares brokers, not clients; with ten consumers in one
+Python process the client takes its share of the two cores too. The brokers' order
+alternates from row to row.
 
     python benchmarks/share.py              # 50,000 records, rows 1, 3, 10 (~2 min with JVM)
     python benchmarks/share.py --quick      # 2,000 records (smoke run)
@@ -30,8 +33,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,8 +51,11 @@ from confluent_kafka import Producer
 from confluent_kafka import admin as ck
 
 from samsa.client._share_consumer import AsyncShareConsumer
+from samsa.testing.kafka import classpath
 
 CONSUMERS = (1, 3, 10)
+CLIENTS = ("python", "java")
+JAVA = Path(__file__).resolve().parent / "java" / "ShareConsumerBench.java"
 VALUE = b"x" * 100
 
 
@@ -55,6 +63,7 @@ VALUE = b"x" * 100
 class Row:
     consumers: int
     broker: str
+    client: str = "python"
     records: int = 0
     seconds: float = 0.0
     join: float = 0.0  # subscription to the first record
@@ -104,6 +113,19 @@ def share_group(bootstrap: str) -> str:
     for f in admin.incremental_alter_configs([resource]).values():
         f.result(timeout=60)
     return group
+
+
+def consume_java(bootstrap: str, topic: str, n: int, total: int, timeout: float) -> Row:
+    group = share_group(bootstrap)
+    cmd = ["java", "-Xmx512m", "-cp", classpath(), str(JAVA), bootstrap, topic, group,
+           str(total), str(n), str(int(timeout))]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"ShareConsumerBench failed:\n{done.stderr[-3000:]}")
+    got = json.loads(lines[-1])
+    return Row(n, "", "java", got["records"], got["seconds"], got["join"],
+               got["redelivered"], got["records"] < total)  # fmt: skip
 
 
 async def consume(bootstrap: str, topic: str, n: int, total: int, timeout: float) -> Row:
@@ -158,15 +180,20 @@ def main() -> None:
             for name, broker in brokers.items():
                 stack.enter_context(broker)
                 topics[name] = load_topic(broker.bootstrap, records)
-            for i, n in enumerate(CONSUMERS):
+            for i, (n, client) in enumerate((n, c) for n in CONSUMERS for c in CLIENTS):
                 order = list(brokers) if i % 2 == 0 else list(reversed(brokers))
                 for name in order:
                     bootstrap = brokers[name].bootstrap
-                    row = asyncio.run(consume(bootstrap, topics[name], n, records, args.timeout))
+                    if client == "java":
+                        row = consume_java(bootstrap, topics[name], n, records, args.timeout)
+                    else:
+                        row = asyncio.run(
+                            consume(bootstrap, topics[name], n, records, args.timeout)
+                        )
                     row.broker = name
                     rows.append(row)
                     print(
-                        f"  {name:5} {n:2} consumer(s): {row.rate:9,.0f} records/s "
+                        f"  {client:6} {name:5} {n:2} consumer(s): {row.rate:9,.0f} records/s "
                         f"({row.records:,} in {row.seconds:.2f} s, first after {row.join:.2f} s, "
                         f"{row.redelivered} redelivered"
                         f"{', TIMED OUT' if row.timed_out else ''})",
@@ -175,15 +202,20 @@ def main() -> None:
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     print(f"\n{records:,} records of 100 B, one partition, implicit acknowledgement")
     print(
-        "| share consumers | samsa records/s | Kafka records/s | samsa / Kafka "
+        "| client | share consumers | samsa records/s | Kafka records/s | samsa / Kafka "
         "| join s (samsa, Kafka) |"
     )
-    print("|---|---|---|---|---|")
-    for n in CONSUMERS:
-        s = next(r for r in rows if r.consumers == n and r.broker == "samsa")
-        k = next(r for r in rows if r.consumers == n and r.broker == "kafka")
-        ratio = s.rate / k.rate if k.rate else float("nan")
-        print(f"| {n} | {s.rate:,.0f} | {k.rate:,.0f} | {ratio:.2f} | {s.join:.1f}, {k.join:.1f} |")
+    print("|---|---|---|---|---|---|")
+    for client in CLIENTS:
+        for n in CONSUMERS:
+            mine = [r for r in rows if r.consumers == n and r.client == client]
+            s = next(r for r in mine if r.broker == "samsa")
+            k = next(r for r in mine if r.broker == "kafka")
+            ratio = s.rate / k.rate if k.rate else float("nan")
+            print(
+                f"| {client} | {n} | {s.rate:,.0f} | {k.rate:,.0f} | {ratio:.2f} "
+                f"| {s.join:.1f}, {k.join:.1f} |"
+            )
 
 
 if __name__ == "__main__":
