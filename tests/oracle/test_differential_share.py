@@ -148,3 +148,88 @@ def test_share_group_offsets_admin(differential: Run) -> None:
     differential(
         scenario, rules=RULES, deviations=[_d3("a-joins.assignment.topic_partitions.len", 1, 0)]
     )
+
+
+def _list_groups(s: Side, label: str, group: str, types: tuple[str, ...] = (),
+                 states: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """ListGroups, recording only ``group``'s entry: the node holds other scenarios' groups."""
+    k, v = ApiKey.LIST_GROUPS, 5
+    req = make_request(k, v, "ListGroupsRequest", states_filter=states, types_filter=types)
+    resp = s.conn.request(k, v, req)
+    s.note(label, {"error_code": resp.error_code,
+                   "groups": [g for g in resp.groups if g.group_id == group]})  # fmt: skip
+
+
+def _other_group_apis(s: Side, tag: str, group: str, topic: str) -> None:
+    """Every API of the classic and consumer protocols given a share group's id."""
+    k = ApiKey.DESCRIBE_GROUPS
+    req = make_request(k, 5, "DescribeGroupsRequest", groups=(group,),
+                       include_authorized_operations=False)  # fmt: skip
+    s.call(f"{tag}-describe-groups", k, 5, req, retry=lambda r: any(_retry(g) for g in r.groups))
+    k = ApiKey.CONSUMER_GROUP_DESCRIBE
+    req = make_request(k, 0, "ConsumerGroupDescribeRequest", group_ids=(group,),
+                       include_authorized_operations=False)  # fmt: skip
+    s.call(f"{tag}-consumer-group-describe", k, 0, req)
+    k = ApiKey.OFFSET_FETCH
+    req = make_request(k, 7, "OffsetFetchRequest", group_id=group, require_stable=False,
+                       topics=(make_request(k, 7, "OffsetFetchRequestTopic", name=topic,
+                                            partition_indexes=(0,)),))  # fmt: skip
+    s.call(f"{tag}-offset-fetch", k, 7, req, retry=_retry)
+    k = ApiKey.JOIN_GROUP
+    protocol = make_request(k, 5, "JoinGroupRequestProtocol", name="range", metadata=b"m")
+    req = make_request(k, 5, "JoinGroupRequest", group_id=group, session_timeout=10_000,
+                       rebalance_timeout=10_000, member_id="", group_instance_id=None,
+                       protocol_type="consumer", protocols=(protocol,))  # fmt: skip
+    s.call(f"{tag}-join-group", k, 5, req, retry=_retry)
+    _consumer_heartbeat(s, f"{tag}-consumer-heartbeat", group, "member-c-0000", topic)
+
+
+def _consumer_heartbeat(s: Side, label: str, group: str, member: str, topic: str) -> Any:
+    k = ApiKey.CONSUMER_GROUP_HEARTBEAT
+    req = make_request(k, 0, "ConsumerGroupHeartbeatRequest", group_id=group, member_id=member,
+                       member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout=30_000,
+                       subscribed_topic_names=(topic,), server_assignor=None,
+                       topic_partitions=())  # fmt: skip
+    return s.call(label, k, 0, req, retry=_retry)
+
+
+def _delete_groups(s: Side, label: str, group: str) -> Any:
+    k = ApiKey.DELETE_GROUPS
+    req = make_request(k, 2, "DeleteGroupsRequest", groups_names=(group,))
+    return s.call(label, k, 2, req, retry=lambda r: any(_retry(g) for g in r.results))
+
+
+def test_share_group_ids_in_the_other_group_apis(differential: Run) -> None:
+    """A share group's id given to ListGroups (type and state filters), DescribeGroups,
+    ConsumerGroupDescribe, OffsetFetch, JoinGroup, ConsumerGroupHeartbeat and DeleteGroups
+    (with a member, then empty), and a consumer group's id given to ShareGroupHeartbeat."""
+
+    def scenario(s: Side) -> None:
+        group, topic = s.unique("sg"), s.unique("t")
+        s.create_topic(topic, 1)
+        s.find_coordinator("coordinator", group, key_type=0)
+        _heartbeat(s, "a-joins", group, "member-a-0000", 0, (topic,))
+        _list_groups(s, "list-all", group)
+        _list_groups(s, "list-share", group, types=("share",))
+        _list_groups(s, "list-consumer", group, types=("consumer",))
+        _list_groups(s, "list-classic", group, types=("classic",))
+        _list_groups(s, "list-stable", group, states=("Stable",))
+        _list_groups(s, "list-empty", group, states=("Empty",))
+        _other_group_apis(s, "member", group, topic)
+        _delete_groups(s, "delete-non-empty", group)
+        _heartbeat(s, "a-leaves", group, "member-a-0000", -1, None)
+        _list_groups(s, "list-after-leave", group, types=("share",))
+        _other_group_apis(s, "empty", group, topic)
+        _delete_groups(s, "delete-empty", group)
+        _describe(s, "describe-deleted", group)
+        _list_groups(s, "list-deleted", group)
+        # and the other way: a consumer group's id in ShareGroupHeartbeat
+        cg = s.unique("cg")
+        s.find_coordinator("cg-coordinator", cg, key_type=0)
+        _consumer_heartbeat(s, "cg-joins", cg, "member-d-0000", topic)
+        _heartbeat(s, "share-heartbeat-on-consumer-group", cg, "member-e-0000", 0, (topic,))
+        _describe(s, "share-describe-consumer-group", cg)
+
+    differential(
+        scenario, rules=RULES, deviations=[_d3("a-joins.assignment.topic_partitions.len", 1, 0)]
+    )

@@ -45,7 +45,7 @@ from samsa.broker.group_config import GROUP_CONFIGS_FILE, GroupConfigs
 from samsa.broker.metrics import BrokerMetrics
 from samsa.broker.producer_ids import ProducerIdAllocator
 from samsa.broker.quotas import CLIENT_QUOTAS_FILE, ClientQuotas
-from samsa.broker.share import ShareConfigs, SharePartitions
+from samsa.broker.share import ShareConfigs, SharePartitions, share_clock
 from samsa.broker.topic_config import DescribedConfig, describe_topic_configs
 from samsa.broker.topics import Partition, TopicError, TopicManager, topic_log_config
 from samsa.coordinator.consumer_group_coordinator import ConsumerConfig, TopicInfo
@@ -165,7 +165,10 @@ class Broker:
             group_configs=self.group_configs.get,
             store=self.coordinator_logs,
         )
-        self.share_sessions = ShareSessionCache()
+        self.share_sessions = ShareSessionCache(config.group_share_max_share_sessions)
+        # Woken when a share partition's lock deadline comes earlier than the one awaited.
+        self._share_locks_moved = asyncio.Event()
+        self.share_partitions.on_deadline = lambda _deadline: self._share_locks_moved.set()
         # Called as (topic, partition, producer id, committed) after each marker is written.
         self.txn_marker_listeners = self.coordinator_logs.marker_listeners
         # Transaction coordinator: state rebuilt from __transaction_state at start().
@@ -186,9 +189,26 @@ class Broker:
             self._topic_infos,
             self._group_timeouts,
         )
-        self.groups.coordinator.share.config = ShareConfig(
-            config.group_share_session_timeout_ms, config.group_share_heartbeat_interval_ms
+        share_groups = self.groups.coordinator.share
+        share_groups.config = ShareConfig(
+            config.group_share_session_timeout_ms,
+            config.group_share_heartbeat_interval_ms,
+            config.group_share_max_size,
         )
+        share_groups.on_leave.append(self._share_member_left)
+        share_groups.on_delete.append(self.share_partitions.delete)
+
+    def _share_member_left(self, group_id: str, member_id: str) -> None:
+        """A share group member left or was expired: its share session closes and what it
+        held is available to the others at once, rather than when the locks run out."""
+        self.share_sessions.close_member(group_id, member_id)
+        self.share_partitions.release_member(group_id, member_id)
+
+    def connection_closed(self, peer: str) -> None:
+        """A client connection is gone (the server tells): the share sessions it opened
+        close and their members' records are released, as Kafka's disconnect listener does."""
+        for group_id, member_id in self.share_sessions.close_connection(peer):
+            self.share_partitions.release_member(group_id, member_id)
 
     def _group_timeouts(self, group_id: str) -> tuple[int | None, int | None]:
         """A consumer group's own session timeout and heartbeat interval, if it has them."""
@@ -231,8 +251,27 @@ class Broker:
             self._tasks.append(
                 loop.create_task(_every(c.log_flush_scheduler_interval_ms, self.flush_idle_logs))
             )
+        self._tasks.append(loop.create_task(self._expire_share_locks()))
         self.groups.start()
         self.transactions.start()
+
+    async def _expire_share_locks(self) -> None:
+        """Kafka's acquisition-lock timer: sleep until the earliest lock deadline of any
+        share partition (or until an earlier one is set), then release what ran out."""
+        moved = self._share_locks_moved
+        while True:
+            deadline = self.share_partitions.next_deadline()
+            moved.clear()
+            if deadline is None:
+                await moved.wait()
+            else:
+                delay = max(deadline - share_clock(), 0) / 1000
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(moved.wait(), delay)
+            try:
+                self.share_partitions.expire_locks(share_clock())
+            except Exception:
+                log.exception("expiring share-partition locks failed")
 
     def expire_producers(self) -> None:
         now = now_ms()

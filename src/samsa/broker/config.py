@@ -91,6 +91,8 @@ _KAFKA_NAMES: dict[str, str] = {
     "group.share.record.lock.duration.ms": "group_share_record_lock_duration_ms",
     "group.share.delivery.count.limit": "group_share_delivery_count_limit",
     "group.share.partition.max.record.locks": "group_share_partition_max_record_locks",
+    "group.share.max.size": "group_share_max_size",
+    "group.share.max.share.sessions": "group_share_max_share_sessions",
     "offsets.retention.minutes": "offsets_retention_minutes",
     "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
     "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
@@ -268,6 +270,8 @@ _RANGES: dict[str, Range] = {
     "group_share_record_lock_duration_ms": Range(1000, 3_600_000),
     "group_share_delivery_count_limit": Range(2, 10),
     "group_share_partition_max_record_locks": Range(100, 10_000),
+    "group_share_max_size": Range(1, 1000),
+    "group_share_max_share_sessions": Range(1),
     "offsets_retention_minutes": Range(1),
     "offsets_retention_check_interval_ms": Range(1, LONG_MAX),
     "transaction_state_log_num_partitions": Range(1),
@@ -433,6 +437,8 @@ class BrokerConfig:
     group_share_record_lock_duration_ms: int = 30_000
     group_share_delivery_count_limit: int = 5
     group_share_partition_max_record_locks: int = 2000
+    group_share_max_size: int = 200
+    group_share_max_share_sessions: int = 2000
     # Online migration of non-empty groups between the protocols (rule 38); Kafka 4's default.
     group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 10080  # 7 days

@@ -325,6 +325,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.ip is not None:
             self.limits.release(self.ip, self.endpoint)
             self.ip = None
+        self.broker.connection_closed(self.peer)  # share sessions it opened close
 
     def _authenticated(self, principal: str) -> None:
         if self.principal != principal:

@@ -20,11 +20,19 @@ an acknowledgement; a lock expiring; the start moving) is written as its snapsho
 ``__share_group_state`` (``coordinator/share_group_state_records.py``) before the request is
 answered, and :meth:`SharePartitions.load` replays the topic at start-up. Locks do not survive
 a restart: records acquired then are available again, their deliveries counted.
+
+Lock expiry: each share partition's earliest lock deadline is kept in a timer
+(``coordinator/timer.py``) and the broker wakes up at the earliest of all
+(:meth:`SharePartitions.expire_locks`), as Kafka's acquisition-lock timer task does: a lock
+runs out on time even if no fetch for that partition ever comes, so a second member, the
+offsets admin calls and the persisted state see the record released (or archived) at once.
+Times are :func:`share_clock`'s (monotonic, milliseconds).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +51,7 @@ from samsa.coordinator.share_group_state_records import (
     state_partition,
 )
 from samsa.coordinator.share_partition import AcknowledgeType, AcquiredRange, SharePartition
+from samsa.coordinator.timer import Timer
 from samsa.log.log import OffsetOutOfRangeError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import iter_batches
@@ -75,6 +84,11 @@ class ShareRead:
         return sum(r.last_offset - r.first_offset + 1 for r in self.acquired)
 
 
+def share_clock() -> int:
+    """Milliseconds of the monotonic clock: lock deadlines must not jump with the wall clock."""
+    return int(time.monotonic() * 1000)
+
+
 def _no_group_configs(group_id: str) -> Mapping[str, str]:
     return {}
 
@@ -91,6 +105,11 @@ class SharePartitions:
         self._partitions: dict[ShareKey, SharePartition] = {}
         self._store = store
         self._epochs: dict[ShareKey, int] = {}  # snapshot epochs written
+        # Each share partition's earliest acquisition-lock deadline: Kafka's per-batch lock
+        # timers, so a lock runs out on time whether or not a fetch comes by.
+        self._locks: Timer[ShareKey] = Timer()
+        # Told the new earliest deadline whenever it moves earlier (the broker's wake-up).
+        self.on_deadline: Callable[[int], None] | None = None
 
     # -- durability
 
@@ -156,6 +175,10 @@ class SharePartitions:
             "max_in_flight": int(own.get("share.partition.max.record.locks", c.max_record_locks)),
         }
 
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The group's ``share.record.lock.duration.ms``, else the broker's."""
+        return self._limits(group_id)["lock_duration_ms"]
+
     def __len__(self) -> int:
         return len(self._partitions)
 
@@ -188,6 +211,7 @@ class SharePartitions:
         sp = self._partition(key, log_partition)
         before = _signature(sp)
         out = self._fetch(key[0], sp, log_partition, member_id, max_records, max_bytes, now_ms)
+        self._track(key, sp)
         if _signature(sp) != before:
             error = self._persist(key, sp)
             if error != ErrorCode.NONE:  # not durable: not handed out (the locks expire)
@@ -267,6 +291,7 @@ class SharePartitions:
                     result = sp.acknowledge(member_id, run_first, run_last, kind)
                 if error == ErrorCode.NONE:
                     error = result
+        self._track(key, sp)
         if _signature(sp) != before:
             stored = self._persist(key, sp)
             error = stored if stored != ErrorCode.NONE else error
@@ -283,14 +308,17 @@ class SharePartitions:
     def alter_start(self, key: ShareKey, offset: int) -> ErrorCode:
         """Start the share partition afresh at ``offset`` (its group has no members)."""
         sp = self._partitions[key] = SharePartition(offset, **self._limits(key[0]))
+        self._locks.cancel(key)
         return self._persist(key, sp)
 
-    def delete(self, group_id: str, topic_id: uuid.UUID) -> ErrorCode:
-        """Forget the group's share partitions of the topic (tombstones in the state topic)."""
+    def delete(self, group_id: str, topic_id: uuid.UUID | None = None) -> ErrorCode:
+        """Forget the group's share partitions of the topic (None: of every topic, the group
+        being deleted), with tombstones in the state topic."""
         error = ErrorCode.NONE
-        for key in [k for k in self._partitions if k[0] == group_id and k[1] == topic_id]:
+        for key in [k for k in self._partitions if k[0] == group_id and topic_id in (None, k[1])]:
             del self._partitions[key]
             self._epochs.pop(key, None)
+            self._locks.cancel(key)
             if self._store is not None:
                 skey = ShareStateKey(*key)
                 n = self._store.partition_count(SHARE_STATE_TOPIC) or STATE_PARTITIONS
@@ -300,11 +328,53 @@ class SharePartitions:
                 error = appended.error if error == ErrorCode.NONE else error
         return error
 
-    def release_member(self, group_id: str, member_id: str) -> None:
-        """The member's share session closed: its acquired records go back."""
+    def release_member(self, group_id: str, member_id: str) -> int:
+        """The member's share session closed or it left: its acquired records go back.
+        Returns how many."""
+        released = 0
         for key, sp in self._partitions.items():
-            if key[0] == group_id and sp.release_member(member_id):
+            if key[0] != group_id:
+                continue
+            before = _signature(sp)
+            count = sp.release_member(member_id)
+            if count:
+                released += count
+                self._track(key, sp)
+                if _signature(sp) != before:
+                    self._persist(key, sp)
+        return released
+
+    # -- the acquisition-lock timer
+
+    def next_deadline(self) -> int | None:
+        """The earliest acquisition-lock deadline of any share partition."""
+        return self._locks.next_deadline()
+
+    def expire_locks(self, now_ms: int) -> int:
+        """Locks run out at their deadline even when no fetch comes: the records become
+        AVAILABLE again, or ARCHIVED at the delivery-count limit (which may move the SPSO, as
+        DescribeShareGroupOffsets then shows). Returns how many records were released."""
+        released = 0
+        for key in self._locks.due(now_ms):
+            sp = self._partitions.get(key)
+            if sp is None:
+                continue
+            before = _signature(sp)
+            released += sp.expire_locks(now_ms)
+            self._track(key, sp)
+            if _signature(sp) != before:
                 self._persist(key, sp)
+        return released
+
+    def _track(self, key: ShareKey, sp: SharePartition) -> None:
+        deadline = sp.next_deadline()
+        if deadline is None:
+            self._locks.cancel(key)
+            return
+        earliest = self._locks.next_deadline()
+        self._locks.schedule(key, deadline)
+        if self.on_deadline is not None and (earliest is None or deadline < earliest):
+            self.on_deadline(deadline)
 
 
 def _signature(sp: SharePartition) -> tuple[int, int, tuple[object, ...]]:

@@ -234,6 +234,8 @@ class GroupCoordinator:
         cfg = self.config
         if not req.group_id:
             return JoinResult(E.INVALID_GROUP_ID, req.member_id)
+        if req.group_id in self.share.groups:  # as Kafka: a share group takes no classic member
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL)
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, req.member_id)
         cgroup = self.registry.consumer.get(req.group_id)
@@ -338,6 +340,12 @@ class GroupCoordinator:
         (rule 38); otherwise it is not a consumer group (GROUP_ID_NOT_FOUND, as Kafka)."""
         gid = req.group_id
         self._touched.add(gid)
+        if gid in self.share.groups:
+            return self._outcome(
+                ConsumerHeartbeatResult(
+                    E.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."
+                )
+            )
         classic = self.registry.only_classic(gid)
         if classic is not None:
             if classic.members or not classic.is_in(S.EMPTY):
@@ -361,6 +369,10 @@ class GroupCoordinator:
         return self.consumer.validate_commit(cgroup, member_id, member_epoch)
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        if group_id in self.share.groups:
+            return ConsumerGroupDescription(
+                group_id, E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
+            )
         return self.consumer.describe(group_id)
 
     # == ShareGroupHeartbeat (KIP-932) ============================================================
@@ -506,6 +518,10 @@ class GroupCoordinator:
             if not wanted or g.state.lower() in wanted
         ]
 
+    def list_share_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """(group id, state) of every share group (KIP-932), optionally of some states."""
+        return self.share.list(states)
+
     def describe_group(self, group_id: str) -> GroupDescription:
         if group_id in self.registry.consumer:
             # As Kafka: DescribeGroups describes classic groups only; a consumer group is
@@ -518,6 +534,9 @@ class GroupCoordinator:
         self._touched.update(group_ids)
         errors: dict[str, ErrorCode] = {}
         for gid in group_ids:
+            if gid in self.share.groups:
+                errors[gid] = self.share.delete(gid)
+                continue
             cgroup = self.registry.consumer.get(gid)
             if cgroup is not None:
                 if cgroup.members:

@@ -333,6 +333,10 @@ class GroupCoordinatorRuntime:
         self._tick_now()
         return self.coordinator.list_consumer_groups(states)
 
+    def list_share_groups(self, states: list[str]) -> list[tuple[str, str]]:
+        self._tick_now()
+        return self.coordinator.list_share_groups(states)
+
     def list_groups(self, states: list[str]) -> list[tuple[str, str, str]]:
         self._tick_now()
         return self.coordinator.list_groups(states)

@@ -23,7 +23,7 @@ A member that stops heartbeating leaves after ``session_timeout_ms``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from samsa.coordinator.consumer_group_coordinator import TopicInfo
@@ -150,6 +150,13 @@ class ShareGroups:
     def __init__(self, config: ShareConfig | None = None) -> None:
         self.config = config or ShareConfig()
         self.groups: dict[str, ShareGroup] = {}
+        # Called as (group, member) when a member leaves or its session runs out: the broker
+        # closes its share session and releases its records (membership is not replayed, so
+        # this never fires twice for one departure).
+        self.on_leave: list[Callable[[str, str], None]] = []
+        # Called with the group id when an empty share group is deleted (DeleteGroups): the
+        # broker deletes its share partitions' state, as Kafka's share coordinator does.
+        self.on_delete: list[Callable[[str], None]] = []
 
     def heartbeat(
         self, req: ShareHeartbeat, topics: Mapping[str, TopicInfo], now_ms: int
@@ -256,6 +263,8 @@ class ShareGroups:
         del group.members[member_id]
         group.group_epoch += 1
         self._assign(group, topics, True)
+        for listener in self.on_leave:
+            listener(group.group_id, member_id)
 
     # -- timers
 
@@ -274,6 +283,18 @@ class ShareGroups:
         if group is None:
             return None
         return min((m.session_deadline_ms for m in group.members.values()), default=None)
+
+    def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups: only a share group without members goes (its state with it)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.GROUP_ID_NOT_FOUND
+        if group.members:
+            return E.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        for listener in self.on_delete:
+            listener(group_id)
+        return E.NONE
 
     # -- reading
 
@@ -309,5 +330,11 @@ class ShareGroups:
             ),
         )
 
-    def list(self) -> list[tuple[str, str]]:
-        return [(g.group_id, g.state) for g in self.groups.values()]
+    def list(self, states: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """(group id, state) of every share group, optionally of some states (any case)."""
+        wanted = {s.lower() for s in states}
+        return [
+            (g.group_id, g.state)
+            for g in self.groups.values()
+            if not wanted or g.state.lower() in wanted
+        ]

@@ -7,6 +7,9 @@ and every other request must carry the epoch the session expects next, which the
 (1, 2, ..., wrapping to 1 as Kafka's ``ShareRequestMetadata.nextEpoch``). A fetch adds its
 partitions to the session and drops the forgotten ones. Bounded: at most ``max_sessions``
 sessions on the broker (``group.share.max.share.sessions``), else SHARE_SESSION_LIMIT_REACHED.
+A session also closes when the connection that opened it does (:meth:`close_connection`) and
+when its member leaves the share group or is expired from it: the broker then releases what
+the member held, so nothing stays locked for a consumer that is gone.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class ShareSession:
     member_id: str
     epoch: int = 1  # the epoch the next request must carry
     partitions: dict[SharePartitionKey, None] = field(default_factory=dict)  # ordered set
+    connection: str = ""  # the client connection that opened it (its peer address)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +70,14 @@ class ShareSessionCache:
         epoch: int,
         added: Iterable[SharePartitionKey],
         forgotten: Iterable[SharePartitionKey],
+        connection: str = "",
     ) -> SessionContext:
         """ShareFetch: open, use or close the member's session."""
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
             if key not in self._sessions and len(self._sessions) >= self.max_sessions:
                 return SessionContext(ErrorCode.SHARE_SESSION_LIMIT_REACHED)
-            session = self._sessions[key] = ShareSession(group_id, member_id)
+            session = self._sessions[key] = ShareSession(group_id, member_id, connection=connection)
         else:
             context = self._advance(key, epoch)
             if context.error != ErrorCode.NONE or context.closing:
@@ -105,3 +110,12 @@ class ShareSessionCache:
 
     def close_member(self, group_id: str, member_id: str) -> bool:
         return self._sessions.pop((group_id, member_id), None) is not None
+
+    def close_connection(self, connection: str) -> list[tuple[str, str]]:
+        """The client connection is gone: the sessions it opened close, as Kafka's cache does
+        on a disconnect (a session opened again from another connection is not its own any
+        more). Returns their (group, member) keys."""
+        gone = [k for k, s in self._sessions.items() if s.connection == connection]
+        for key in gone:
+            del self._sessions[key]
+        return gone

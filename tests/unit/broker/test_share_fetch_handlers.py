@@ -5,6 +5,7 @@ checked, and closing a session gives back what its member held."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from _handlers import handle
 from samsa.broker.broker import Broker
 from samsa.broker.config import BrokerConfig
+from samsa.broker.share import share_clock
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import NewRecord, build_batch, validate_produce_batch
@@ -23,10 +25,10 @@ KF, KA = ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE
 ACCEPT, RELEASE = 1, 2
 
 
-def _open(data_dir: Path) -> Broker:
+def _open(data_dir: Path, **settings: Any) -> Broker:
     """A broker on ``data_dir``; the first time, with topic "jobs" holding three batches of
     two records (offsets 0-5) and group "sg" reading from the start."""
-    b = Broker(BrokerConfig(data_dir=data_dir))
+    b = Broker(BrokerConfig(data_dir=data_dir, **settings))
     b.start()
     if "jobs" in b.topics.topics:
         return b
@@ -57,6 +59,7 @@ def _fetch(
     epoch: int,
     acks: list[tuple[int, int, int]] = (),  # type: ignore[assignment]
     max_records: int = 10,
+    host: str = "10.0.0.7",
 ) -> Any:
     batches = tuple(
         make_request(
@@ -80,7 +83,7 @@ def _fetch(
         topics=(make_request(KF, 1, "FetchTopic", topic_id=_tid(broker), partitions=(part,)),),
         forgotten_topics_data=(),
     )
-    return handle(broker, "User:ANONYMOUS", KF, 1, req, "10.0.0.7")
+    return handle(broker, "User:ANONYMOUS", KF, 1, req, host)
 
 
 def _acquired(r: Any) -> list[tuple[int, int, int]]:
@@ -243,3 +246,121 @@ def test_share_group_offsets_admin_calls(broker: Broker) -> None:
     d = handle(broker, "User:ANONYMOUS", kd, 0, delete, "10.0.0.7")
     assert (d.error_code, d.responses[0].error_code) == (0, 0)
     assert broker.share_partitions.get(("sg", _tid(broker), 0)) is None
+
+
+def test_locks_run_out_without_a_fetch(broker: Broker) -> None:
+    limit = {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": "2"}
+    broker.group_configs.alter("sg", limit, validate_only=False)
+    assert _acquired(_fetch(broker, "a", 0)) == [(0, 1, 1), (2, 3, 1), (4, 5, 1)]
+    # the timer fires past a's deadline; no fetch of the partition came meanwhile
+    late = share_clock() + 31_000
+    assert broker.share_partitions.expire_locks(late) == 6
+    # b, fetching before a's deadline by the clock, gets them back: the timer released them
+    assert _acquired(_fetch(broker, "b", 0)) == [(0, 1, 2), (2, 3, 2), (4, 5, 2)]
+    assert broker.share_partitions.expire_locks(late + 31_000) == 6
+    # delivered twice (the limit): archived by the timer, the start moved past them
+    (p,) = _offsets(broker, "sg").topics[0].partitions
+    assert (p.start_offset, p.lag) == (6, 0)
+    assert broker.share_partitions.next_deadline() is None
+
+
+def test_the_broker_wakes_up_for_lock_deadlines(tmp_path: Path) -> None:
+    async def run() -> tuple[int, int]:
+        b = _open(tmp_path, group_share_record_lock_duration_ms=1000)
+        b.start_background_tasks()
+        try:
+            _fetch(b, "a", 0)
+            sp = b.share_partitions.get(("sg", _tid(b), 0))
+            assert sp is not None and sp.acquired_by("a") == [0, 1, 2, 3, 4, 5]
+            await asyncio.sleep(1.3)  # past the lock, with no request at all
+            return len(sp.acquired_by("a")), sp.next_fetch_offset()
+        finally:
+            b.close()
+
+    assert asyncio.run(run()) == (0, 0)
+
+
+ALL_AGAIN = [(0, 1, 2), (2, 3, 2), (4, 5, 2)]  # offsets 0-5 in their batches, delivered twice
+
+
+def test_a_dropped_connection_closes_its_share_sessions(broker: Broker) -> None:
+    assert _acquired(_fetch(broker, "a", 0, host="10.0.0.1")) == [(0, 1, 1), (2, 3, 1), (4, 5, 1)]
+    assert _acquired(_fetch(broker, "b", 0, host="10.0.0.2")) == []
+    broker.connection_closed("10.0.0.1:40000")  # a's connection: as Kafka, its session goes
+    assert broker.share_sessions.get("sg", "a") is None
+    assert broker.share_sessions.get("sg", "b") is not None
+    assert _acquired(_fetch(broker, "b", 1, host="10.0.0.2")) == ALL_AGAIN
+    # a session opened again from another connection is not closed with an old one
+    _fetch(broker, "a", 0, host="10.0.0.3")
+    broker.connection_closed("10.0.0.1:40000")
+    assert broker.share_sessions.get("sg", "a") is not None
+
+
+def _heartbeat(broker: Broker, member: str, epoch: int) -> Any:
+    hb = ApiKey.SHARE_GROUP_HEARTBEAT
+    req = make_request(
+        hb,
+        1,
+        "ShareGroupHeartbeatRequest",
+        group_id="sg",
+        member_id=member,
+        member_epoch=epoch,
+        rack_id=None,
+        subscribed_topic_names=("jobs",) if epoch == 0 else None,
+    )
+    return handle(broker, "User:ANONYMOUS", hb, 1, req, "10.0.0.7")
+
+
+def test_a_member_leaving_or_expired_gives_its_records_back(broker: Broker) -> None:
+    _heartbeat(broker, "a", 0)
+    _fetch(broker, "a", 0)
+    assert _heartbeat(broker, "a", -1).error_code == ErrorCode.NONE  # leaves the group
+    assert broker.share_sessions.get("sg", "a") is None
+    assert _acquired(_fetch(broker, "b", 0)) == ALL_AGAIN
+    # b's group session runs out (the coordinator's timer): the same, with no request from b
+    _heartbeat(broker, "b", 0)
+    share = broker.groups.coordinator.share
+    assert share.fire("sg", {}, 2**62) == ["b"]
+    assert broker.share_sessions.get("sg", "b") is None
+    assert _acquired(_fetch(broker, "c", 0)) == [(0, 1, 3), (2, 3, 3), (4, 5, 3)]
+
+
+def test_share_sessions_per_broker_are_bounded(tmp_path: Path) -> None:
+    b = _open(tmp_path, group_share_max_share_sessions=2)
+    try:
+        assert _fetch(b, "a", 0).error_code == ErrorCode.NONE
+        assert _fetch(b, "b", 0).error_code == ErrorCode.NONE
+        assert _fetch(b, "c", 0).error_code == ErrorCode.SHARE_SESSION_LIMIT_REACHED
+        assert len(b.share_sessions) == 2
+        assert _fetch(b, "a", -1).error_code == ErrorCode.NONE  # a closes its session
+        assert _fetch(b, "c", 0).error_code == ErrorCode.NONE
+    finally:
+        b.close()
+
+
+def test_members_per_share_group_are_bounded(tmp_path: Path) -> None:
+    b = _open(tmp_path, group_share_max_size=2)
+    try:
+        assert [_heartbeat(b, m, 0).error_code for m in "abc"] == [
+            ErrorCode.NONE,
+            ErrorCode.NONE,
+            ErrorCode.GROUP_MAX_SIZE_REACHED,
+        ]
+        assert _heartbeat(b, "a", -1).error_code == ErrorCode.NONE
+        assert _heartbeat(b, "c", 0).error_code == ErrorCode.NONE
+    finally:
+        b.close()
+
+
+def test_a_fetch_that_only_acknowledges_is_answered(broker: Broker) -> None:
+    _fetch(broker, "a", 0)
+    # all six are a's: this fetch acquires nothing, its partition is there for the ack alone
+    r = _fetch(broker, "a", 1, acks=[(0, 5, ACCEPT)])
+    (p,) = r.responses[0].partitions
+    assert (p.acknowledge_error_code, p.acquired_records, p.records) == (ErrorCode.NONE, (), b"")
+
+
+def test_the_lock_duration_answered_is_the_groups(broker: Broker) -> None:
+    own = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "15000"}
+    broker.group_configs.alter("sg", own, validate_only=False)
+    assert _fetch(broker, "a", 0).acquisition_lock_timeout.total_seconds() == 15

@@ -106,3 +106,29 @@ def test_an_id_of_another_kind_of_group_is_not_a_share_group() -> None:
     assert c.next_deadline() is not None
     c.tick(c.share.config.session_timeout_ms)
     assert c.describe_share_group("g").members == ()
+
+
+def test_list_leave_listeners_and_delete() -> None:
+    s = ShareGroups()
+    left: list[tuple[str, str]] = []
+    deleted: list[str] = []
+    s.on_leave.append(lambda g, m: left.append((g, m)))
+    s.on_delete.append(deleted.append)
+    s.heartbeat(hb("a", 0), TOPICS, 0)
+    s.heartbeat(hb("b", 0, group="h"), TOPICS, 0)
+    assert s.list(["stable"]) == [("g", "Stable"), ("h", "Stable")]
+    assert s.delete("g") is E.NON_EMPTY_GROUP
+    s.heartbeat(hb("a", -1, None), TOPICS, 1)
+    assert s.list(["Empty"]) == [("g", "Empty")]
+    assert s.fire("h", TOPICS, 10**9) == ["b"]  # its session ran out
+    assert left == [("g", "a"), ("h", "b")]
+    assert (s.delete("g"), s.delete("g"), deleted) == (E.NONE, E.GROUP_ID_NOT_FOUND, ["g"])
+    assert s.list() == [("h", "Empty")]
+
+
+def test_classic_and_consumer_apis_refuse_a_share_group_id() -> None:
+    c = GroupCoordinator(topics=lambda: TOPICS)
+    c.share_heartbeat(hb("a", 0), TOPICS, 0)
+    assert c.describe_consumer_group("g").error is E.GROUP_ID_NOT_FOUND
+    assert c.list_share_groups() == [("g", "Stable")]
+    assert c.delete_groups(["g"], 0).response == {"g": E.NON_EMPTY_GROUP}

@@ -1,5 +1,5 @@
-"""ListGroups: every group this coordinator knows, classic and consumer (KIP-848) ones
-(v4+ filter by state, v5+ by type)."""
+"""ListGroups: every group this coordinator knows, classic, consumer (KIP-848) and share
+(KIP-932, protocol type "share") ones (v4+ filter by state, v5+ by type)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     listed += [
         (gid, "consumer", state, "consumer")
         for gid, state in broker.groups.list_consumer_groups(states)
+    ]
+    listed += [
+        (gid, "share", state, "share") for gid, state in broker.groups.list_share_groups(states)
     ]
     groups = tuple(
         make(

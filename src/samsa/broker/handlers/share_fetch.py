@@ -6,7 +6,6 @@ new data, as Fetch does."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from samsa.broker.handlers._base import (
     authorized_names,
 )
 from samsa.broker.handlers.fetch import wait_for_data
-from samsa.broker.share import ShareRead
+from samsa.broker.share import ShareRead, share_clock
 from samsa.coordinator.share_group import MAX_MEMBER_ID_LENGTH
 from samsa.coordinator.share_group_sessions import SessionContext
 from samsa.protocol.errors import ErrorCode
@@ -34,10 +33,6 @@ K = ApiKey.SHARE_FETCH
 DEFAULT_MAX_RECORDS = 500  # a request asking for none (v0 semantics) gets the client default
 
 Tp = tuple[uuid.UUID, int]
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def topic_name(broker: Broker, topic_id: uuid.UUID | None) -> str | None:
@@ -87,7 +82,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     added = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     forgotten = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
     session = broker.share_sessions.for_fetch(
-        group_id, member_id, request.share_session_epoch, added, forgotten
+        group_id, member_id, request.share_session_epoch, added, forgotten, ctx.peer
     )
     if session.error != ErrorCode.NONE:
         return _top_error(ctx.version, session.error)
@@ -95,12 +90,12 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     acks = acknowledge_all(broker, group_id, member_id, request.topics, denied)
     if session.closing:
         broker.share_partitions.release_member(group_id, member_id)
-        return _respond(broker, ctx.version, acks, {})
+        return _respond(broker, ctx.version, group_id, acks, {})
     reads, waitable = _read(broker, request, session, denied)
     wait_ms = int(request.max_wait.total_seconds() * 1000)
     acquired = any(r.acquired for r in reads.values())
     if acquired or wait_ms <= 0 or not waitable:
-        return _respond(broker, ctx.version, acks, reads)
+        return _respond(broker, ctx.version, group_id, acks, reads)
     return _long_poll(broker, ctx, request, session, denied, acks, waitable, wait_ms)
 
 
@@ -120,7 +115,7 @@ async def _long_poll(
         await wait_for_data(partitions, deadline - loop.time())
         reads, partitions = _read(broker, request, session, denied)
         if any(r.acquired for r in reads.values()) or loop.time() >= deadline or not partitions:
-            return _respond(broker, ctx.version, acks, reads)
+            return _respond(broker, ctx.version, request.group_id, acks, reads)
 
 
 def _read(
@@ -134,7 +129,7 @@ def _read(
     budget = request.max_bytes
     reads: dict[Tp, ShareRead] = {}
     found: list[Partition] = []
-    now = _now_ms()
+    now = share_clock()
     for tp in s.partitions:
         name = topic_name(broker, tp[0])
         partition = None if name is None else broker.topics.get_partition(name, tp[1])
@@ -156,7 +151,9 @@ def _read(
     return reads, found
 
 
-def _respond(broker: Broker, v: int, acks: dict[Tp, ErrorCode], reads: dict[Tp, ShareRead]) -> Body:
+def _respond(
+    broker: Broker, v: int, group_id: str, acks: dict[Tp, ErrorCode], reads: dict[Tp, ShareRead]
+) -> Body:
     by_topic: dict[uuid.UUID, list[Any]] = {}
     no_leader = make(K, v, "LeaderIdAndEpoch", leader_id=-1, leader_epoch=-1)
     for tp in dict.fromkeys([*acks, *reads]):
@@ -175,7 +172,7 @@ def _respond(broker: Broker, v: int, acks: dict[Tp, ErrorCode], reads: dict[Tp, 
                 acknowledge_error_code=ack,
                 acknowledge_error_message=None,
                 current_leader=no_leader,
-                records=b"".join(read.records) if read.records else None,
+                records=b"".join(read.records),  # never null: the field is not nullable
                 acquired_records=tuple(
                     make(
                         K,
@@ -196,7 +193,8 @@ def _respond(broker: Broker, v: int, acks: dict[Tp, ErrorCode], reads: dict[Tp, 
         throttle_time=0,
         error_code=ErrorCode.NONE,
         error_message=None,
-        acquisition_lock_timeout=broker.share_partitions.configs.lock_duration_ms,
+        # the group's own lock duration, if it has one: the client times its acks by it
+        acquisition_lock_timeout=broker.share_partitions.lock_duration_ms(group_id),
         responses=tuple(
             make(K, v, "ShareFetchableTopicResponse", topic_id=tid, partitions=tuple(parts))
             for tid, parts in by_topic.items()
