@@ -44,7 +44,7 @@ def test_api_versions_every_version(shared_broker) -> None:  # type: ignore[no-u
             resp = c.request(ApiKey.API_VERSIONS, v, req)
             assert int(resp.error_code) == 0
             produce = next(k for k in resp.api_keys if int(k.api_key) == ApiKey.PRODUCE)
-            assert (int(produce.min_version), int(produce.max_version)) == (3, 12)
+            assert (int(produce.min_version), int(produce.max_version)) == (3, 13)
 
 
 def _bad_connection_closed(port: int, payload: bytes) -> bool:
