@@ -191,7 +191,7 @@ def test_confluent_admin_round_trips_kafkas_keys(shared_broker: Any) -> None:
         "flush.messages": "10",
         "unclean.leader.election.enable": "true",
         "leader.replication.throttled.replicas": "0:0",
-        "message.downconversion.enable": "false",
+        "remote.copy.lag.bytes": "-1",
         "preallocate": "true",
         "segment.jitter.ms": "1000",
         "file.delete.delay.ms": "0",

@@ -115,6 +115,17 @@ def _remote_storage(raw: str) -> bool:
     return False
 
 
+def _only(default: str, why: str) -> Callable[[str], object]:
+    """A key samsa keeps at Kafka's default: that value (parsed as its type) and no other."""
+
+    def parse(raw: str) -> object:
+        if raw.strip().lower() != default:
+            raise ValueError(f"{why}; only {default} is accepted")
+        return _boolean(raw) if default in ("true", "false") else int(raw)
+
+    return parse
+
+
 def _local_retention(raw: str) -> int:
     value = _integer(-2, LONG_MAX)(raw)
     if value != -2:
@@ -459,17 +470,6 @@ _KEYS = (
         "Replicas whose fetching from the leader is throttled. samsa: no followers (rule 43).",
     ),
     TopicConfigKey(
-        "message.downconversion.enable",
-        ConfigType.BOOLEAN,
-        "message_downconversion_enable",
-        _boolean,
-        "true",
-        ("log.message.downconversion.enable",),
-        "true",
-        "Deprecated and without effect since Kafka 4.0, which no longer down-converts; "
-        "samsa never did (rule 43).",
-    ),
-    TopicConfigKey(
         "remote.storage.enable",
         ConfigType.BOOLEAN,
         "remote_storage_enable",
@@ -478,6 +478,77 @@ _KEYS = (
         (),
         "",
         "Tiered storage. samsa has none: only false is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "max.decompressed.message.bytes",
+        ConfigType.INT,
+        "max_decompressed_message_bytes",
+        _only(
+            "2147483639",
+            "samsa bounds a batch's inflated records by the broker's "
+            "message.max.inflated.bytes (D-REC-2)",
+        ),
+        "2147483639",
+        ("max.decompressed.message.bytes",),
+        "2147483639",
+        "Kafka 4.4's bound on one record's decompressed size. samsa bounds the whole batch's "
+        "inflated records instead (message.max.inflated.bytes, D-REC-2): only the default is "
+        "accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "remote.copy.lag.ms",
+        ConfigType.LONG,
+        "remote_copy_lag_ms",
+        _only("0", _NO_TIERED_STORAGE),
+        "0",
+        ("log.remote.copy.lag.ms",),
+        "0",
+        "Tiered storage: how long a closed segment waits before its upload. samsa has no "
+        "tiered storage: only 0 is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "remote.copy.lag.bytes",
+        ConfigType.LONG,
+        "remote_copy_lag_bytes",
+        _only("-1", _NO_TIERED_STORAGE),
+        "-1",
+        ("log.remote.copy.lag.bytes",),
+        "-1",
+        "Tiered storage: how many newer bytes a closed segment waits for before its upload. "
+        "samsa has no tiered storage: only -1 is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "remote.log.copy.disable",
+        ConfigType.BOOLEAN,
+        "remote_log_copy_disable",
+        _only("false", _NO_TIERED_STORAGE),
+        "false",
+        (),
+        "",
+        "Tiered storage: stop uploading. samsa has none: only false is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "remote.log.delete.on.disable",
+        ConfigType.BOOLEAN,
+        "remote_log_delete_on_disable",
+        _only("false", _NO_TIERED_STORAGE),
+        "false",
+        (),
+        "",
+        "Tiered storage: delete the uploaded data when it is turned off. samsa has none: only "
+        "false is accepted (rule 43).",
+    ),
+    TopicConfigKey(
+        "errors.deadletterqueue.group.enable",
+        ConfigType.BOOLEAN,
+        "errors_deadletterqueue_group_enable",
+        _only("false", "samsa's share groups write no dead-letter queue"),
+        "false",
+        (),
+        "",
+        "Whether share groups may write undeliverable records to this topic (a dead-letter "
+        "queue). samsa's share groups archive them and write none: only false is accepted "
+        "(rule 43).",
     ),
     TopicConfigKey(
         "local.retention.ms",
@@ -507,6 +578,8 @@ _KEYS = (
 _REMOVED = {
     "message.timestamp.difference.max.ms": "removed in Kafka 4.0 (KIP-937); use "
     "message.timestamp.before.max.ms and message.timestamp.after.max.ms",
+    "message.downconversion.enable": "removed with down-conversion (Kafka 4.4 lists it no "
+    "more); samsa never down-converted",
 }
 
 TOPIC_CONFIG_KEYS: Mapping[str, TopicConfigKey] = {k.name: k for k in _KEYS}

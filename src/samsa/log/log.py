@@ -144,6 +144,13 @@ class LogConfig:
     segment_index_bytes: int = 10_485_760
     file_delete_delay_ms: int = 60_000
     remote_storage_enable: bool = False
+    # Tiered storage and share-group dead-letter keys: only Kafka's defaults are accepted.
+    remote_copy_lag_ms: int = 0
+    remote_copy_lag_bytes: int = -1
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    errors_deadletterqueue_group_enable: bool = False
+    max_decompressed_message_bytes: int = 2147483639  # per record, Kafka's; samsa: D-REC-2
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
     # KIP-937: the CreateTime window around the broker's clock (rule 41); Kafka 4's defaults.

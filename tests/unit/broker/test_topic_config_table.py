@@ -108,7 +108,8 @@ def test_the_rest_of_kafkas_keys_parse_and_describe() -> None:
             "unclean.leader.election.enable": "TRUE",
             "leader.replication.throttled.replicas": " 0:1, 1:1 ",
             "follower.replication.throttled.replicas": "*",
-            "message.downconversion.enable": "false",
+            "remote.copy.lag.ms": "0",
+            "errors.deadletterqueue.group.enable": "false",
             "preallocate": "true",
             "segment.jitter.ms": "100",
             "segment.index.bytes": "4096",
@@ -127,7 +128,8 @@ def test_the_rest_of_kafkas_keys_parse_and_describe() -> None:
         "unclean_leader_election_enable": True,
         "leader_replication_throttled_replicas": "0:1,1:1",
         "follower_replication_throttled_replicas": "*",
-        "message_downconversion_enable": False,
+        "remote_copy_lag_ms": 0,
+        "errors_deadletterqueue_group_enable": False,
         "preallocate": True,
         "segment_jitter_ms": 100,
         "segment_index_bytes": 4096,
@@ -148,7 +150,9 @@ def test_the_rest_of_kafkas_keys_parse_and_describe() -> None:
         "message.timestamp.after.max.ms": "3600000",
         "flush.ms": str(2**63 - 1),
         "unclean.leader.election.enable": "false",
-        "message.downconversion.enable": "true",
+        "remote.log.copy.disable": "false",
+        "remote.log.delete.on.disable": "false",
+        "errors.deadletterqueue.group.enable": "false",
         "preallocate": "false",
         "segment.jitter.ms": "0",
         "segment.index.bytes": "10485760",
@@ -171,6 +175,11 @@ def test_the_rest_of_kafkas_keys_parse_and_describe() -> None:
     flush = described["flush.messages"]
     assert (flush.value, flush.source) == ("1", ConfigSource.STATIC_BROKER_CONFIG)
     assert "samsa" in described["unclean.leader.election.enable"].doc
+    lag = described["remote.copy.lag.ms"]  # Kafka 4.4 lists its broker default as a synonym
+    assert [(x.name, x.value, x.source) for x in lag.synonyms] == [
+        ("log.remote.copy.lag.ms", "0", ConfigSource.DEFAULT_CONFIG)
+    ]
+    assert "message.downconversion.enable" not in described  # gone from Kafka 4.4's list
 
 
 def test_incremental_operations() -> None:

@@ -42,7 +42,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 v,
                 "CreatableTopicResult",
                 name=t.name,
-                topic_id=topic.topic_id if topic and code == ErrorCode.NONE else _ZERO,
+                topic_id=_topic_id(topic, ok),
                 error_code=code,
                 error_message=message,
                 topic_config_error_code=0,
@@ -54,6 +54,14 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     return encode_response(
         K, v, make(K, v, "CreateTopicsResponse", throttle_time=0, topics=tuple(results))
     )
+
+
+def _topic_id(topic: Any, ok: bool) -> uuid.UUID:
+    """The created topic's id; validate_only answers a fresh id as Kafka's controller does
+    (the one it would have used), a refusal the zero id."""
+    if not ok:
+        return _ZERO
+    return topic.topic_id if topic is not None else uuid.uuid4()
 
 
 def _partitions(broker: Broker, t: Any) -> int:
