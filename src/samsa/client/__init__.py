@@ -40,6 +40,7 @@ from samsa.client._errors import (
 )
 from samsa.client._partitioner import murmur2, partition_for_key
 from samsa.client._producer import AsyncProducer
+from samsa.client._subscription import OffsetAndEpoch
 from samsa.client._sync import Admin, Consumer, Producer, ResumedTransaction
 from samsa.client._transactions import AsyncResumedTransaction, TransactionState
 from samsa.client._types import (
@@ -90,6 +91,7 @@ __all__ = [
     "KafkaTimeoutError",
     "LogTruncationError",
     "NewTopic",
+    "OffsetAndEpoch",
     "PartitionMetadata",
     "PreparedTransaction",
     "Producer",

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from samsa.client._assignors import ASSIGNORS
@@ -148,6 +148,14 @@ class AsyncConsumer:
         return self.membership
 
     async def _auto_commit(self, offsets: dict[TopicPartition, int] | None) -> None:
+        """Auto-commit, and the positions of partitions given up: with their epochs, as
+        Java's consumer commits what it consumed."""
+        if offsets is not None:
+            known = self.subscriptions.committable()
+            offsets = {
+                tp: at if (at := known.get(tp)) is not None and at.offset == off else off
+                for tp, off in offsets.items()
+            }
         await self.commit(offsets)
 
     # --- assignment ------------------------------------------------------------------------
@@ -360,14 +368,18 @@ class AsyncConsumer:
     # --- offsets of the group --------------------------------------------------------------
 
     async def commit(
-        self, offsets: dict[TopicPartition, int] | None = None, *, timeout: float | None = None
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndEpoch] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """OffsetCommit of ``offsets`` (next offset to read), default the positions.
 
-        Each offset carries the leader epoch of the record before it, as Java's consumer
-        commits it (KIP-320), where the consumer knows it: for a position (the default, or
-        an offset equal to the partition's position); other offsets carry none (-1). A
-        consumer resuming from it validates it with the leader before fetching.
+        The positions are committed with the leader epoch of the last record consumed, as
+        Java's consumer commits them (KIP-320); an offset given carries the epoch given with
+        it in an :class:`OffsetAndEpoch` (``record.leader_epoch`` of the record before it),
+        none (-1) as a bare int, as Java's ``OffsetAndMetadata``. A consumer resuming from
+        an offset with an epoch validates it with the leader before fetching.
 
         A lost connection, a moved coordinator and COORDINATOR_LOAD_IN_PROGRESS /
         UNKNOWN_TOPIC_OR_PARTITION / REQUEST_TIMED_OUT are retried until ``timeout``
@@ -379,15 +391,13 @@ class AsyncConsumer:
         if self.group_id is None:
             raise ConfigError("commit() needs group.id")
         async with self._commit_lock:
-            known = self.subscriptions.committable()
             if offsets is None:
-                with_epochs = known
+                with_epochs = self.subscriptions.committable()
             else:
-                with_epochs = {}
-                for tp, off in offsets.items():
-                    at = known.get(TopicPartition(*tp))
-                    same = at is not None and at.offset == off
-                    with_epochs[TopicPartition(*tp)] = at if same else OffsetAndEpoch(off)
+                with_epochs = {
+                    TopicPartition(*tp): off if isinstance(off, tuple) else OffsetAndEpoch(off)
+                    for tp, off in offsets.items()
+                }
             if not with_epochs:
                 return
             await self._commit(with_epochs, timeout)

@@ -246,10 +246,11 @@ def test_commits_carry_the_epoch_of_the_position_and_restored_ones_are_validated
         m = c.membership
         assert m is not None
         m.group.request = request  # type: ignore[method-assign]
-        await c.commit()
-        await c.commit({TP: 5})  # the position: its epoch
-        await c.commit({TP: 3})  # another offset: the consumer does not know its epoch
-        assert seen == [(5, 7), (5, 7), (3, -1)]
+        await c.commit()  # the position, with the epoch of the last record consumed
+        await c.commit({TP: 5})  # a bare offset carries none, as OffsetAndMetadata(5)
+        await c.commit({TP: E(3, 6)})  # the epoch given with it
+        await c._auto_commit({TP: 5})  # auto-commit of a position (a revoked partition's)
+        assert seen == [(5, 7), (5, -1), (3, 6), (5, 7)]
 
         async def fetch_committed(tps: list[TopicPartition], **_: Any) -> dict:
             return {TP: E(5, 7)}
