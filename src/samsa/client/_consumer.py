@@ -210,9 +210,17 @@ class AsyncConsumer:
             if not self.subscriptions.is_assigned(tp):  # as Java's: only an assigned one's
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} is not assigned")
             pos = self.subscriptions.position(tp)
-            if pos is not None:
+            if pos is None:
+                await self._init_positions([tp])  # (a rebalance meanwhile: looked up again)
+            elif self.subscriptions.fetching(tp):
                 return pos
-            await self._init_positions([tp])  # (a rebalance meanwhile: looked up again)
+            else:
+                # as Java's: a position awaiting validation is not yet one to report (a
+                # truncation may move it, or raise LogTruncationError)
+                self.fetcher.check_leaders()
+                await self.fetcher.validate()
+                if not self.subscriptions.fetching(tp):
+                    await asyncio.sleep(self.retry_backoff)
 
     # --- offsets ---------------------------------------------------------------------------
 

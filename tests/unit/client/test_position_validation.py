@@ -198,16 +198,18 @@ def test_a_truncation_without_a_reset_policy_is_raised_until_a_seek() -> None:
         fetched(c, 0, 8, 3)
         await poll(c)
         lead(c, 1, 4)
-        c.answers.extend([(6, 3, 0), (6, 3, 0)])  # type: ignore[attr-defined]
+        c.answers.extend([(6, 3, 0)] * 3)  # type: ignore[attr-defined]
         for _ in range(2):  # raised again at the next poll: the position did not move
             with pytest.raises(LogTruncationError) as err:
                 await poll(c)
             assert err.value.divergent_offsets == {TP: 6}
             assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
             assert not err.value.retriable
-        assert await c.position(TP) == 8
+        with pytest.raises(LogTruncationError):  # as Java's position(): not a valid one
+            await c.position(TP)
+        assert c.subscriptions.committable() == {TP: E(8, 3)}, "nothing lost meanwhile"
         c.seek(TP, 6)
-        assert await poll(c) == [] and len(sent) == 2
+        assert await poll(c) == [] and len(sent) == 3 and await c.position(TP) == 6
         await c.close()
 
     asyncio.run(run())
@@ -259,6 +261,17 @@ def test_commits_carry_the_epoch_of_the_position_and_restored_ones_are_validated
         c.seek(TP, None)  # type: ignore[arg-type]  # looked up again
         await c._init_positions([TP])
         assert c.subscriptions.awaiting_validation() == {TP: E(5, 7)}
+        await c.close()
+
+    asyncio.run(run())
+
+
+def test_position_reports_a_position_once_it_is_validated() -> None:
+    async def run() -> None:
+        c, sent = consumer()
+        c.subscriptions.seek_unvalidated(TP, 4, 3)
+        c.answers.append((2, 3, 0))  # type: ignore[attr-defined]  # epoch 3 ends at 2
+        assert await c.position(TP) == 2 and len(sent) == 1
         await c.close()
 
     asyncio.run(run())
