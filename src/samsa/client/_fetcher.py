@@ -614,11 +614,15 @@ class Fetcher:
         """Compare each position with its partition's leader and epoch in the metadata
         (Java's ``validatePositionsIfNeeded``, at every poll): one not checked against them
         awaits validation, and what was fetched for it is not handed out."""
-        leader, epoch = self.cluster.leader, self.cluster.leader_epoch
-        for tp in self.subscriptions.partitions():
-            node = leader(*tp)
-            now = None if node is None else (node, epoch(*tp))
-            if self.subscriptions.maybe_validate(tp, now):
+        # once per poll over every partition: the metadata read directly, and a position
+        # already checked against its leader passed over at the cost of one comparison
+        topics, brokers = self.cluster.topics, self.cluster.brokers
+        for tp, s in self.subscriptions.assignment.states.items():
+            info = topics.get(tp.topic)
+            p = info.partitions.get(tp.partition) if info is not None else None
+            if p is None or p.leader not in brokers or s.leader == (p.leader, p.leader_epoch):
+                continue
+            if self.subscriptions.maybe_validate(tp, (p.leader, p.leader_epoch)):
                 self.buffer.fetches.pop(tp, None)
 
     async def validate(self, timeout: float | None = None) -> None:
