@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from samsa.client import AsyncConsumer, LogTruncationError, TopicPartition
+from samsa.client import AsyncConsumer, KafkaError, LogTruncationError, TopicPartition
 from samsa.client._cluster import PartitionInfo, TopicInfo
 from samsa.client._fetcher import CompletedFetch, end_offset
 from samsa.client._subscription import FetchState, OffsetAndEpoch, SubscriptionState
@@ -272,6 +272,44 @@ def test_position_reports_a_position_once_it_is_validated() -> None:
         c.subscriptions.seek_unvalidated(TP, 4, 3)
         c.answers.append((2, 3, 0))  # type: ignore[attr-defined]  # epoch 3 ends at 2
         assert await c.position(TP) == 2 and len(sent) == 1
+        await c.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("reset", ["earliest", "none"])
+def test_an_offset_out_of_range_resets_by_the_policy_not_to_the_committed_offset(
+    reset: str,
+) -> None:
+    """As Java's consumer: the committed offset may be the very one out of range (its records
+    deleted); the fetch position resets by ``auto.offset.reset``, or the error is raised."""
+
+    async def run() -> None:
+        c = AsyncConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "g",
+                           "auto.offset.reset": reset, "enable.auto.commit": False})  # fmt: skip
+        c.assign([TP])
+        asked: list[str] = []
+
+        async def committed(tps: list[TopicPartition], **_: Any) -> dict:
+            asked.append("committed")
+            return {TP: E(5, 0)}
+
+        async def list_offsets(tps: list[TopicPartition], which: int, **_: Any) -> dict:
+            asked.append("list_offsets")
+            return {TP: 40}
+
+        c._fetch_committed = committed  # type: ignore[method-assign]
+        c.list_offsets = list_offsets  # type: ignore[method-assign]
+        c.seek(TP, 5)
+        out_of_range = SimpleNamespace(error_code=ErrorCode.OFFSET_OUT_OF_RANGE)
+        if reset == "none":
+            with pytest.raises(KafkaError) as err:
+                c.fetcher._on_partition(TP, out_of_range, {TP: 5})
+            assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+            assert await c.position(TP) == 5, "kept until the application seeks"
+        else:
+            c.fetcher._on_partition(TP, out_of_range, {TP: 5})
+            assert await c.position(TP) == 40 and asked == ["list_offsets"]
         await c.close()
 
     asyncio.run(run())
