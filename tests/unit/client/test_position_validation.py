@@ -176,13 +176,19 @@ def test_the_consumer_validates_after_a_leader_change_and_fetches_on() -> None:
     asyncio.run(run())
 
 
+async def read_eight_then_move(reset: str) -> tuple[AsyncConsumer, list[Any]]:
+    """Records 0-7 consumed in epoch 3; then node 1 leads in epoch 4."""
+    c, sent = consumer(reset)
+    c.seek(TP, 0)
+    fetched(c, 0, 8, 3)
+    await poll(c)
+    lead(c, 1, 4)
+    return c, sent
+
+
 def test_a_truncation_moves_the_position_back_to_where_the_logs_diverge() -> None:
     async def run() -> None:
-        c, sent = consumer("latest")
-        c.seek(TP, 0)
-        fetched(c, 0, 8, 3)
-        await poll(c)
-        lead(c, 1, 4)
+        c, sent = await read_eight_then_move("latest")
         c.answers.append((6, 3, 0))  # type: ignore[attr-defined]  # 6 and 7 were lost
         await poll(c)
         assert len(sent) == 1 and c.subscriptions.committable() == {TP: E(6, 3)}
@@ -193,11 +199,7 @@ def test_a_truncation_moves_the_position_back_to_where_the_logs_diverge() -> Non
 
 def test_a_truncation_without_a_reset_policy_is_raised_until_a_seek() -> None:
     async def run() -> None:
-        c, sent = consumer("none")
-        c.seek(TP, 0)
-        fetched(c, 0, 8, 3)
-        await poll(c)
-        lead(c, 1, 4)
+        c, sent = await read_eight_then_move("none")
         c.answers.extend([(6, 3, 0)] * 3)  # type: ignore[attr-defined]
         for _ in range(2):  # raised again at the next poll: the position did not move
             with pytest.raises(LogTruncationError) as err:
