@@ -315,3 +315,16 @@ def test_an_offset_out_of_range_resets_by_the_policy_not_to_the_committed_offset
         await c.close()
 
     asyncio.run(run())
+
+
+def test_consume_arrow_moves_the_position_with_the_records_epoch() -> None:
+    async def run() -> None:
+        c, _ = consumer()
+        c.seek(TP, 0)
+        fetched(c, 0, 3, 5)
+        fetched(c, 3, 4, 6)
+        assert (await c.consume_arrow(5, 100)).num_rows == 5
+        assert c.subscriptions.committable() == {TP: E(5, 6)}
+        await c.close()
+
+    asyncio.run(run())
