@@ -33,12 +33,14 @@ from samsa.client._errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    LogTruncationError,
     ProducerFencedError,
     TransactionAbortedError,
     TransactionStateError,
 )
 from samsa.client._partitioner import murmur2, partition_for_key
 from samsa.client._producer import AsyncProducer
+from samsa.client._subscription import OffsetAndEpoch
 from samsa.client._sync import Admin, Consumer, Producer, ResumedTransaction
 from samsa.client._transactions import AsyncResumedTransaction, TransactionState
 from samsa.client._types import (
@@ -87,7 +89,9 @@ __all__ = [
     "KafkaConnectionError",
     "KafkaError",
     "KafkaTimeoutError",
+    "LogTruncationError",
     "NewTopic",
+    "OffsetAndEpoch",
     "PartitionMetadata",
     "PreparedTransaction",
     "Producer",

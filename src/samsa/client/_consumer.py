@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from samsa.client._assignors import ASSIGNORS
@@ -48,7 +48,7 @@ from samsa.client._membership import (
     GroupChannel,
     Membership,
 )
-from samsa.client._subscription import SubscriptionState
+from samsa.client._subscription import FetchState, OffsetAndEpoch, SubscriptionState
 from samsa.client._types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from samsa.protocol.constants import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED
 from samsa.protocol.errors import ErrorCode
@@ -109,7 +109,12 @@ class AsyncConsumer:
         self.cluster = Cluster.from_config(c, api_timeout=self.api_timeout)
         self.subscriptions = SubscriptionState()
         self.fetcher = Fetcher(
-            self.cluster, c, self.subscriptions, self.isolation_level, self._init_positions
+            self.cluster,
+            c,
+            self.subscriptions,
+            self.isolation_level,
+            self._init_positions,
+            can_reset=self.reset_policy != "none",
         )
         self.membership: Membership | None = None
         if self.group_id is not None:
@@ -143,6 +148,14 @@ class AsyncConsumer:
         return self.membership
 
     async def _auto_commit(self, offsets: dict[TopicPartition, int] | None) -> None:
+        """Auto-commit, and the positions of partitions given up: with their epochs, as
+        Java's consumer commits what it consumed."""
+        if offsets is not None:
+            known = self.subscriptions.committable()
+            offsets = {
+                tp: at if (at := known.get(tp)) is not None and at.offset == off else off
+                for tp, off in offsets.items()
+            }
         await self.commit(offsets)
 
     # --- assignment ------------------------------------------------------------------------
@@ -197,9 +210,17 @@ class AsyncConsumer:
             if not self.subscriptions.is_assigned(tp):  # as Java's: only an assigned one's
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} is not assigned")
             pos = self.subscriptions.position(tp)
-            if pos is not None:
+            if pos is None:
+                await self._init_positions([tp])  # (a rebalance meanwhile: looked up again)
+            elif self.subscriptions.fetching(tp):
                 return pos
-            await self._init_positions([tp])  # (a rebalance meanwhile: looked up again)
+            else:
+                # as Java's: a position awaiting validation is not yet one to report (a
+                # truncation may move it, or raise LogTruncationError)
+                self.fetcher.check_leaders()
+                await self.fetcher.validate()
+                if not self.subscriptions.fetching(tp):
+                    await asyncio.sleep(self.retry_backoff)
 
     # --- offsets ---------------------------------------------------------------------------
 
@@ -222,21 +243,28 @@ class AsyncConsumer:
         # in flight (a lost response waits request.timeout.ms) replaces the assignment, and
         # a stale committed/earliest offset written into the new one would fetch again what
         # another member consumed and committed meanwhile. A seek meanwhile also wins.
-        assignment = self.subscriptions.assignment
-        positions = assignment.positions
+        subs = self.subscriptions
+        assignment = subs.assignment
+        states = assignment.states
 
-        def settle(tp: TopicPartition, off: int) -> None:
-            if assignment.active and tp in positions and positions[tp] is None:
-                positions[tp] = off
+        def unknown(tp: TopicPartition, *which: FetchState) -> bool:
+            s = states.get(tp)
+            return assignment.active and s is not None and s.offset is None and s.state in which
 
-        if self.group_id is not None:
-            committed = await self.committed(tps, timeout=timeout)
-            for tp, off in committed.items():
-                if off is not None and off >= 0:
-                    settle(tp, off)
+        init, reset = FetchState.INITIALIZING, FetchState.AWAIT_RESET
+        if self.group_id is not None and any(unknown(tp, init) for tp in tps):
+            # only a position never set starts from the committed offset: one to be reset
+            # (out of range, truncated) resets by the policy, as Java's consumer
+            committed = await self._fetch_committed(
+                [tp for tp in tps if unknown(tp, init)], timeout=timeout
+            )
+            for tp, c in committed.items():
+                if c is not None and unknown(tp, init):
+                    # validated with the leader before fetching, if it carries its epoch
+                    subs.seek_unvalidated(tp, c.offset, c.leader_epoch)
         if not assignment.active:
             return  # the next fetch round looks the new assignment's positions up
-        missing = [tp for tp in tps if tp in positions and positions[tp] is None]
+        missing = [tp for tp in tps if unknown(tp, init, reset)]
         if not missing:
             return
         if self.reset_policy == "none":
@@ -245,7 +273,8 @@ class AsyncConsumer:
             missing, EARLIEST if self.reset_policy == "earliest" else LATEST, timeout=timeout
         )
         for tp, off in offsets.items():
-            settle(tp, off)
+            if unknown(tp, init, reset):
+                subs.reset(tp, off)
 
     # --- polling ---------------------------------------------------------------------------
 
@@ -305,6 +334,7 @@ class AsyncConsumer:
                 # lost connection or a retriable error are tried again within the poll's
                 # time (and in the next poll); other errors reach the caller.
                 await self._maybe_group_work()
+                self.fetcher.check_leaders()  # before handing out what an old leader sent
                 out = take()
                 if out:
                     self.fetcher.prefetch()
@@ -346,9 +376,18 @@ class AsyncConsumer:
     # --- offsets of the group --------------------------------------------------------------
 
     async def commit(
-        self, offsets: dict[TopicPartition, int] | None = None, *, timeout: float | None = None
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndEpoch] | None = None,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """OffsetCommit of ``offsets`` (next offset to read), default the positions.
+
+        The positions are committed with the leader epoch of the last record consumed, as
+        Java's consumer commits them (KIP-320); an offset given carries the epoch given with
+        it in an :class:`OffsetAndEpoch` (``record.leader_epoch`` of the record before it),
+        none (-1) as a bare int, as Java's ``OffsetAndMetadata``. A consumer resuming from
+        an offset with an epoch validates it with the leader before fetching.
 
         A lost connection, a moved coordinator and COORDINATOR_LOAD_IN_PROGRESS /
         UNKNOWN_TOPIC_OR_PARTITION / REQUEST_TIMED_OUT are retried until ``timeout``
@@ -361,13 +400,20 @@ class AsyncConsumer:
             raise ConfigError("commit() needs group.id")
         async with self._commit_lock:
             if offsets is None:
-                offsets = self.subscriptions.committable()
-            if not offsets:
+                with_epochs = self.subscriptions.committable()
+            else:
+                with_epochs = {
+                    TopicPartition(*tp): off if isinstance(off, tuple) else OffsetAndEpoch(off)
+                    for tp, off in offsets.items()
+                }
+            if not with_epochs:
                 return
-            await self._commit(offsets, timeout)
+            await self._commit(with_epochs, timeout)
 
-    async def _commit(self, offsets: dict[TopicPartition, int], timeout: float | None) -> None:
-        topics: dict[str, list[tuple[int, int]]] = {}
+    async def _commit(
+        self, offsets: dict[TopicPartition, OffsetAndEpoch], timeout: float | None
+    ) -> None:
+        topics: dict[str, list[tuple[int, OffsetAndEpoch]]] = {}
         for tp, off in offsets.items():
             topics.setdefault(tp.topic, []).append((tp.partition, off))
 
@@ -384,8 +430,8 @@ class AsyncConsumer:
                             v,
                             "OffsetCommitRequestPartition",
                             partition_index=p,
-                            committed_offset=o,
-                            committed_leader_epoch=-1,
+                            committed_offset=o.offset,
+                            committed_leader_epoch=o.leader_epoch,
                             committed_metadata="",
                         )
                         for p, o in ps
@@ -444,7 +490,13 @@ class AsyncConsumer:
         UNSTABLE_OFFSET_COMMIT (retriable: poll() asks again until they are stable)."""
         if self.group_id is None:
             raise ConfigError("committed() needs group.id")
-        tps = [TopicPartition(*tp) for tp in tps]
+        found = await self._fetch_committed([TopicPartition(*tp) for tp in tps], timeout=timeout)
+        return {tp: None if c is None else c.offset for tp, c in found.items()}
+
+    async def _fetch_committed(
+        self, tps: list[TopicPartition], *, timeout: float | None = None
+    ) -> dict[TopicPartition, OffsetAndEpoch | None]:
+        """OffsetFetch: the committed offsets with their leader epochs (-1: none recorded)."""
         topics: dict[str, list[int]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(tp.partition)
@@ -487,7 +539,7 @@ class AsyncConsumer:
             ),
             require_stable=True,
         )
-        out: dict[TopicPartition, int | None] = dict.fromkeys(tps)
+        out: dict[TopicPartition, OffsetAndEpoch | None] = dict.fromkeys(tps)
         group = group_of(resp)
         if group.error_code:
             raise KafkaError(int(group.error_code), "OffsetFetch")
@@ -496,7 +548,10 @@ class AsyncConsumer:
                 if p.error_code:
                     raise KafkaError(int(p.error_code), f"OffsetFetch {t.name}-{p.partition_index}")
                 off = int(p.committed_offset)
-                out[TopicPartition(t.name, int(p.partition_index))] = off if off >= 0 else None
+                epoch = int(getattr(p, "committed_leader_epoch", -1))  # OffsetFetch v5+
+                out[TopicPartition(t.name, int(p.partition_index))] = (
+                    OffsetAndEpoch(off, epoch) if off >= 0 else None
+                )
         return out
 
     async def close(self) -> None:

@@ -128,3 +128,30 @@ class CorruptRecordError(KafkaError):
     @property
     def retriable(self) -> bool:
         return False
+
+
+class LogTruncationError(KafkaError):
+    """The log was truncated below the consumer's position (a leader elected uncleanly, or
+    one that lost writes it had not replicated), found by validating the position with the
+    new leader (KIP-320), and ``auto.offset.reset`` is ``none`` (Java's
+    ``LogTruncationException``, an OFFSET_OUT_OF_RANGE). ``divergent_offsets`` holds, per
+    partition, the first offset known to diverge (None: the leader knows nothing of the
+    position's epoch); seek there, or elsewhere, to go on. Until then poll raises it again."""
+
+    def __init__(self, truncations: list[Any]) -> None:
+        self.truncations = truncations
+        self.divergent_offsets: dict[Any, int | None] = {
+            t.tp: None if t.divergent is None else t.divergent.offset for t in truncations
+        }
+        what = ", ".join(
+            f"{t.tp.topic}-{t.tp.partition} at {t.position.offset} (epoch "
+            f"{t.position.leader_epoch}): "
+            + ("epoch unknown to the leader" if t.divergent is None else
+               f"diverges from {t.divergent.offset}")
+            for t in truncations
+        )  # fmt: skip
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, f"log truncated: {what}")
+
+    @property
+    def retriable(self) -> bool:
+        return False

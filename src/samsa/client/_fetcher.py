@@ -17,11 +17,23 @@ records; a partition holds at most two responses (the one being handed out and t
 and no round is sent while ``fetch.max.bytes`` are buffered in all. A corrupt batch is
 raised by poll once the position reaches it, after the records before it (Java's Fetcher),
 until a seek moves past it.
+
+Before fetching, positions are checked against the leaders (KIP-320, Java's
+``OffsetsForLeaderEpochUtils``): a partition whose metadata names a leader or epoch its
+position was not checked against, and whose position carries the epoch it was read in, awaits
+validation (client/_subscription.py). Its buffered data is dropped (it came from the old
+leader, and the position may have to move back) and it is not fetched until the leader
+answers OffsetForLeaderEpoch: where the position's epoch ends in the leader's log. A
+position beyond that end lies in a truncated part of the log: it moves back to the end with
+a reset policy, else poll raises :class:`LogTruncationError`. Stale-leader answers
+(FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER) refresh the metadata and
+are asked again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import logging
@@ -33,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.client._cluster import Cluster
 from samsa.client._config import Config
-from samsa.client._errors import CorruptRecordError, KafkaError
+from samsa.client._errors import CorruptRecordError, KafkaError, LogTruncationError
 from samsa.client._fetch_session import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -41,11 +53,11 @@ from samsa.client._fetch_session import (
     FetchSessionHandler,
     fetch_request,
 )
-from samsa.client._subscription import SubscriptionState
+from samsa.client._subscription import OffsetAndEpoch, SubscriptionState, Truncation
 from samsa.client._types import ConsumerRecord, TopicPartition
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.fetched import AbortedTxn
-from samsa.protocol.messages import ApiKey
+from samsa.protocol.messages import ApiKey, make_request
 from samsa.protocol.records import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
@@ -143,9 +155,20 @@ class CompletedFetch:
     next_offset: int = -1  # the position after all of it (skipped batches included)
     taken: int = 0  # rows of ``records`` already handed out
     size: int = field(init=False)
+    _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets and leader epochs
 
     def __post_init__(self) -> None:
         self.size = len(self.data)
+
+    def epoch_at(self, offset: int) -> int:
+        """The leader epoch of the batch holding ``offset`` (what a position after it
+        carries)."""
+        if self._epochs is None:
+            bases, _, epochs = batch_owners(self.data)
+            self._epochs = bases, epochs
+        bases, epochs = self._epochs
+        i = bisect.bisect_right(bases, offset) - 1
+        return epochs[i] if i >= 0 else -1
 
 
 def batch_owners(data: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
@@ -207,6 +230,8 @@ class Fetcher:
         subscriptions: SubscriptionState,
         isolation_level: int,
         init_positions: Callable[[list[TopicPartition], float | None], Awaitable[None]],
+        *,
+        can_reset: bool = True,
     ) -> None:
         c = self.config = config
         self.cluster = cluster
@@ -214,6 +239,7 @@ class Fetcher:
         self.isolation_level = isolation_level
         # positions unknown (None) are looked up by the consumer: committed, else reset
         self._init_positions = init_positions
+        self.can_reset = can_reset  # auto.offset.reset is not "none"
         self.check_crcs = c.bool("check.crcs")
         self.request_timeout = c.seconds("request.timeout.ms")
         self.retry_backoff = c.seconds("retry.backoff.ms")
@@ -281,21 +307,25 @@ class Fetcher:
         """Rows for up to ``limit`` records, partition after partition: ``hand_out`` gives
         (rows, count, offset after the last) from the head response of a partition."""
         out: list[tuple[TopicPartition, Any]] = []
+        subs = self.subscriptions
         for tp in list(self.buffer.fetches):
             q = self.buffer.fetches[tp]
+            if not subs.fetching(tp):
+                continue  # awaiting validation: nothing buffered (it was dropped)
             while q and limit > 0:
                 e = q[0]
                 rows, n, after = hand_out(tp, e, limit)
                 if n:
                     out.append((tp, rows))
-                    self.subscriptions.positions[tp] = after
+                    # the position carries the epoch of the last record handed out (KIP-320)
+                    subs.advance(tp, after, e.epoch_at(after - 1))
                     limit -= n
                 if self._remaining(e) == 0:
                     q.popleft()
                     # past the skipped batches (control, aborted) after its last record
-                    pos = self.subscriptions.positions[tp]
+                    pos = subs.position(tp)
                     if pos is not None and e.next_offset > pos:
-                        self.subscriptions.positions[tp] = e.next_offset
+                        subs.advance(tp, e.next_offset)
             if not q:
                 del self.buffer.fetches[tp]
             if limit <= 0:
@@ -409,7 +439,7 @@ class Fetcher:
             self._split_corrupt(tp, e, decode, exc)
             d = decode(e.data)
         batch, e.next_offset = d.batch, d.next_offset
-        pos = self.subscriptions.positions[tp]
+        pos = self.subscriptions.position(tp)
         if pos is not None and pos > e.start and batch.num_rows:  # some handed out already
             offsets = to_numpy(batch.column(4))
             batch = batch.slice(int(np.searchsorted(offsets, pos)))
@@ -434,7 +464,7 @@ class Fetcher:
         for tp, err in self.buffer.corrupt.items():
             if tp not in self.buffer.fetches:
                 # only skipped batches (control, aborted) lie between
-                self.subscriptions.positions[tp] = err.offset
+                self.subscriptions.advance(tp, err.offset)
                 raise err
 
     async def _fetch_once(self, max_wait: float, time_left: float) -> None:
@@ -442,11 +472,16 @@ class Fetcher:
         if not wanted:
             await asyncio.sleep(max_wait)
             return
-        unknown = [tp for tp in wanted if self.subscriptions.positions.get(tp) is None]
+        subs = self.subscriptions
+        unknown = [tp for tp in wanted if subs.position(tp) is None]
         if unknown:
             await self._init_positions(unknown, time_left)
-            # a rebalance meanwhile: what is no longer assigned is not fetched
-            wanted = [tp for tp in wanted if self.subscriptions.positions.get(tp) is not None]
+        self.check_leaders()
+        if subs.awaiting_validation():
+            await self.validate(time_left)
+        # a rebalance meanwhile: what is no longer assigned is not fetched; what awaits
+        # validation (its answer lost or refused) is asked again in the next round
+        wanted = [tp for tp in wanted if subs.fetching(tp)]
         by_node: dict[int, list[TopicPartition]] = {}
         for tp in wanted:
             leader = self.cluster.leader(*tp)
@@ -470,7 +505,7 @@ class Fetcher:
         conn = await self.cluster.connection(node)
         v = conn.version(ApiKey.FETCH, 4, 12)
         c = self.config
-        positions = {tp: self.fetch_offset(tp) for tp in tps}
+        positions: dict[TopicPartition, int | None] = {tp: self.fetch_offset(tp) for tp in tps}
         if any(p is None for p in positions.values()):
             return  # seeked to "unknown" meanwhile; the next pass initialises it
         part_max = c.int("max.partition.fetch.bytes")
@@ -527,8 +562,8 @@ class Fetcher:
     ) -> None:
         """Buffer one partition's answer to a Fetch sent from ``positions``, or act on its
         error."""
-        if not self.subscriptions.is_assigned(tp) or self.fetch_offset(tp) != positions.get(tp):
-            return  # seeked or unassigned while fetching
+        if not self.subscriptions.fetching(tp) or self.fetch_offset(tp) != positions.get(tp):
+            return  # seeked, unassigned or awaiting validation while fetching
         code = int(p.error_code)
         if code in _REFRESH_ERRORS:
             self._spawn_refresh(tp.topic)
@@ -536,8 +571,12 @@ class Fetcher:
         if code and tp in self.buffer.fetches:
             return  # a fetch ahead: asked again once the buffered data is out
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            # as Java's consumer: reset by auto.offset.reset (not to the committed offset,
+            # which may be the very one out of range), or raised with "none"
+            if not self.can_reset:
+                raise KafkaError(code, f"Fetch {tp.topic}-{tp.partition} at {positions[tp]}")
             log.info("%s: offset %s out of range; resetting", tp, positions[tp])
-            self.subscriptions.positions[tp] = None
+            self.subscriptions.request_reset(tp)
             return
         if code == ErrorCode.CORRUPT_MESSAGE:
             # The broker met damaged data reading at this offset. Asking again reads the same
@@ -570,6 +609,91 @@ class Fetcher:
                 ],
             )
         )
+
+    def check_leaders(self) -> None:
+        """Compare each position with its partition's leader and epoch in the metadata
+        (Java's ``validatePositionsIfNeeded``, at every poll): one not checked against them
+        awaits validation, and what was fetched for it is not handed out."""
+        # once per poll over every partition: the metadata read directly, and a position
+        # already checked against its leader passed over at the cost of one comparison
+        topics, brokers = self.cluster.topics, self.cluster.brokers
+        for tp, s in self.subscriptions.assignment.states.items():
+            info = topics.get(tp.topic)
+            p = info.partitions.get(tp.partition) if info is not None else None
+            if p is None or p.leader not in brokers or s.leader == (p.leader, p.leader_epoch):
+                continue
+            if self.subscriptions.maybe_validate(tp, (p.leader, p.leader_epoch)):
+                self.buffer.fetches.pop(tp, None)
+
+    async def validate(self, timeout: float | None = None) -> None:
+        """OffsetForLeaderEpoch for the positions awaiting validation, at their leaders
+        (stale leaders refreshed and asked again until ``timeout``). A truncation without a
+        reset policy raises :class:`LogTruncationError`."""
+        subs = self.subscriptions
+        asked = subs.awaiting_validation()
+        k = ApiKey.OFFSET_FOR_LEADER_EPOCH
+
+        def fields(v: int, topics: dict[str, list[int]]) -> dict[str, Any]:
+            def part(t: str, p: int) -> Any:
+                return make_request(
+                    k, v, "OffsetForLeaderPartition", partition=p,
+                    # the epoch the metadata says now: a leader behind or ahead of it
+                    # answers UNKNOWN_ / FENCED_LEADER_EPOCH, and the metadata is refreshed
+                    current_leader_epoch=self.cluster.leader_epoch(t, p),
+                    leader_epoch=asked[TopicPartition(t, p)].leader_epoch,
+                )  # fmt: skip
+
+            return {
+                "replica_id": -1,  # a consumer
+                "topics": tuple(
+                    make_request(
+                        k,
+                        v,
+                        "OffsetForLeaderTopic",
+                        topic=t,
+                        partitions=tuple(part(t, p) for p in ps),
+                    )
+                    for t, ps in topics.items()
+                ),
+            }
+
+        def results(resp: Any) -> Iterable[tuple[TopicPartition, int, Any]]:
+            for t in resp.topics:
+                for p in t.partitions:
+                    end = OffsetAndEpoch(int(p.end_offset), int(p.leader_epoch))
+                    yield TopicPartition(t.topic, int(p.partition)), int(p.error_code), end
+
+        try:
+            # v3 is the first a consumer may use (KIP-320: it carries replica_id)
+            found = await self.cluster.leader_call(
+                list(asked), k, (3, 4), "OffsetForLeaderEpochRequest", fields, results,
+                errors_in_result=True, timeout=timeout,
+            )  # fmt: skip
+        except KafkaError as exc:
+            if exc.code != ErrorCode.UNSUPPORTED_VERSION:
+                raise
+            # a broker without it (before Kafka 2.3): fetched unvalidated, as Java's consumer
+            for tp in asked:
+                subs.skip_validation(tp)
+            return
+        truncated: list[Truncation] = []
+        for tp, end in found.items():
+            if isinstance(end, KafkaError):
+                if end.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    raise end
+                log.warning("%s: validating position %s: %s; retrying", tp, asked[tp], end)
+                continue
+            before = subs.position(tp)
+            t = subs.complete_validation(tp, asked[tp], end, can_reset=self.can_reset)
+            if t is not None:
+                truncated.append(t)
+            elif subs.position(tp) != before:
+                log.warning("%s: log truncated below position %s (leader epoch %d ends at "
+                            "%d); position now %s", tp, before, asked[tp].leader_epoch,
+                            end.offset, subs.position(tp) or "reset")  # fmt: skip
+                self.buffer.drop(tp)
+        if truncated:
+            raise LogTruncationError(truncated)
 
     async def stop(self) -> None:
         """Cancel the Fetch round in flight (a fetch ahead): its answer is not wanted."""

@@ -14,6 +14,7 @@ import asyncio
 import pytest
 
 from samsa.client import AsyncConsumer, KafkaError, TopicPartition
+from samsa.client._subscription import OffsetAndEpoch
 from samsa.protocol.errors import ErrorCode
 
 T = "t"
@@ -30,14 +31,14 @@ def _consumer(
     async def committed(tps: list[TopicPartition], **_: object) -> dict:
         if stalled == "committed":
             await answered.wait()
-        return {tp: committed_at for tp in tps}
+        return {tp: None if committed_at is None else OffsetAndEpoch(committed_at) for tp in tps}
 
     async def list_offsets(tps: list[TopicPartition], *_: object, **__: object) -> dict:
         if stalled == "list_offsets":
             await answered.wait()
         return {tp: 0 for tp in tps}
 
-    c.committed = committed  # type: ignore[method-assign]
+    c._fetch_committed = committed  # type: ignore[method-assign]
     c.list_offsets = list_offsets  # type: ignore[method-assign]
     return c
 
