@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _broker import BrokerProcess
-from samsa.testing.kafka import KafkaNode, run_tool
+from samsa.testing.kafka import KafkaNode, run_tool_in_process
 
 # An authorizer on both, the anonymous principal (PLAINTEXT) a super user: kafka-acls works,
 # and every other tool is allowed everything.
@@ -91,7 +91,7 @@ class Pair:
 
     def _one(self, bs: str, tool: str, args: tuple[str, ...], input: str | None) -> Out:
         argv = [bs if a == "BS" else a for a in args]
-        r = run_tool(tool, *argv, input=input, timeout=self.timeout)
+        r = run_tool_in_process(tool, *argv, input=input, timeout=self.timeout)
         return normalise(r, bs)
 
 

@@ -25,13 +25,16 @@ request lists every node, since clients route by it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import select
 import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -51,6 +54,7 @@ __all__ = [
     "classpath",
     "classpath_file",
     "run_tool",
+    "run_tool_in_process",
     "tool_args",
 ]
 
@@ -116,6 +120,130 @@ _TOOLS_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
     <PatternLayout pattern="[%d] %p %m (%c)%n"/></Console></Appenders>
   <Loggers><Root level="ERROR"><AppenderRef ref="err"/></Root></Loggers>
 </Configuration>
+"""
+
+
+# A JVM that runs Kafka's tools one after another, each through its main() on a thread of
+# its own, so a test issuing dozens of tool commands pays one JVM start instead of one per
+# command. Kafka's tools leave through Exit.exit, which Kafka lets a caller replace: here it
+# ends the command with that code, and what the command prints afterwards is dropped, as a
+# JVM that exits prints nothing more. The shutdown hooks a command registers run when it
+# ends, as the JVM's would at exit. Requests and answers are length-prefixed on stdin/stdout.
+_TOOL_SERVER_JAVA = """
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.util.*;
+import org.apache.kafka.common.utils.internals.Exit;
+
+public final class SamsaToolServer {
+    static final class Exited extends Error {
+        Exited() { super(null, null, false, false); }
+    }
+
+    /** System.out/err: what the running command writes goes to its buffer. */
+    static final class Sink extends OutputStream {
+        volatile OutputStream to = OutputStream.nullOutputStream();
+        volatile Thread muted;  // the command's thread once it called Exit.exit
+        private boolean live() { return Thread.currentThread() != muted; }
+        @Override public void write(int b) throws IOException { if (live()) to.write(b); }
+        @Override public void write(byte[] b, int off, int len) throws IOException {
+            if (live()) to.write(b, off, len);
+        }
+    }
+
+    static final class Source extends InputStream {
+        volatile InputStream from = InputStream.nullInputStream();
+        @Override public int read() throws IOException { return from.read(); }
+        @Override public int read(byte[] b, int off, int len) throws IOException {
+            return from.read(b, off, len);
+        }
+        @Override public int available() throws IOException { return from.available(); }
+    }
+
+    static final Sink OUT = new Sink(), ERR = new Sink();
+    static volatile Integer code;
+    static final List<Runnable> hooks = Collections.synchronizedList(new ArrayList<>());
+
+    public static void main(String[] ignored) throws Exception {
+        var req = new DataInputStream(
+            new BufferedInputStream(new FileInputStream(FileDescriptor.in)));
+        var resp = new DataOutputStream(
+            new BufferedOutputStream(new FileOutputStream(FileDescriptor.out)));
+        Source in = new Source();
+        System.setOut(new PrintStream(OUT, true, StandardCharsets.UTF_8));
+        System.setErr(new PrintStream(ERR, true, StandardCharsets.UTF_8));
+        System.setIn(in);
+        Exit.Procedure leave = (status, message) -> {
+            if (code == null) code = status;
+            OUT.muted = ERR.muted = Thread.currentThread();
+            throw new Exited();
+        };
+        Exit.setExitProcedure(leave);
+        Exit.setHaltProcedure(leave);
+        Exit.setShutdownHookAdder((name, hook) -> hooks.add(hook));
+        while (true) {
+            int argc;
+            try {
+                argc = req.readInt();
+            } catch (EOFException eof) {
+                return;
+            }
+            String[] argv = new String[argc];
+            for (int i = 0; i < argc; i++) argv[i] = new String(bytes(req), StandardCharsets.UTF_8);
+            var out = new ByteArrayOutputStream();
+            var err = new ByteArrayOutputStream();
+            in.from = new ByteArrayInputStream(bytes(req));
+            OUT.to = out;
+            ERR.to = err;
+            int rc = run(argv);
+            System.out.flush();
+            System.err.flush();
+            OUT.to = ERR.to = OutputStream.nullOutputStream();
+            OUT.muted = ERR.muted = null;
+            resp.writeInt(rc);
+            resp.writeInt(out.size());
+            out.writeTo(resp);
+            resp.writeInt(err.size());
+            err.writeTo(resp);
+            resp.flush();
+        }
+    }
+
+    static byte[] bytes(DataInputStream in) throws IOException {
+        byte[] b = new byte[in.readInt()];
+        in.readFully(b);
+        return b;
+    }
+
+    static int run(String[] argv) throws InterruptedException {
+        code = null;
+        hooks.clear();
+        Throwable[] failed = {null};
+        Thread t = new Thread(() -> {
+            try {
+                Class.forName(argv[0]).getMethod("main", String[].class)
+                    .invoke(null, (Object) Arrays.copyOfRange(argv, 1, argv.length));
+            } catch (java.lang.reflect.InvocationTargetException e) {
+                if (code == null) failed[0] = e.getCause();
+            } catch (Exited e) {
+                // Exit.exit: the code is set
+            } catch (Throwable e) {
+                failed[0] = e;
+            }
+        }, "main");
+        t.start();
+        t.join();
+        if (failed[0] != null && code == null) {  // as the JVM reports an uncaught exception
+            System.err.print("Exception in thread \\"main\\" ");
+            failed[0].printStackTrace();
+            return 1;
+        }
+        for (Runnable hook : new ArrayList<>(hooks)) {
+            try { hook.run(); } catch (Throwable e) { /* a failed hook leaves the exit code */ }
+        }
+        return code == null ? 0 : code;
+    }
+}
 """
 
 
@@ -189,6 +317,100 @@ def run_tool(
         check=check,
         stdin=None if input is not None else subprocess.DEVNULL,
     )
+
+
+class ToolServer:
+    """One JVM running Kafka tool commands in turn (see ``_TOOL_SERVER_JAVA``); started on
+    the first command. A command that outlives its timeout takes the JVM down with it, and
+    the next command starts a fresh one."""
+
+    def __init__(self, heap: str = "256m") -> None:
+        self.heap = heap
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        source = cache_dir() / "SamsaToolServer.java"
+        if not source.exists() or source.read_text() != _TOOL_SERVER_JAVA:
+            source.parent.mkdir(parents=True, exist_ok=True)
+            tmp = source.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(_TOOL_SERVER_JAVA)
+            os.replace(tmp, source)  # another process may be reading it
+        argv = tool_args(str(source), heap=self.heap)
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def run(
+        self, tool: str, *args: str, timeout: float = 120.0, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        argv = [TOOLS.get(tool, tool), *args]
+        frames = [struct.pack(">i", len(argv))]
+        for part in [*argv, input or ""]:
+            data = part.encode()
+            frames += [struct.pack(">i", len(data)), data]
+        deadline = time.monotonic() + timeout
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"".join(frames))
+            self.proc.stdin.flush()
+            (rc,) = struct.unpack(">i", self._read(4, deadline))
+            out = self._read(struct.unpack(">i", self._read(4, deadline))[0], deadline)
+            err = self._read(struct.unpack(">i", self._read(4, deadline))[0], deadline)
+        except (subprocess.TimeoutExpired, OSError, EOFError):
+            self.close()
+            raise
+        return subprocess.CompletedProcess(
+            ["kafka-tool", tool, *args], rc, out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+        )  # fmt: skip
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        chunks: list[bytes] = []
+        while n > 0:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise subprocess.TimeoutExpired("kafka-tool", left)
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                raise EOFError("the Kafka tool server exited")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+_idle_servers: list[ToolServer] = []
+_servers_lock = threading.Lock()
+
+
+@atexit.register
+def _close_tool_servers() -> None:
+    with _servers_lock:
+        for server in _idle_servers:
+            server.close()
+
+
+def run_tool_in_process(
+    tool: str, *args: str, timeout: float = 120.0, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """As :func:`run_tool`, but in one of this process's tool JVMs (one per concurrent
+    caller, kept for the next command). For the tools that run a command and exit (the
+    admin tools, the console producer and consumer, kafka-storage), not for those that
+    leave threads running (the verifiable clients, the perf tests)."""
+    with _servers_lock:
+        server = _idle_servers.pop() if _idle_servers else ToolServer()
+    try:
+        return server.run(tool, *args, timeout=timeout, input=input)
+    finally:
+        with _servers_lock:
+            _idle_servers.append(server)
 
 
 def free_port() -> int:
