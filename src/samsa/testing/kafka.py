@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import hashlib
 import logging
 import os
 import select
@@ -37,6 +39,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -51,6 +54,7 @@ __all__ = [
     "KafkaCluster",
     "KafkaNode",
     "KafkaNotInstalled",
+    "class_archive",
     "classpath",
     "classpath_file",
     "run_tool",
@@ -329,13 +333,9 @@ class ToolServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _start(self) -> subprocess.Popen[bytes]:
-        source = cache_dir() / "SamsaToolServer.java"
-        if not source.exists() or source.read_text() != _TOOL_SERVER_JAVA:
-            source.parent.mkdir(parents=True, exist_ok=True)
-            tmp = source.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(_TOOL_SERVER_JAVA)
-            os.replace(tmp, source)  # another process may be reading it
-        argv = tool_args(str(source), heap=self.heap)
+        argv = tool_args("SamsaToolServer", heap=self.heap)
+        cp = argv.index("-cp") + 1
+        argv[cp] = f"{_compiled_tool_server()}{os.pathsep}{argv[cp]}"
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def run(
@@ -386,8 +386,32 @@ class ToolServer:
             proc.wait(30)
 
 
+def _compiled_tool_server() -> Path:
+    """The tool server's class directory, compiled once per machine and source (a source
+    launch would compile it again in every JVM)."""
+    digest = hashlib.sha256(_TOOL_SERVER_JAVA.encode()).hexdigest()[:12]
+    classes = cache_dir() / f"tool-server-{digest}"
+    if classes.exists():
+        return classes
+    work = Path(tempfile.mkdtemp(prefix="tool-server-", dir=cache_dir()))
+    try:
+        (work / "SamsaToolServer.java").write_text(_TOOL_SERVER_JAVA)
+        subprocess.run(
+            ["javac", "-cp", classpath(), "-d", str(work / "classes"),
+             str(work / "SamsaToolServer.java")],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        with contextlib.suppress(OSError):  # another process got there first: same classes
+            os.rename(work / "classes", classes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return classes
+
+
+# Two servers at most per process: a tool oracle runs each command on two brokers at once.
 _idle_servers: list[ToolServer] = []
 _servers_lock = threading.Lock()
+_server_slots = threading.BoundedSemaphore(2)
 
 
 @atexit.register
@@ -404,13 +428,14 @@ def run_tool_in_process(
     caller, kept for the next command). For the tools that run a command and exit (the
     admin tools, the console producer and consumer, kafka-storage), not for those that
     leave threads running (the verifiable clients, the perf tests)."""
-    with _servers_lock:
-        server = _idle_servers.pop() if _idle_servers else ToolServer()
-    try:
-        return server.run(tool, *args, timeout=timeout, input=input)
-    finally:
+    with _server_slots:
         with _servers_lock:
-            _idle_servers.append(server)
+            server = _idle_servers.pop() if _idle_servers else ToolServer()
+        try:
+            return server.run(tool, *args, timeout=timeout, input=input)
+        finally:
+            with _servers_lock:
+                _idle_servers.append(server)
 
 
 def free_port() -> int:
@@ -438,6 +463,10 @@ class KafkaNode:
 
     # JVM options of nodes made without ``jvm_args`` (the test suite sets C1-only JIT).
     default_jvm_args: ClassVar[tuple[str, ...]] = ()
+    # Map the classes a node loads from a class-data-sharing archive (see
+    # :func:`class_archive`): about half a node's start. Off by default, as the benchmarks
+    # time Kafka's start as its users see it; the test suite turns it on.
+    share_classes: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -466,6 +495,7 @@ class KafkaNode:
         self.rss_mb = 0.0  # resident memory when it started serving
         self._formatted = False
         self._serving: subprocess.Popen[bytes] | None = None
+        self._archive_args: list[str] = []
 
     @property
     def bootstrap(self) -> str:
@@ -535,7 +565,7 @@ class KafkaNode:
             self._formatted = True
             return
         # "--cluster-id=": a random id may begin with "-", which argparse takes for an option.
-        result = run_tool(
+        result = run_tool_in_process(
             "kafka-storage", "format", f"--cluster-id={self.cluster_id}", "-c", str(config),
             "--ignore-formatted", timeout=120,
         )  # fmt: skip
@@ -555,6 +585,7 @@ class KafkaNode:
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}",
             f"-Dkafka.logs.dir={self.data_dir}",
             *self.jvm_args,
+            *self._archive_args,
             "-cp",
             classpath(),
             "kafka.Kafka",
@@ -570,6 +601,9 @@ class KafkaNode:
             raise RuntimeError(f"kafka node {self.node_id} is already running")
         if not self._formatted:
             self.format()
+        if self.share_classes and not self._archive_args:
+            archive = class_archive()
+            self._archive_args = [f"-XX:SharedArchiveFile={archive}"] if archive else []
         self._mark = self.server_log.stat().st_size if self.server_log.exists() else 0
         self._t0 = time.monotonic()
         out = open(self.data_dir / "stdout.log", "ab")  # the child keeps its own copy
@@ -941,6 +975,50 @@ class KafkaCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _class_archive_path() -> Path:
+    # An archive holds only for the JVM build and classpath that wrote it.
+    java = os.path.realpath(shutil.which("java") or "java")
+    key = f"{java}:{os.stat(java).st_mtime_ns}:{classpath()}"
+    return cache_dir() / f"kafka-node-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
+
+
+_archive_lock = threading.Lock()
+
+
+def class_archive(timeout: float = 300.0) -> Path | None:
+    """The JDK's class-data-sharing archive of the classes a Kafka node loads up to serving,
+    written once per machine by a node started and stopped for it (a JVM writes the
+    archive as it exits). While another process writes it, None: start without."""
+    path = _class_archive_path()
+    if path.exists():
+        return path
+    with _archive_lock:
+        if path.exists():
+            return path
+        with open(path.with_suffix(".lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            if path.exists():
+                return path
+            with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+                dump = Path(tmp) / "classes.jsa"
+                node = KafkaNode(
+                    Path(tmp) / "node",
+                    jvm_args=[*KafkaNode.default_jvm_args, f"-XX:ArchiveClassesAtExit={dump}"],
+                )
+                node.share_classes = False
+                node.start(timeout)
+                node.stop(timeout)  # the archive is written at exit: seconds
+                if not dump.exists():
+                    log.warning("kafka node exited without a class archive:\n%s", node.tail())
+                    return None
+                os.replace(dump, path)
+        log.info("kafka class archive written to %s", path)
+        return path
 
 
 def _random_cluster_id() -> str:
