@@ -136,7 +136,9 @@ _TOOLS_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
 _TOOL_SERVER_JAVA = """
 import java.io.*;
 import java.nio.charset.StandardCharsets;
+import java.lang.reflect.Field;
 import java.util.*;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.common.utils.internals.Exit;
 
 public final class SamsaToolServer {
@@ -164,6 +166,15 @@ public final class SamsaToolServer {
         @Override public int available() throws IOException { return from.available(); }
     }
 
+    // The clients number their default client ids per JVM (adminclient-1, ...), and the
+    // tools print them: each command starts from a fresh JVM's numbers.
+    static final String[][] SEQUENCES = {
+        {"org.apache.kafka.clients.admin.KafkaAdminClient", "ADMIN_CLIENT_ID_SEQUENCE"},
+        {"org.apache.kafka.clients.producer.ProducerConfig", "PRODUCER_CLIENT_ID_SEQUENCE"},
+        {"org.apache.kafka.clients.consumer.ConsumerConfig", "CONSUMER_CLIENT_ID_SEQUENCE"},
+    };
+    static final Map<AtomicInteger, Integer> FRESH = new HashMap<>();
+
     static final Sink OUT = new Sink(), ERR = new Sink();
     static volatile Integer code;
     static final List<Runnable> hooks = Collections.synchronizedList(new ArrayList<>());
@@ -185,6 +196,12 @@ public final class SamsaToolServer {
         Exit.setExitProcedure(leave);
         Exit.setHaltProcedure(leave);
         Exit.setShutdownHookAdder((name, hook) -> hooks.add(hook));
+        for (String[] f : SEQUENCES) {
+            Field field = Class.forName(f[0]).getDeclaredField(f[1]);
+            field.setAccessible(true);
+            AtomicInteger sequence = (AtomicInteger) field.get(null);
+            FRESH.put(sequence, sequence.get());
+        }
         while (true) {
             int argc;
             try {
@@ -222,6 +239,7 @@ public final class SamsaToolServer {
     static int run(String[] argv) throws InterruptedException {
         code = null;
         hooks.clear();
+        FRESH.forEach(AtomicInteger::set);
         Throwable[] failed = {null};
         Thread t = new Thread(() -> {
             try {
@@ -356,7 +374,10 @@ class ToolServer:
             (rc,) = struct.unpack(">i", self._read(4, deadline))
             out = self._read(struct.unpack(">i", self._read(4, deadline))[0], deadline)
             err = self._read(struct.unpack(">i", self._read(4, deadline))[0], deadline)
-        except (subprocess.TimeoutExpired, OSError, EOFError):
+        except TimeoutError:
+            self.close()
+            raise subprocess.TimeoutExpired(["kafka-tool", tool, *args], timeout) from None
+        except (OSError, EOFError):
             self.close()
             raise
         return subprocess.CompletedProcess(
@@ -371,7 +392,7 @@ class ToolServer:
         while n > 0:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise subprocess.TimeoutExpired("kafka-tool", left)
+                raise TimeoutError
             chunk = os.read(fd, min(n, 1 << 20))
             if not chunk:
                 raise EOFError("the Kafka tool server exited")
