@@ -4,7 +4,8 @@ hosts and ports, topic ids, timestamps and durations, member ids, log directorie
 and column widths (the tools pad columns to their longest cell).
 
 Both brokers are node 1, so broker and coordinator ids compare as they are. Each command runs
-on both at once (two JVMs), to keep a test's time near one tool start per command.
+on both at once, in the process's two tool JVMs (``run_tool_in_process``): a command costs
+its own work, not a JVM start.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _broker import BrokerProcess
-from samsa.testing.kafka import KafkaNode, run_tool
+from samsa.testing.kafka import KafkaNode, run_tool_in_process
 
 # An authorizer on both, the anonymous principal (PLAINTEXT) a super user: kafka-acls works,
 # and every other tool is allowed everything.
@@ -91,7 +92,7 @@ class Pair:
 
     def _one(self, bs: str, tool: str, args: tuple[str, ...], input: str | None) -> Out:
         argv = [bs if a == "BS" else a for a in args]
-        r = run_tool(tool, *argv, input=input, timeout=self.timeout)
+        r = run_tool_in_process(tool, *argv, input=input, timeout=self.timeout)
         return normalise(r, bs)
 
 
@@ -145,12 +146,13 @@ def tool_pair(tmp: Path, overrides: dict[str, str] | None = None) -> Iterator[Pa
     overrides = dict(overrides or {})
     samsa = BrokerProcess(tmp / "samsa", {"node.id": "1", **overrides})
     kafka = KafkaNode(tmp / "kafka", overrides=overrides)
-    samsa.start(timeout=120)  # a loaded machine imports slowly
+    kafka.launch()  # the JVM starts while samsa does
     try:
-        kafka.start()
+        samsa.start(timeout=120)  # a loaded machine imports slowly
         try:
+            kafka.wait_serving()
             yield Pair(samsa, kafka)
         finally:
-            kafka.stop()
+            samsa.stop()
     finally:
-        samsa.stop()
+        kafka.stop()

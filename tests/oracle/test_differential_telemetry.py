@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from _broker import BrokerProcess
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.messages import ApiKey, make_request
-from samsa.testing.kafka import KafkaNode, classpath, run_tool
+from samsa.testing.kafka import KafkaNode, classpath, run_tool_in_process
 from samsa.testing.oracle import Deviation, Outcome, Rule, Side
 
 Run = Callable[..., Outcome]
@@ -122,10 +122,11 @@ def _metrics_port(broker: BrokerProcess) -> int:
 
 def test_java_client_pushes_arrive_on_metrics(broker_factory: type[BrokerProcess]) -> None:
     broker = broker_factory(overrides={"metrics.port": "0"}).start()
-    tool = run_tool("kafka-client-metrics", "--bootstrap-server", broker.bootstrap, "--alter",
-                    "--name", "java", "--metrics", "org.apache.kafka.producer.",
-                    "--interval", "500", "--match",
-                    "client_id=java-telemetry,client_software_name=apache-kafka-java")  # fmt: skip
+    tool = run_tool_in_process(
+        "kafka-client-metrics", "--bootstrap-server", broker.bootstrap, "--alter",
+        "--name", "java", "--metrics", "org.apache.kafka.producer.", "--interval", "500",
+        "--match", "client_id=java-telemetry,client_software_name=apache-kafka-java",
+    )  # fmt: skip
     assert tool.returncode == 0, tool.stderr
     cmd = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath(), str(PROGRAM),
            broker.bootstrap, "java-telemetry", "java-telemetry", "3"]  # fmt: skip
@@ -164,7 +165,9 @@ def test_kafka_client_metrics_tool(
     def run(bootstrap: str) -> list[tuple[int, str, str]]:
         out = []
         for args in commands:
-            done = run_tool("kafka-client-metrics", "--bootstrap-server", bootstrap, *args)
+            done = run_tool_in_process(
+                "kafka-client-metrics", "--bootstrap-server", bootstrap, *args
+            )
             errors = [x for x in done.stdout.splitlines() + done.stderr.splitlines()
                       if x.startswith("Error")]  # fmt: skip
             out.append((done.returncode, done.stdout.strip(), "\n".join(errors)))

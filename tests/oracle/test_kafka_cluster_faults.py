@@ -33,7 +33,7 @@ from samsa.client import (
 )
 from samsa.protocol.messages import ApiKey
 from samsa.testing import read_topic
-from samsa.testing.kafka import KafkaCluster, run_tool
+from samsa.testing.kafka import KafkaCluster, run_tool_in_process
 from samsa.testing.proxy import FaultProxy, Faults
 from samsa.verify.report import render
 from samsa.verify.workload import VerifyConfig, run_verify
@@ -263,8 +263,8 @@ def key_on(cluster: KafkaCluster, prefix: str, node: int, *, transaction: bool) 
 def elect_preferred_leaders(cluster: KafkaCluster) -> None:
     """A node killed by an earlier test of the shared cluster comes back leading nothing
     until Kafka's own leader rebalance (minutes later): give the leaderships back."""
-    run_tool("kafka-leader-election", "--bootstrap-server", cluster.bootstrap,
-             "--election-type", "preferred", "--all-topic-partitions")  # fmt: skip
+    run_tool_in_process("kafka-leader-election", "--bootstrap-server", cluster.bootstrap,
+                        "--election-type", "preferred", "--all-topic-partitions")  # fmt: skip
 
 
 def test_transactional_copiers_across_leader_and_coordinator_kills(

@@ -18,7 +18,7 @@ import pytest
 from _tool_oracle import Out, Pair, normalise, tool_pair
 from confluent_kafka import Consumer
 
-from samsa.testing.kafka import run_tool
+from samsa.testing.kafka import run_tool_in_process
 
 BS = ("--bootstrap-server", "BS")
 # header h1:x,h2:y, key k1, value v1; NULL (the null marker) for no headers and a null value
@@ -198,7 +198,7 @@ def _mine_vs_kafkas(pair: Pair, *args: str) -> tuple[Out, Out]:
     with ThreadPoolExecutor(2) as pool:
         mine = pool.submit(_samsa, "groups", *[pair.samsa.bootstrap if a == "BS" else a
                                                for a in args])  # fmt: skip
-        theirs = pool.submit(run_tool, "kafka-consumer-groups",
+        theirs = pool.submit(run_tool_in_process, "kafka-consumer-groups",
                              *[pair.kafka.bootstrap if a == "BS" else a for a in args])  # fmt: skip
         return normalise(mine.result(), pair.samsa.bootstrap), normalise(
             theirs.result(), pair.kafka.bootstrap

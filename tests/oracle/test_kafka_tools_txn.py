@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from _tool_oracle import Pair, columns, normalise, tool_pair
 
-from samsa.testing.kafka import run_tool
+from samsa.testing.kafka import run_tool_in_process
 
 BS = ("--bootstrap-server", "BS")
 
@@ -115,7 +115,7 @@ def test_samsa_find_hanging_and_abort_answer_as_kafkas_tool(pair: Pair) -> None:
         mine = _samsa_cli("find-hanging", "--topic", "t2", "--max-transaction-timeout", "0",
                           "--bootstrap-server", bs)  # fmt: skip
         assert mine.returncode == 0, mine.stderr
-        theirs = run_tool("kafka-transactions", "--bootstrap-server", bs, "find-hanging",
+        theirs = run_tool_in_process("kafka-transactions", "--bootstrap-server", bs, "find-hanging",
                           "--topic", "t2", "--max-transaction-timeout", "0")  # fmt: skip
         assert theirs.returncode == 0, theirs.stderr
         norm = [normalise(r, bs).out for r in (mine, theirs)]

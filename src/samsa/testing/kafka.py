@@ -25,15 +25,21 @@ request lists every node, since clients route by it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
+import hashlib
 import logging
 import os
+import select
 import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -48,9 +54,11 @@ __all__ = [
     "KafkaCluster",
     "KafkaNode",
     "KafkaNotInstalled",
+    "class_archive",
     "classpath",
     "classpath_file",
     "run_tool",
+    "run_tool_in_process",
     "tool_args",
 ]
 
@@ -116,6 +124,148 @@ _TOOLS_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
     <PatternLayout pattern="[%d] %p %m (%c)%n"/></Console></Appenders>
   <Loggers><Root level="ERROR"><AppenderRef ref="err"/></Root></Loggers>
 </Configuration>
+"""
+
+
+# A JVM that runs Kafka's tools one after another, each through its main() on a thread of
+# its own, so a test issuing dozens of tool commands pays one JVM start instead of one per
+# command. Kafka's tools leave through Exit.exit, which Kafka lets a caller replace: here it
+# ends the command with that code, and what the command prints afterwards is dropped, as a
+# JVM that exits prints nothing more. The shutdown hooks a command registers run when it
+# ends, as the JVM's would at exit. Requests and answers are length-prefixed on stdin/stdout.
+_TOOL_SERVER_JAVA = """
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.lang.reflect.Field;
+import java.util.*;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.common.utils.internals.Exit;
+
+public final class SamsaToolServer {
+    static final class Exited extends Error {
+        Exited() { super(null, null, false, false); }
+    }
+
+    /** System.out/err: what the running command writes goes to its buffer. */
+    static final class Sink extends OutputStream {
+        volatile OutputStream to = OutputStream.nullOutputStream();
+        volatile Thread muted;  // the command's thread once it called Exit.exit
+        private boolean live() { return Thread.currentThread() != muted; }
+        @Override public void write(int b) throws IOException { if (live()) to.write(b); }
+        @Override public void write(byte[] b, int off, int len) throws IOException {
+            if (live()) to.write(b, off, len);
+        }
+    }
+
+    static final class Source extends InputStream {
+        volatile InputStream from = InputStream.nullInputStream();
+        @Override public int read() throws IOException { return from.read(); }
+        @Override public int read(byte[] b, int off, int len) throws IOException {
+            return from.read(b, off, len);
+        }
+        @Override public int available() throws IOException { return from.available(); }
+    }
+
+    // The clients number their default client ids per JVM (adminclient-1, ...), and the
+    // tools print them: each command starts from a fresh JVM's numbers.
+    static final String[][] SEQUENCES = {
+        {"org.apache.kafka.clients.admin.KafkaAdminClient", "ADMIN_CLIENT_ID_SEQUENCE"},
+        {"org.apache.kafka.clients.producer.ProducerConfig", "PRODUCER_CLIENT_ID_SEQUENCE"},
+        {"org.apache.kafka.clients.consumer.ConsumerConfig", "CONSUMER_CLIENT_ID_SEQUENCE"},
+    };
+    static final Map<AtomicInteger, Integer> FRESH = new HashMap<>();
+
+    static final Sink OUT = new Sink(), ERR = new Sink();
+    static volatile Integer code;
+    static final List<Runnable> hooks = Collections.synchronizedList(new ArrayList<>());
+
+    public static void main(String[] ignored) throws Exception {
+        var req = new DataInputStream(
+            new BufferedInputStream(new FileInputStream(FileDescriptor.in)));
+        var resp = new DataOutputStream(
+            new BufferedOutputStream(new FileOutputStream(FileDescriptor.out)));
+        Source in = new Source();
+        System.setOut(new PrintStream(OUT, true, StandardCharsets.UTF_8));
+        System.setErr(new PrintStream(ERR, true, StandardCharsets.UTF_8));
+        System.setIn(in);
+        Exit.Procedure leave = (status, message) -> {
+            if (code == null) code = status;
+            OUT.muted = ERR.muted = Thread.currentThread();
+            throw new Exited();
+        };
+        Exit.setExitProcedure(leave);
+        Exit.setHaltProcedure(leave);
+        Exit.setShutdownHookAdder((name, hook) -> hooks.add(hook));
+        for (String[] f : SEQUENCES) {
+            Field field = Class.forName(f[0]).getDeclaredField(f[1]);
+            field.setAccessible(true);
+            AtomicInteger sequence = (AtomicInteger) field.get(null);
+            FRESH.put(sequence, sequence.get());
+        }
+        while (true) {
+            int argc;
+            try {
+                argc = req.readInt();
+            } catch (EOFException eof) {
+                return;
+            }
+            String[] argv = new String[argc];
+            for (int i = 0; i < argc; i++) argv[i] = new String(bytes(req), StandardCharsets.UTF_8);
+            var out = new ByteArrayOutputStream();
+            var err = new ByteArrayOutputStream();
+            in.from = new ByteArrayInputStream(bytes(req));
+            OUT.to = out;
+            ERR.to = err;
+            int rc = run(argv);
+            System.out.flush();
+            System.err.flush();
+            OUT.to = ERR.to = OutputStream.nullOutputStream();
+            OUT.muted = ERR.muted = null;
+            resp.writeInt(rc);
+            resp.writeInt(out.size());
+            out.writeTo(resp);
+            resp.writeInt(err.size());
+            err.writeTo(resp);
+            resp.flush();
+        }
+    }
+
+    static byte[] bytes(DataInputStream in) throws IOException {
+        byte[] b = new byte[in.readInt()];
+        in.readFully(b);
+        return b;
+    }
+
+    static int run(String[] argv) throws InterruptedException {
+        code = null;
+        hooks.clear();
+        FRESH.forEach(AtomicInteger::set);
+        Throwable[] failed = {null};
+        Thread t = new Thread(() -> {
+            try {
+                Class.forName(argv[0]).getMethod("main", String[].class)
+                    .invoke(null, (Object) Arrays.copyOfRange(argv, 1, argv.length));
+            } catch (java.lang.reflect.InvocationTargetException e) {
+                if (code == null) failed[0] = e.getCause();
+            } catch (Exited e) {
+                // Exit.exit: the code is set
+            } catch (Throwable e) {
+                failed[0] = e;
+            }
+        }, "main");
+        t.start();
+        t.join();
+        if (failed[0] != null && code == null) {  // as the JVM reports an uncaught exception
+            System.err.print("Exception in thread \\"main\\" ");
+            failed[0].printStackTrace();
+            return 1;
+        }
+        for (Runnable hook : new ArrayList<>(hooks)) {
+            try { hook.run(); } catch (Throwable e) { /* a failed hook leaves the exit code */ }
+        }
+        return code == null ? 0 : code;
+    }
+}
 """
 
 
@@ -191,6 +341,124 @@ def run_tool(
     )
 
 
+class ToolServer:
+    """One JVM running Kafka tool commands in turn (see ``_TOOL_SERVER_JAVA``); started on
+    the first command. A command that outlives its timeout takes the JVM down with it, and
+    the next command starts a fresh one."""
+
+    def __init__(self, heap: str = "256m") -> None:
+        self.heap = heap
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        argv = tool_args("SamsaToolServer", heap=self.heap)
+        cp = argv.index("-cp") + 1
+        argv[cp] = f"{_compiled_tool_server()}{os.pathsep}{argv[cp]}"
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def run(
+        self, tool: str, *args: str, timeout: float = 120.0, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        argv = [TOOLS.get(tool, tool), *args]
+        frames = [struct.pack(">i", len(argv))]
+        for part in [*argv, input or ""]:
+            data = part.encode()
+            frames += [struct.pack(">i", len(data)), data]
+        deadline = time.monotonic() + timeout
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"".join(frames))
+            self.proc.stdin.flush()
+            (rc,) = struct.unpack(">i", self._read(4, deadline))
+            out = self._read(struct.unpack(">i", self._read(4, deadline))[0], deadline)
+            err = self._read(struct.unpack(">i", self._read(4, deadline))[0], deadline)
+        except TimeoutError:
+            self.close()
+            raise subprocess.TimeoutExpired(["kafka-tool", tool, *args], timeout) from None
+        except (OSError, EOFError):
+            self.close()
+            raise
+        return subprocess.CompletedProcess(
+            ["kafka-tool", tool, *args], rc, out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+        )  # fmt: skip
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        chunks: list[bytes] = []
+        while n > 0:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                raise EOFError("the Kafka tool server exited")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def _compiled_tool_server() -> Path:
+    """The tool server's class directory, compiled once per machine and source (a source
+    launch would compile it again in every JVM)."""
+    digest = hashlib.sha256(_TOOL_SERVER_JAVA.encode()).hexdigest()[:12]
+    classes = cache_dir() / f"tool-server-{digest}"
+    if classes.exists():
+        return classes
+    work = Path(tempfile.mkdtemp(prefix="tool-server-", dir=cache_dir()))
+    try:
+        (work / "SamsaToolServer.java").write_text(_TOOL_SERVER_JAVA)
+        subprocess.run(
+            ["javac", "-cp", classpath(), "-d", str(work / "classes"),
+             str(work / "SamsaToolServer.java")],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
+        with contextlib.suppress(OSError):  # another process got there first: same classes
+            os.rename(work / "classes", classes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return classes
+
+
+# Two servers at most per process: a tool oracle runs each command on two brokers at once.
+_idle_servers: list[ToolServer] = []
+_servers_lock = threading.Lock()
+_server_slots = threading.BoundedSemaphore(2)
+
+
+@atexit.register
+def _close_tool_servers() -> None:
+    with _servers_lock:
+        for server in _idle_servers:
+            server.close()
+
+
+def run_tool_in_process(
+    tool: str, *args: str, timeout: float = 120.0, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """As :func:`run_tool`, but in one of this process's tool JVMs (one per concurrent
+    caller, kept for the next command). For the tools that run a command and exit (the
+    admin tools, the console producer and consumer, kafka-storage), not for those that
+    leave threads running (the verifiable clients, the perf tests)."""
+    with _server_slots:
+        with _servers_lock:
+            server = _idle_servers.pop() if _idle_servers else ToolServer()
+        try:
+            return server.run(tool, *args, timeout=timeout, input=input)
+        finally:
+            with _servers_lock:
+                _idle_servers.append(server)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,6 +484,10 @@ class KafkaNode:
 
     # JVM options of nodes made without ``jvm_args`` (the test suite sets C1-only JIT).
     default_jvm_args: ClassVar[tuple[str, ...]] = ()
+    # Map the classes a node loads from a class-data-sharing archive (see
+    # :func:`class_archive`): about half a node's start. Off by default, as the benchmarks
+    # time Kafka's start as its users see it; the test suite turns it on.
+    share_classes: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -244,6 +516,7 @@ class KafkaNode:
         self.rss_mb = 0.0  # resident memory when it started serving
         self._formatted = False
         self._serving: subprocess.Popen[bytes] | None = None
+        self._archive_args: list[str] = []
 
     @property
     def bootstrap(self) -> str:
@@ -313,7 +586,7 @@ class KafkaNode:
             self._formatted = True
             return
         # "--cluster-id=": a random id may begin with "-", which argparse takes for an option.
-        result = run_tool(
+        result = run_tool_in_process(
             "kafka-storage", "format", f"--cluster-id={self.cluster_id}", "-c", str(config),
             "--ignore-formatted", timeout=120,
         )  # fmt: skip
@@ -333,6 +606,7 @@ class KafkaNode:
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}",
             f"-Dkafka.logs.dir={self.data_dir}",
             *self.jvm_args,
+            *self._archive_args,
             "-cp",
             classpath(),
             "kafka.Kafka",
@@ -348,6 +622,9 @@ class KafkaNode:
             raise RuntimeError(f"kafka node {self.node_id} is already running")
         if not self._formatted:
             self.format()
+        if self.share_classes and not self._archive_args:
+            archive = class_archive()
+            self._archive_args = [f"-XX:SharedArchiveFile={archive}"] if archive else []
         self._mark = self.server_log.stat().st_size if self.server_log.exists() else 0
         self._t0 = time.monotonic()
         out = open(self.data_dir / "stdout.log", "ab")  # the child keeps its own copy
@@ -719,6 +996,50 @@ class KafkaCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _class_archive_path() -> Path:
+    # An archive holds only for the JVM build and classpath that wrote it.
+    java = os.path.realpath(shutil.which("java") or "java")
+    key = f"{java}:{os.stat(java).st_mtime_ns}:{classpath()}"
+    return cache_dir() / f"kafka-node-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa"
+
+
+_archive_lock = threading.Lock()
+
+
+def class_archive(timeout: float = 300.0) -> Path | None:
+    """The JDK's class-data-sharing archive of the classes a Kafka node loads up to serving,
+    written once per machine by a node started and stopped for it (a JVM writes the
+    archive as it exits). While another process writes it, None: start without."""
+    path = _class_archive_path()
+    if path.exists():
+        return path
+    with _archive_lock:
+        if path.exists():
+            return path
+        with open(path.with_suffix(".lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            if path.exists():
+                return path
+            with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+                dump = Path(tmp) / "classes.jsa"
+                node = KafkaNode(
+                    Path(tmp) / "node",
+                    jvm_args=[*KafkaNode.default_jvm_args, f"-XX:ArchiveClassesAtExit={dump}"],
+                )
+                node.share_classes = False
+                node.start(timeout)
+                node.stop(timeout)  # the archive is written at exit: seconds
+                if not dump.exists():
+                    log.warning("kafka node exited without a class archive:\n%s", node.tail())
+                    return None
+                os.replace(dump, path)
+        log.info("kafka class archive written to %s", path)
+        return path
 
 
 def _random_cluster_id() -> str:
