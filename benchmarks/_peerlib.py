@@ -1,0 +1,65 @@
+"""What peers.py and its section modules share: the row, the machine, a topic."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+
+PARTITIONS = 3
+
+
+@dataclass
+class Row:
+    label: str
+    unit: str
+    higher_is_better: bool = True
+    values: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def machine() -> str:
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    load = os.getloadavg()
+    return (
+        f"{platform.node()}: {os.cpu_count()} cores ({model}), {mem:.0f} GiB, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+        f"load average at start {load[0]:.2f}"
+    )
+
+
+def rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if (
+            md
+            and md.error is None
+            and len(md.partitions) == partitions
+            and all(p.leader >= 0 for p in md.partitions.values())
+        ):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{topic} not ready on {bootstrap}")
