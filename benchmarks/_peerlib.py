@@ -63,3 +63,35 @@ def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> No
             return
         time.sleep(0.1)
     raise RuntimeError(f"{topic} not ready on {bootstrap}")
+
+
+def wait_coordinator(port: int, key: str, key_type: int, timeout: float = 60.0) -> None:
+    """FindCoordinator (0: a group, 1: a transactional id) until one is named: Kafka creates
+    its internal topic on the first such request and is NOT_COORDINATOR until it is led."""
+    from samsa.client._connection import BlockingConnection
+    from samsa.protocol.messages import ApiKey, make_request
+
+    req = make_request(ApiKey.FIND_COORDINATOR, 4, "FindCoordinatorRequest", key_type=key_type,
+                       coordinator_keys=(key,))  # fmt: skip
+    deadline = time.monotonic() + timeout
+    with BlockingConnection("127.0.0.1", port, timeout=timeout) as c:
+        while time.monotonic() < deadline:
+            (coord,) = c.request(ApiKey.FIND_COORDINATOR, 4, req).coordinators
+            if coord.error_code == 0:
+                return
+            time.sleep(0.1)
+    raise RuntimeError(f"no coordinator for {key!r} after {timeout} s")
+
+
+def wait_producer_id(port: int, timeout: float = 60.0) -> None:
+    """InitProducerId (idempotent) until it succeeds: Kafka's first ids come from a block
+    the controller hands out after start-up."""
+    from samsa.client._connection import BlockingConnection
+    from samsa.testing import init_producer_id
+
+    deadline = time.monotonic() + timeout
+    with BlockingConnection("127.0.0.1", port, timeout=timeout) as c:
+        while init_producer_id(c)[0] != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"InitProducerId failing after {timeout} s")
+            time.sleep(0.1)

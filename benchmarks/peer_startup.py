@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from _brokers import HOST, _api_versions_ok, free_port
-from _peerlib import Row, create_topic
+from _peerlib import Row, create_topic, wait_coordinator
 
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
@@ -210,8 +210,8 @@ def load_partitions(node: Node, scale: StateScale) -> tuple[str, Probe]:
         for i in range(per_topic):
             p.produce(t, b"x" * 100, partition=i)
         p.poll(0)
-    if p.flush(scale.max_load_s) != 0:
-        raise RuntimeError("records left unacknowledged")
+    if (left := p.flush(max(scale.max_load_s, 300))) != 0:
+        raise RuntimeError(f"{left} records left unacknowledged")
     total = len(topics) * per_topic
 
     def ready(conn: BlockingConnection) -> tuple[bool, bool]:
@@ -227,6 +227,7 @@ def load_offsets(node: Node, scale: StateScale) -> tuple[str, Probe]:
     parts = 100
     create_topic(node.bootstrap, "committed", parts)
     group = "bench-offsets"
+    wait_coordinator(node.port, group, 0)
     requests = scale.commits // parts
     bad: list[int] = []
 
@@ -234,6 +235,13 @@ def load_offsets(node: Node, scale: StateScale) -> tuple[str, Probe]:
         bad.extend(q.error_code for t in resp.topics for q in t.partitions if q.error_code)
 
     with _conn(node) as c:
+        deadline = time.monotonic() + 60
+        while True:  # Kafka: NOT_COORDINATOR until its new __consumer_offsets is loaded
+            first = c.request(ApiKey.OFFSET_COMMIT, 8, _offset_commit(group, "committed", parts, 0))
+            codes = {q.error_code for t in first.topics for q in t.partitions}
+            if codes == {0} or not codes <= LOADING or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         gen = (_offset_commit(group, "committed", parts, i + 1) for i in range(requests))
         _pipelined(c, ApiKey.OFFSET_COMMIT, 8, gen, check)
     if bad:
@@ -282,26 +290,32 @@ def load_log(node: Node, scale: StateScale) -> tuple[str, Probe]:
 
 
 def _txn_worker(node: Node, txn_id: str, count: int, deadline: float, out: list[int]) -> None:
+    """``count`` transactions of one batch each, on partition ``hash(txn_id) % 10``."""
+    wait_coordinator(node.port, txn_id, 1)
+    part = int(txn_id.rsplit("-", 1)[1]) % 10
     with _conn(node) as c:
-        err, pid, epoch = init_producer_id(c, txn_id)
+        t0 = time.monotonic()
+        while (got := init_producer_id(c, txn_id))[0] in LOADING and time.monotonic() < t0 + 60:
+            time.sleep(0.1)  # Kafka: its new __transaction_state is still loading
+        err, pid, epoch = got
         if err:
             raise RuntimeError(f"InitProducerId: {err}")
         for seq in range(count):
             if time.perf_counter() > deadline:
                 break
-            while (errs := add_partitions_to_txn(c, txn_id, pid, epoch, "txn", (seq % 10,))
-                   ) != {seq % 10: 0}:  # fmt: skip
+            while (errs := add_partitions_to_txn(c, txn_id, pid, epoch, "txn", (part,))
+                   ) != {part: 0}:  # fmt: skip
                 if set(errs.values()) != {int(ErrorCode.CONCURRENT_TRANSACTIONS)}:
                     raise RuntimeError(f"AddPartitionsToTxn: {errs}")
                 time.sleep(0.001)  # the last commit's markers are still being written
             batch = build_batch([NewRecord(value=b"t" * 100, timestamp=int(time.time() * 1000))],
                                 producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                                 transactional=True)  # fmt: skip
-            req = dataclasses.replace(produce_request({("txn", seq % 10): batch}),
+            req = dataclasses.replace(produce_request({("txn", part): batch}),
                                       transactional_id=txn_id)  # fmt: skip
-            part = c.request(ApiKey.PRODUCE, 9, req).responses[0].partition_responses[0]
-            if part.error_code:
-                raise RuntimeError(f"Produce: {part.error_code}")
+            answer = c.request(ApiKey.PRODUCE, 9, req).responses[0].partition_responses[0]
+            if answer.error_code:
+                raise RuntimeError(f"Produce: {answer.error_code}")
             end = make_request(ApiKey.END_TXN, 3, "EndTxnRequest", transactional_id=txn_id,
                                producer_id=pid, producer_epoch=epoch, committed=True)  # fmt: skip
             if (e := c.request(ApiKey.END_TXN, 3, end).error_code) != 0:

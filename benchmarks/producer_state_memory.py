@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from _brokers import BrokerProcess, KafkaBroker, SamsaBroker
-from _peerlib import Row, create_topic, rss_mb
+from _peerlib import Row, create_topic, rss_mb, wait_producer_id
 
 from samsa.client._connection import BlockingConnection
 from samsa.log.producer_state import (
@@ -118,9 +118,18 @@ def add_producers(b: BrokerProcess, topic: str, n: int) -> None:
                         transactional_id=None, transaction_timeout=60_000, producer_id=-1,
                         producer_epoch=-1)  # fmt: skip
     with BlockingConnection("127.0.0.1", b.port, timeout=120) as c:
-        ids = _pipelined(c, ApiKey.INIT_PRODUCER_ID, 4, [init] * n)
-        if any(r.error_code for r in ids):
-            raise RuntimeError("InitProducerId failed")
+        ids: list[Any] = []
+        deadline = time.monotonic() + 300
+        while len(ids) < n:
+            # Kafka answers COORDINATOR_LOAD_IN_PROGRESS while it fetches its next block of
+            # ids from the controller: those are asked again.
+            got = _pipelined(c, ApiKey.INIT_PRODUCER_ID, 4, [init] * (n - len(ids)))
+            ids += [r for r in got if r.error_code == 0]
+            if errors := {r.error_code for r in got} - {0, 14}:
+                raise RuntimeError(f"InitProducerId failed: {sorted(errors)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(ids)} of {n} producer ids after 300 s")
+            time.sleep(0.05 if len(ids) < n else 0)
         produce = [produce_request({(topic, 0): idempotent_batch(r.producer_id,
                                                                  r.producer_epoch, 0)})
                    for r in ids]  # fmt: skip
@@ -151,6 +160,7 @@ def producer_state_rows(producers: int, work: Path) -> list[Row]:
             with broker as b:
                 assert b.pid is not None
                 create_topic(b.bootstrap, "pstate", 1)
+                wait_producer_id(b.port)
                 add_producers(b, "pstate", min(1_000, producers))  # warm-up, not counted
                 time.sleep(1)
                 before, heap0 = rss_mb(b.pid), _jvm_live_heap_mb(b.pid) if name == "kafka" else 0
