@@ -42,6 +42,8 @@ LOADING = {int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), int(ErrorCode.COORDINATO
            int(ErrorCode.NOT_COORDINATOR)}  # fmt: skip
 # A loader's probe of the restarted broker: (state served, answered "still loading").
 Probe = Callable[[BlockingConnection], tuple[bool, bool]]
+# What a loader did: how much (in its StateScale field's unit), said how, and the probe.
+Loaded = tuple[int, str, Probe]
 SCENARIOS = ("partitions", "offsets", "log", "txns")
 
 
@@ -59,7 +61,8 @@ QUICK_STATE = StateScale(1_000, 5_000, 16, 1_000, 60.0)
 
 @dataclass
 class Restart:
-    loaded: str = ""  # what the loader managed, said in the notes
+    count: int = 0  # how much state the loader made (it may stop at max_load_s)
+    loaded: str = ""  # the same, said in the notes
     first_answer: float = 0.0
     ready: float = 0.0
     loading_answers: int = 0
@@ -198,7 +201,7 @@ def _pipelined(conn: BlockingConnection, api_key: int, version: int, requests: A
 # --- loaders: each returns what it loaded, for the notes -----------------------------------
 
 
-def load_partitions(node: Node, scale: StateScale) -> tuple[str, Probe]:
+def load_partitions(node: Node, scale: StateScale) -> Loaded:
     from confluent_kafka import Producer
 
     per_topic = min(1_000, scale.partitions)
@@ -220,10 +223,10 @@ def load_partitions(node: Node, scale: StateScale) -> tuple[str, Probe]:
                   if q.error_code == 0 and q.leader_id >= 0)  # fmt: skip
         return led == total, False
 
-    return f"{total} partitions, 1 record each", ready
+    return total, f"{total} partitions, 1 record each", ready
 
 
-def load_offsets(node: Node, scale: StateScale) -> tuple[str, Probe]:
+def load_offsets(node: Node, scale: StateScale) -> Loaded:
     parts = 100
     create_topic(node.bootstrap, "committed", parts)
     group = "bench-offsets"
@@ -254,10 +257,11 @@ def load_offsets(node: Node, scale: StateScale) -> tuple[str, Probe]:
         got = [q.committed_offset for t in g.topics for q in t.partitions]
         return got == [requests] * parts, False
 
-    return f"{requests * parts} offset commits ({requests} requests x {parts} partitions)", ready
+    n = requests * parts
+    return n, f"{n} offset commits ({requests} requests x {parts} partitions)", ready
 
 
-def load_log(node: Node, scale: StateScale) -> tuple[str, Probe]:
+def load_log(node: Node, scale: StateScale) -> Loaded:
     from confluent_kafka import Producer
 
     create_topic(node.bootstrap, "big", 3)
@@ -286,7 +290,8 @@ def load_log(node: Node, scale: StateScale) -> tuple[str, Probe]:
         ends = [q.offset for t in resp.topics for q in t.partitions if q.error_code == 0]
         return len(ends) == 3 and sum(ends) == records, False
 
-    return f"{records * 1000 / 2**20:.0f} MiB ({records} records of 1 KB), then SIGKILL", ready
+    said = f"{records * 1000 / 2**20:.0f} MiB ({records} records of 1 KB), then SIGKILL"
+    return scale.log_mb, said, ready
 
 
 def _txn_worker(node: Node, txn_id: str, count: int, deadline: float, out: list[int]) -> None:
@@ -323,7 +328,7 @@ def _txn_worker(node: Node, txn_id: str, count: int, deadline: float, out: list[
             out.append(1)
 
 
-def load_txns(node: Node, scale: StateScale) -> tuple[str, Probe]:
+def load_txns(node: Node, scale: StateScale) -> Loaded:
     create_topic(node.bootstrap, "txn", 10)
     workers = 32
     done: list[int] = []
@@ -352,9 +357,10 @@ def load_txns(node: Node, scale: StateScale) -> tuple[str, Probe]:
         err, _pid, _epoch = init_producer_id(conn, f"probe-{probes[0]}")
         return err == 0, err in LOADING
 
-    return f"{len(done)} transactions ({len(done) / seconds:.0f}/s while loading)", ready
+    return len(done), f"{len(done)} transactions ({len(done) / seconds:.0f}/s while loading)", ready
 
 
+FIELD = {"partitions": "partitions", "offsets": "commits", "log": "log_mb", "txns": "txns"}
 LOADERS = {"partitions": load_partitions, "offsets": load_offsets, "log": load_log,
            "txns": load_txns}  # fmt: skip
 
@@ -365,7 +371,7 @@ def restart_with(name: str, scenario: str, work: Path, scale: StateScale) -> Res
     try:
         node.launch()
         node.wait_answer()
-        r.loaded, ready = LOADERS[scenario](node, scale)
+        r.count, r.loaded, ready = LOADERS[scenario](node, scale)
         if scenario == "log":
             node.kill()
         else:
@@ -404,9 +410,10 @@ def state_rows(scale: StateScale, work: Path) -> list[Row]:
         up = Row(f"start-up to first answer, {scenario}", "s", False)
         ready = Row(f"start-up to {what[scenario]}, {scenario}", "s", False)
         stop = Row(f"clean stop, {scenario}", "s", False)
+        this = scale
         for name in ("samsa", "kafka") if i % 2 == 0 else ("kafka", "samsa"):
             try:
-                r = restart_with(name, scenario, work, scale)
+                r = restart_with(name, scenario, work, this)
             except Exception as e:  # said in the notes, not hidden
                 up.notes[name] = f"{type(e).__name__}: {e}"[:200]
                 continue
@@ -414,5 +421,7 @@ def state_rows(scale: StateScale, work: Path) -> list[Row]:
             up.notes[name] = r.loaded
             ready.notes[name] = f"{r.loading_answers} loading answers before it"
             print(f"  {scenario} / {name}: {r}", flush=True)
+            # A loader cut short by max_load_s: the other broker gets the same amount.
+            this = dataclasses.replace(scale, **{FIELD[scenario]: r.count})
         rows += [up, ready, stop]
     return rows
