@@ -6,7 +6,9 @@ import contextlib
 import os
 import platform
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 PARTITIONS = 3
 
@@ -95,3 +97,17 @@ def wait_producer_id(port: int, timeout: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"InitProducerId failing after {timeout} s")
             time.sleep(0.1)
+
+
+def pipelined(conn: Any, api_key: int, version: int, requests: Iterable[Any], window: int = 64
+              ) -> list[Any]:  # fmt: skip
+    """Send ``requests`` on ``conn`` (a BlockingConnection) with up to ``window`` in flight;
+    their answers, in order."""
+    out: list[Any] = []
+    inflight: list[int] = []
+    for req in requests:
+        inflight.append(conn.send(api_key, version, req))
+        if len(inflight) >= window:
+            out.append(conn.receive(api_key, version, inflight.pop(0)))
+    out.extend(conn.receive(api_key, version, cid) for cid in inflight)
+    return out

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from _brokers import HOST, _api_versions_ok, free_port
-from _peerlib import Row, create_topic, wait_coordinator
+from _peerlib import Row, create_topic, pipelined, wait_coordinator
 
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
@@ -182,22 +182,6 @@ def _metadata() -> Any:
                         include_topic_authorized_operations=False)  # fmt: skip
 
 
-def _pipelined(conn: BlockingConnection, api_key: int, version: int, requests: Any,
-               check: Callable[[Any], None], window: int = 32) -> int:  # fmt: skip
-    """Send ``requests`` with up to ``window`` in flight; ``check`` each answer."""
-    inflight: list[int] = []
-    done = 0
-    for req in requests:
-        inflight.append(conn.send(api_key, version, req))
-        if len(inflight) >= window:
-            check(conn.receive(api_key, version, inflight.pop(0)))
-            done += 1
-    for cid in inflight:
-        check(conn.receive(api_key, version, cid))
-        done += 1
-    return done
-
-
 # --- loaders: each returns what it loaded, for the notes -----------------------------------
 
 
@@ -246,7 +230,8 @@ def load_offsets(node: Node, scale: StateScale) -> Loaded:
                 break
             time.sleep(0.1)
         gen = (_offset_commit(group, "committed", parts, i + 1) for i in range(requests))
-        _pipelined(c, ApiKey.OFFSET_COMMIT, 8, gen, check)
+        for resp in pipelined(c, ApiKey.OFFSET_COMMIT, 8, gen, window=32):
+            check(resp)
     if bad:
         raise RuntimeError(f"OffsetCommit errors {sorted(set(bad))}")
 

@@ -20,7 +20,14 @@ Rows (``--quick`` divides the counts by ~20 for a smoke run):
   defaults, then ``fetch.queue.backoff.ms=0``), and Kafka's ``ConsumerPerformance``;
 - latency: end-to-end p50/p99/p99.9 (producer send to consumer receipt, one process, same
   clock) at a fixed rate, idle and while a second producer process saturates the broker;
-- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched.
+- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched;
+- groups (peer_groups.py): time to a complete assignment, classic and KIP-848, 3 and 30
+  members, samsa and Kafka;
+- start-up with state (peer_startup.py): 10,000 partitions, 100,000 offset commits, a log
+  after SIGKILL, 100,000 transactions; to the first answer, to the state served, clean stop;
+- producer state (producer_state_memory.py): memory per idempotent producer entry.
+
+``--sections`` runs some of them (startup, groups, load, state, producer-state).
 """
 
 from __future__ import annotations

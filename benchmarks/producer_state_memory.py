@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from _brokers import BrokerProcess, KafkaBroker, SamsaBroker
-from _peerlib import Row, create_topic, rss_mb, wait_producer_id
+from _peerlib import Row, create_topic, pipelined, rss_mb, wait_producer_id
 
 from samsa.client._connection import BlockingConnection
 from samsa.log.producer_state import (
@@ -100,18 +100,6 @@ def main() -> None:
     )
 
 
-def _pipelined(conn: BlockingConnection, api_key: int, version: int, requests: list[Any],
-               window: int = 64) -> list[Any]:  # fmt: skip
-    out: list[Any] = []
-    inflight: list[int] = []
-    for req in requests:
-        inflight.append(conn.send(api_key, version, req))
-        if len(inflight) >= window:
-            out.append(conn.receive(api_key, version, inflight.pop(0)))
-    out.extend(conn.receive(api_key, version, cid) for cid in inflight)
-    return out
-
-
 def add_producers(b: BrokerProcess, topic: str, n: int) -> None:
     """``n`` new idempotent producers, one batch each on partition 0 of ``topic``."""
     init = make_request(ApiKey.INIT_PRODUCER_ID, 4, "InitProducerIdRequest",
@@ -123,7 +111,7 @@ def add_producers(b: BrokerProcess, topic: str, n: int) -> None:
         while len(ids) < n:
             # Kafka answers COORDINATOR_LOAD_IN_PROGRESS while it fetches its next block of
             # ids from the controller: those are asked again.
-            got = _pipelined(c, ApiKey.INIT_PRODUCER_ID, 4, [init] * (n - len(ids)))
+            got = pipelined(c, ApiKey.INIT_PRODUCER_ID, 4, [init] * (n - len(ids)))
             ids += [r for r in got if r.error_code == 0]
             if errors := {r.error_code for r in got} - {0, 14}:
                 raise RuntimeError(f"InitProducerId failed: {sorted(errors)}")
@@ -133,7 +121,7 @@ def add_producers(b: BrokerProcess, topic: str, n: int) -> None:
         produce = [produce_request({(topic, 0): idempotent_batch(r.producer_id,
                                                                  r.producer_epoch, 0)})
                    for r in ids]  # fmt: skip
-        for resp in _pipelined(c, ApiKey.PRODUCE, PRODUCE_VERSION, produce):
+        for resp in pipelined(c, ApiKey.PRODUCE, PRODUCE_VERSION, produce):
             if err := resp.responses[0].partition_responses[0].error_code:
                 raise RuntimeError(f"Produce failed: {err}")
 
