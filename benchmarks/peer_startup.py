@@ -54,9 +54,10 @@ class StateScale:
     log_mb: int = 256
     txns: int = 100_000
     max_load_s: float = 300.0  # a loader stops there and says how far it got
+    together: bool = False  # all four states in one broker, one restart (a smoke run)
 
 
-QUICK_STATE = StateScale(1_000, 5_000, 16, 1_000, 60.0)
+QUICK_STATE = StateScale(1_000, 5_000, 16, 1_000, 60.0, together=True)
 
 
 @dataclass
@@ -350,63 +351,76 @@ LOADERS = {"partitions": load_partitions, "offsets": load_offsets, "log": load_l
            "txns": load_txns}  # fmt: skip
 
 
-def restart_with(name: str, scenario: str, work: Path, scale: StateScale) -> Restart:
-    node = Node(name, work / f"state-{scenario}-{name}")
-    r = Restart()
+def restart_with(name: str, scenarios: tuple[str, ...], work: Path, scale: StateScale
+                 ) -> dict[str, Restart]:  # fmt: skip
+    """Fill one broker with the state of ``scenarios``, stop it (SIGKILL with "log"), start
+    it again and time it; one Restart per scenario (they share the first answer and stop)."""
+    node = Node(name, work / f"state-{'-'.join(scenarios)}-{name}")
+    out = {s: Restart() for s in scenarios}
+    probes: dict[str, Probe] = {}
     try:
         node.launch()
         node.wait_answer()
-        r.count, r.loaded, ready = LOADERS[scenario](node, scale)
-        if scenario == "log":
+        for s in scenarios:
+            r = out[s]
+            r.count, r.loaded, probes[s] = LOADERS[s](node, scale)
+        if "log" in scenarios:
             node.kill()
         else:
             node.stop()
         node.launch()
-        r.first_answer = node.wait_answer()
+        first = node.wait_answer()
         deadline = node.t0 + 600
         conn: BlockingConnection | None = None
-        while True:
-            try:
-                conn = conn or _conn(node)
-                ok, loading = ready(conn)
-            except (OSError, ConnectionClosed):  # refused, or closed: connect again
-                ok, loading, conn = False, False, None
-            r.loading_answers += loading
-            if ok:
-                r.ready = time.perf_counter() - node.t0
-                break
+        while probes:
+            for s, ready in list(probes.items()):
+                try:
+                    conn = conn or _conn(node)
+                    ok, loading = ready(conn)
+                except (OSError, ConnectionClosed):  # refused, or closed: connect again
+                    ok, loading, conn = False, False, None
+                out[s].loading_answers += loading
+                if ok:
+                    out[s].ready = time.perf_counter() - node.t0
+                    del probes[s]
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"{name} not ready after 600 s")
             time.sleep(0.005)
         if conn is not None:
             conn.close()
-        r.stop = node.stop()
+        stop = node.stop()
+        for r in out.values():
+            r.first_answer, r.stop = first, stop
     finally:
         node.kill()
-    return r
+    return out
 
 
 def state_rows(scale: StateScale, work: Path) -> list[Row]:
-    """Three rows per scenario (first answer, state served, clean stop), samsa and Kafka."""
-    rows: list[Row] = []
+    """Three rows per scenario (first answer, state served, clean stop), samsa and Kafka.
+    With ``scale.together`` (``--quick``) one broker of each holds all four states and is
+    restarted once, which saves six JVM starts."""
     what = {"partitions": "Metadata with every partition led", "offsets": "OffsetFetch",
             "log": "ListOffsets of the whole log", "txns": "InitProducerId"}  # fmt: skip
-    for i, scenario in enumerate(SCENARIOS):
-        up = Row(f"start-up to first answer, {scenario}", "s", False)
-        ready = Row(f"start-up to {what[scenario]}, {scenario}", "s", False)
-        stop = Row(f"clean stop, {scenario}", "s", False)
+    up = {s: Row(f"start-up to first answer, {s}", "s", False) for s in SCENARIOS}
+    ready = {s: Row(f"start-up to {what[s]}, {s}", "s", False) for s in SCENARIOS}
+    stop = {s: Row(f"clean stop, {s}", "s", False) for s in SCENARIOS}
+    batches = [SCENARIOS] if scale.together else [(s,) for s in SCENARIOS]
+    for i, batch in enumerate(batches):
         this = scale
         for name in ("samsa", "kafka") if i % 2 == 0 else ("kafka", "samsa"):
             try:
-                r = restart_with(name, scenario, work, this)
+                results = restart_with(name, batch, work, this)
             except Exception as e:  # said in the notes, not hidden
-                up.notes[name] = f"{type(e).__name__}: {e}"[:200]
+                for s in batch:
+                    up[s].notes[name] = f"{type(e).__name__}: {e}"[:200]
                 continue
-            up.values[name], ready.values[name], stop.values[name] = r.first_answer, r.ready, r.stop
-            up.notes[name] = r.loaded
-            ready.notes[name] = f"{r.loading_answers} loading answers before it"
-            print(f"  {scenario} / {name}: {r}", flush=True)
-            # A loader cut short by max_load_s: the other broker gets the same amount.
-            this = dataclasses.replace(scale, **{FIELD[scenario]: r.count})
-        rows += [up, ready, stop]
-    return rows
+            for s, r in results.items():
+                up[s].values[name], ready[s].values[name] = r.first_answer, r.ready
+                stop[s].values[name] = r.stop
+                up[s].notes[name] = r.loaded
+                ready[s].notes[name] = f"{r.loading_answers} loading answers before it"
+                print(f"  {s} / {name}: {r}", flush=True)
+                # A loader cut short by max_load_s: the other broker gets the same amount.
+                this = dataclasses.replace(this, **{FIELD[s]: r.count})
+    return [row for s in SCENARIOS for row in (up[s], ready[s], stop[s])]

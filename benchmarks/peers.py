@@ -80,11 +80,12 @@ class Scale:
     group_runs: int
     state: StateScale  # start-up with state (peer_startup.py)
     producers: int  # idempotent producers of the producer-state row
+    startup_runs: int = 3  # empty brokers started and stopped, each (the median is shown)
 
 
 FULL = Scale(600_000, 200_000, 150_000, 1_000, 1_200_000, 1_000, 10.0, (3, 30), 3, StateScale(),
              100_000)  # fmt: skip
-QUICK = Scale(30_000, 10_000, 8_000, 100, 60_000, 500, 3.0, (3, 30), 1, QUICK_STATE, 5_000)
+QUICK = Scale(30_000, 10_000, 8_000, 100, 60_000, 500, 3.0, (3, 30), 1, QUICK_STATE, 5_000, 1)
 SECTIONS = ("startup", "groups", "load", "state", "producer-state")
 # Kafka's launcher sets this (the default waits 3 s for more members); samsa gets the same.
 SAME_AS_KAFKA = {"group.initial.rebalance.delay.ms": "0"}
@@ -318,7 +319,7 @@ def _rotated(i: int) -> tuple[str, ...]:
 
 
 def run(scale: Scale, work: Path, sections: set[str]) -> list[Row]:
-    rows = startup_rows(work) if "startup" in sections else []
+    rows = startup_rows(work, scale.startup_runs) if "startup" in sections else []
     if sections & {"load", "groups"}:
         rows += _running(scale, work, sections, len(rows))
     if "state" in sections:
