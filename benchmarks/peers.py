@@ -20,16 +20,22 @@ Rows (``--quick`` divides the counts by ~20 for a smoke run):
   defaults, then ``fetch.queue.backoff.ms=0``), and Kafka's ``ConsumerPerformance``;
 - latency: end-to-end p50/p99/p99.9 (producer send to consumer receipt, one process, same
   clock) at a fixed rate, idle and while a second producer process saturates the broker;
-- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched.
+- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched;
+- groups (peer_groups.py): time to a complete assignment, classic and KIP-848, 3 and 30
+  members, samsa and Kafka;
+- start-up with state (peer_startup.py): 10,000 partitions, 100,000 offset commits, a log
+  after SIGKILL, 100,000 transactions; to the first answer, to the state served, clean stop;
+- producer state (producer_state_memory.py): memory per idempotent producer entry.
+
+``--sections`` runs some of them (startup, groups, load, state, producer-state).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import multiprocessing as mp
-import os
-import platform
 import re
 import statistics
 import subprocess
@@ -37,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +56,14 @@ from _brokers import (
     _api_versions_ok,
     free_port,
 )
+from _peerlib import PARTITIONS, Row, create_topic, machine, rss_mb
+from peer_groups import group_rows
+from peer_startup import QUICK_STATE, StateScale, state_rows
+from producer_state_memory import producer_state_rows
 
 from samsa.testing.kafka import KafkaNode, tool_args
 from samsa.testing.tansu import tansu_broker_args
 
-PARTITIONS = 3
 BROKERS = ("samsa", "kafka", "tansu")
 
 
@@ -67,45 +76,19 @@ class Scale:
     fetch: int  # records read per fetch row
     latency_rate: int  # messages/s in the latency rows
     latency_seconds: float
+    group_sizes: tuple[int, ...]  # members per group row
+    group_runs: int
+    state: StateScale  # start-up with state (peer_startup.py)
+    producers: int  # idempotent producers of the producer-state row
+    startup_runs: int = 3  # empty brokers started and stopped, each (the median is shown)
 
 
-FULL = Scale(600_000, 200_000, 150_000, 1_000, 1_200_000, 1_000, 10.0)
-QUICK = Scale(30_000, 10_000, 8_000, 100, 60_000, 500, 3.0)
-
-
-@dataclass
-class Row:
-    label: str
-    unit: str
-    higher_is_better: bool = True
-    values: dict[str, float] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-
-
-def machine() -> str:
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    load = os.getloadavg()
-    return (
-        f"{platform.node()}: {os.cpu_count()} cores ({model}), {mem:.0f} GiB, "
-        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        f"load average at start {load[0]:.2f}"
-    )
-
-
-def rss_mb(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+FULL = Scale(600_000, 200_000, 150_000, 1_000, 1_200_000, 1_000, 10.0, (3, 30), 3, StateScale(),
+             100_000)  # fmt: skip
+QUICK = Scale(30_000, 10_000, 8_000, 100, 60_000, 500, 3.0, (3, 30), 1, QUICK_STATE, 5_000, 1)
+SECTIONS = ("startup", "groups", "load", "state", "producer-state")
+# Kafka's launcher sets this (the default waits 3 s for more members); samsa gets the same.
+SAME_AS_KAFKA = {"group.initial.rebalance.delay.ms": "0"}
 
 
 # --- start-up and stop ----------------------------------------------------------------
@@ -157,25 +140,6 @@ def startup_rows(work: Path, runs: int = 3) -> list[Row]:
 
 
 # --- load generators ----------------------------------------------------------------------
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if (
-            md
-            and md.error is None
-            and len(md.partitions) == partitions
-            and all(p.leader >= 0 for p in md.partitions.values())
-        ):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{topic} not ready on {bootstrap}")
 
 
 def produce(bootstrap: str, topic: str, records: int, size: int, max_seconds: float = 120.0
@@ -354,11 +318,23 @@ def _rotated(i: int) -> tuple[str, ...]:
     return BROKERS[k:] + BROKERS[:k]
 
 
-def run(scale: Scale, work: Path) -> list[Row]:
-    rows = startup_rows(work)
+def run(scale: Scale, work: Path, sections: set[str]) -> list[Row]:
+    rows = startup_rows(work, scale.startup_runs) if "startup" in sections else []
+    if sections & {"load", "groups"}:
+        rows += _running(scale, work, sections, len(rows))
+    if "state" in sections:
+        rows += state_rows(scale.state, work)
+    if "producer-state" in sections:
+        rows += producer_state_rows(scale.producers, work)
+    return rows
+
+
+def _running(scale: Scale, work: Path, sections: set[str], done: int) -> list[Row]:
+    """The rows run on three brokers started once: groups, RSS, produce, fetch, latency."""
+    rows: list[Row] = []
     with contextlib.ExitStack() as stack:
         brokers: dict[str, BrokerProcess] = {
-            "samsa": stack.enter_context(SamsaBroker(work / "samsa")),
+            "samsa": stack.enter_context(SamsaBroker(work / "samsa", SAME_AS_KAFKA)),
             "kafka": stack.enter_context(KafkaBroker(work / "kafka")),
             "tansu": stack.enter_context(TansuBroker()),
         }
@@ -368,134 +344,143 @@ def run(scale: Scale, work: Path) -> list[Row]:
             idle.values[name] = rss_mb(b.pid)
         rows.append(idle)
 
-        def row(label: str, unit: str, fn: Callable[[str, BrokerProcess], float],
-                higher: bool = True) -> Row:  # fmt: skip
-            r = Row(label, unit, higher)
-            for name in _rotated(len(rows)):
-                try:
-                    r.values[name] = fn(name, brokers[name])
-                except Exception as e:  # a peer that cannot run a row is said, not hidden
-                    r.notes[name] = f"{type(e).__name__}: {e}"[:200]
-            rows.append(r)
-            print(_format_row(r), flush=True)
-            return r
+        if "groups" in sections:
+            gs = scale.group_sizes
+            bss = {n: b.bootstrap for n, b in brokers.items() if n != "tansu"}
+            for label, values, notes in group_rows(bss, gs, scale.group_runs):
+                r = Row(label, "s", False, values, notes)
+                rows.append(r)
+                print(_format_row(r), flush=True)
+        if "load" in sections:
 
-        cpu: dict[str, tuple[float, int]] = {}
+            def row(label: str, unit: str, fn: Callable[[str, BrokerProcess], float],
+                    higher: bool = True) -> Row:  # fmt: skip
+                r = Row(label, unit, higher)
+                for name in _rotated(done + len(rows)):
+                    try:
+                        r.values[name] = fn(name, brokers[name])
+                    except Exception as e:  # a peer that cannot run a row is said, not hidden
+                        r.notes[name] = f"{type(e).__name__}: {e}"[:200]
+                rows.append(r)
+                print(_format_row(r), flush=True)
+                return r
 
-        def p100(name: str, b: BrokerProcess) -> float:
-            create_topic(b.bootstrap, "p100")
-            c0 = b.cpu_seconds()
-            n, s = produce(b.bootstrap, "p100", scale.produce, 100)
-            cpu[name] = (b.cpu_seconds() - c0, n)
-            return n / s
+            cpu: dict[str, tuple[float, int]] = {}
 
-        row("produce, 1 producer, 100 B (confluent, idempotent)", "rec/s", p100)
+            def p100(name: str, b: BrokerProcess) -> float:
+                create_topic(b.bootstrap, "p100")
+                c0 = b.cpu_seconds()
+                n, s = produce(b.bootstrap, "p100", scale.produce, 100)
+                cpu[name] = (b.cpu_seconds() - c0, n)
+                return n / s
 
-        def on(topic: str, fn: Callable[[str], float], partitions: int = PARTITIONS
-               ) -> Callable[[str, BrokerProcess], float]:  # fmt: skip
-            """A row body: create ``topic`` on the broker, then time ``fn(bootstrap)``."""
+            row("produce, 1 producer, 100 B (confluent, idempotent)", "rec/s", p100)
 
-            def body(_name: str, b: BrokerProcess) -> float:
-                create_topic(b.bootstrap, topic, partitions)
-                return fn(b.bootstrap)
+            def on(topic: str, fn: Callable[[str], float], partitions: int = PARTITIONS
+                   ) -> Callable[[str, BrokerProcess], float]:  # fmt: skip
+                """A row body: create ``topic`` on the broker, then time ``fn(bootstrap)``."""
 
-            return body
+                def body(_name: str, b: BrokerProcess) -> float:
+                    create_topic(b.bootstrap, topic, partitions)
+                    return fn(b.bootstrap)
 
-        row(
-            "produce, 1 producer, 1 KB",
-            "rec/s",
-            on("p1k", lambda bs: _rate(produce(bs, "p1k", scale.produce_1k, 1000))),
-        )
-        row(
-            "produce, 4 producer processes, 100 B",
-            "rec/s",
-            on("p4", lambda bs: _rate(produce_parallel(bs, "p4", scale.produce_each))),
-        )
-        row(
-            "produce, Kafka's ProducerPerformance, 100 B",
-            "rec/s",
-            on("pp", lambda bs: producer_performance(bs, "pp", scale.produce)),
-        )
-        row(
-            "transactions of 10 records, 1 partition",
-            "txn/s",
-            on("tx1", lambda bs: _rate(transactions(bs, "tx1", scale.txns, 1))),
-        )
-        row(
-            "transactions of 10 records, 10 partitions",
-            "txn/s",
-            on("tx10", lambda bs: _rate(transactions(bs, "tx10", scale.txns, 10)), 10),
-        )
+                return body
 
-        def fill(b: BrokerProcess) -> None:
-            if not getattr(b, "_filled", False):
-                create_topic(b.bootstrap, "f")
-                produce(b.bootstrap, "f", scale.fetch, 100)
-                b._filled = True  # type: ignore[attr-defined]
-
-        fcpu: dict[str, tuple[float, int]] = {}
-
-        def f_default(name: str, b: BrokerProcess) -> float:
-            fill(b)
-            c0 = b.cpu_seconds()
-            n, s = fetch(b.bootstrap, "f", scale.fetch, {})
-            fcpu[name] = (b.cpu_seconds() - c0, n)
-            return n / s
-
-        row("fetch, confluent consumer (librdkafka defaults)", "rec/s", f_default)
-
-        def f_nobackoff(_name: str, b: BrokerProcess) -> float:
-            fill(b)
-            return _rate(fetch(b.bootstrap, "f", scale.fetch, {"fetch.queue.backoff.ms": 0}))
-
-        def f_java(_name: str, b: BrokerProcess) -> float:
-            fill(b)
-            return consumer_performance(b.bootstrap, "f", scale.fetch)
-
-        row("fetch, confluent consumer, fetch.queue.backoff.ms=0", "rec/s", f_nobackoff)
-        row("fetch, Kafka's ConsumerPerformance", "rec/s", f_java)
-
-        lat: dict[str, dict[str, tuple[float, float, float]]] = {"idle": {}, "load": {}}
-
-        def lat_idle(name: str, b: BrokerProcess) -> float:
-            create_topic(b.bootstrap, "lat", 1)
-            lat["idle"][name] = latency(b.bootstrap, "lat", scale.latency_rate,
-                                        scale.latency_seconds)  # fmt: skip
-            return lat["idle"][name][1]
-
-        def lat_load(name: str, b: BrokerProcess) -> float:
-            create_topic(b.bootstrap, "sat")
-            sat = mp.get_context("spawn").Process(
-                target=_saturate, args=(b.bootstrap, "sat", scale.latency_seconds + 5)
+            row(
+                "produce, 1 producer, 1 KB",
+                "rec/s",
+                on("p1k", lambda bs: _rate(produce(bs, "p1k", scale.produce_1k, 1000))),
             )
-            sat.start()
-            try:
-                time.sleep(2)
-                lat["load"][name] = latency(b.bootstrap, "lat", scale.latency_rate,
+            row(
+                "produce, 4 producer processes, 100 B",
+                "rec/s",
+                on("p4", lambda bs: _rate(produce_parallel(bs, "p4", scale.produce_each))),
+            )
+            row(
+                "produce, Kafka's ProducerPerformance, 100 B",
+                "rec/s",
+                on("pp", lambda bs: producer_performance(bs, "pp", scale.produce)),
+            )
+            row(
+                "transactions of 10 records, 1 partition",
+                "txn/s",
+                on("tx1", lambda bs: _rate(transactions(bs, "tx1", scale.txns, 1))),
+            )
+            row(
+                "transactions of 10 records, 10 partitions",
+                "txn/s",
+                on("tx10", lambda bs: _rate(transactions(bs, "tx10", scale.txns, 10)), 10),
+            )
+
+            def fill(b: BrokerProcess) -> None:
+                if not getattr(b, "_filled", False):
+                    create_topic(b.bootstrap, "f")
+                    produce(b.bootstrap, "f", scale.fetch, 100)
+                    b._filled = True  # type: ignore[attr-defined]
+
+            fcpu: dict[str, tuple[float, int]] = {}
+
+            def f_default(name: str, b: BrokerProcess) -> float:
+                fill(b)
+                c0 = b.cpu_seconds()
+                n, s = fetch(b.bootstrap, "f", scale.fetch, {})
+                fcpu[name] = (b.cpu_seconds() - c0, n)
+                return n / s
+
+            row("fetch, confluent consumer (librdkafka defaults)", "rec/s", f_default)
+
+            def f_nobackoff(_name: str, b: BrokerProcess) -> float:
+                fill(b)
+                return _rate(fetch(b.bootstrap, "f", scale.fetch, {"fetch.queue.backoff.ms": 0}))
+
+            def f_java(_name: str, b: BrokerProcess) -> float:
+                fill(b)
+                return consumer_performance(b.bootstrap, "f", scale.fetch)
+
+            row("fetch, confluent consumer, fetch.queue.backoff.ms=0", "rec/s", f_nobackoff)
+            row("fetch, Kafka's ConsumerPerformance", "rec/s", f_java)
+
+            lat: dict[str, dict[str, tuple[float, float, float]]] = {"idle": {}, "load": {}}
+
+            def lat_idle(name: str, b: BrokerProcess) -> float:
+                create_topic(b.bootstrap, "lat", 1)
+                lat["idle"][name] = latency(b.bootstrap, "lat", scale.latency_rate,
                                             scale.latency_seconds)  # fmt: skip
-            finally:
-                sat.join(120)
-                if sat.is_alive():
-                    sat.kill()
-            return lat["load"][name][1]
+                return lat["idle"][name][1]
 
-        r_idle = row(f"latency p99, idle, {scale.latency_rate}/s", "ms", lat_idle, False)
-        r_load = row(f"latency p99, under load, {scale.latency_rate}/s", "ms", lat_load, False)
-        for key, r in (("idle", r_idle), ("load", r_load)):
-            for name, (p50, p99, p999) in lat[key].items():
-                r.notes[name] = f"p50 {p50:.1f} / p99 {p99:.1f} / p99.9 {p999:.1f} ms"
+            def lat_load(name: str, b: BrokerProcess) -> float:
+                create_topic(b.bootstrap, "sat")
+                sat = mp.get_context("spawn").Process(
+                    target=_saturate, args=(b.bootstrap, "sat", scale.latency_seconds + 5)
+                )
+                sat.start()
+                try:
+                    time.sleep(2)
+                    lat["load"][name] = latency(b.bootstrap, "lat", scale.latency_rate,
+                                                scale.latency_seconds)  # fmt: skip
+                finally:
+                    sat.join(120)
+                    if sat.is_alive():
+                        sat.kill()
+                return lat["load"][name][1]
 
-        loaded = Row("RSS after the load rows", "MB", higher_is_better=False)
-        for name, b in brokers.items():
-            loaded.values[name] = rss_mb(b.pid)
-        rows.append(loaded)
-        for label, d in (("broker CPU s per 1M records produced", cpu),
-                         ("broker CPU s per 1M records fetched", fcpu)):  # fmt: skip
-            r = Row(label, "s", higher_is_better=False)
-            for name, (sec, n) in d.items():
-                if n:
-                    r.values[name] = sec / n * 1e6
-            rows.append(r)
+            r_idle = row(f"latency p99, idle, {scale.latency_rate}/s", "ms", lat_idle, False)
+            r_load = row(f"latency p99, under load, {scale.latency_rate}/s", "ms", lat_load, False)
+            for key, r in (("idle", r_idle), ("load", r_load)):
+                for name, (p50, p99, p999) in lat[key].items():
+                    r.notes[name] = f"p50 {p50:.1f} / p99 {p99:.1f} / p99.9 {p999:.1f} ms"
+
+            loaded = Row("RSS after the load rows", "MB", higher_is_better=False)
+            for name, b in brokers.items():
+                loaded.values[name] = rss_mb(b.pid)
+            rows.append(loaded)
+            for label, d in (("broker CPU s per 1M records produced", cpu),
+                             ("broker CPU s per 1M records fetched", fcpu)):  # fmt: skip
+                r = Row(label, "s", higher_is_better=False)
+                for name, (sec, n) in d.items():
+                    if n:
+                        r.values[name] = sec / n * 1e6
+                rows.append(r)
     return rows
 
 
@@ -525,11 +510,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
     ap.add_argument("--work-dir", type=Path, default=None)
+    ap.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated, of {', '.join(SECTIONS)} (default: all)",
+    )
+    ap.add_argument(
+        "--log-mb",
+        type=int,
+        default=None,
+        help="size of the log recovered after SIGKILL (default 256; the issue's 1024)",
+    )
     args = ap.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    if args.log_mb:
+        scale = dataclasses.replace(
+            scale, state=dataclasses.replace(scale.state, log_mb=args.log_mb)
+        )
+    sections = set(args.sections.split(","))
+    if sections - set(SECTIONS):
+        ap.error(f"unknown sections {sorted(sections - set(SECTIONS))}")
     print(f"machine: {machine()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="samsa-peers-") as d:
-        rows = run(QUICK if args.quick else FULL, Path(d))
+        rows = run(scale, Path(d), sections)
     print("\n| row | samsa | Kafka | Tansu | samsa/Kafka | samsa/Tansu |")
     print("|---|---|---|---|---|---|")
     for r in rows:

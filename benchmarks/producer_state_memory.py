@@ -1,8 +1,15 @@
 """Memory per (producer, partition) entry of ProducerStateManager, with 5 retained batches.
 
-Feeds N producers through the real prepare_update/update path (7 batches each, so every entry has
-evicted down to the 5 it retains) and measures the heap growth with tracemalloc. Realistic
-magnitudes are used for offsets and timestamps, since Python ints above 256 are separate objects.
+Run directly, it measures samsa's ProducerStateManager alone. peers.py calls
+:func:`producer_state_rows`, which measures whole brokers, samsa beside Kafka: N idempotent
+producers (InitProducerId, then one batch each, pipelined) on one partition, and the growth of
+the broker's RSS per producer; for Kafka also the growth of its live heap after a full GC
+(``jcmd GC.run`` then ``GC.heap_info``), since its RSS also holds garbage not yet collected.
+
+Alone, it feeds N producers through the real prepare_update/update path (7 batches each, so
+every entry has evicted down to the 5 it retains) and measures the heap growth with
+tracemalloc. Realistic magnitudes are used for offsets and timestamps, since Python ints above
+256 are separate objects.
 
     .venv/bin/python benchmarks/producer_state_memory.py [N]
 """
@@ -10,12 +17,19 @@ magnitudes are used for offsets and timestamps, since Python ints above 256 are 
 from __future__ import annotations
 
 import gc
+import re
+import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
+from _brokers import BrokerProcess, KafkaBroker, SamsaBroker
+from _peerlib import Row, create_topic, pipelined, rss_mb, wait_producer_id
+
+from samsa.client._connection import BlockingConnection
 from samsa.log.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     BatchAppend,
@@ -23,6 +37,8 @@ from samsa.log.producer_state import (
     ProducerStateManager,
 )
 from samsa.log.snapshot import read_snapshot, write_snapshot
+from samsa.protocol.messages import ApiKey, make_request
+from samsa.testing import PRODUCE_VERSION, idempotent_batch, produce_request
 
 BATCHES_PER_PRODUCER = NUM_BATCHES_TO_RETAIN + 2
 RECORDS_PER_BATCH = 10
@@ -82,6 +98,69 @@ def main() -> None:
         f"snapshot:                  {size / producers:.0f} bytes per entry on disk, "
         f"write {t_write:.2f} s, read {t_read:.2f} s"
     )
+
+
+def add_producers(b: BrokerProcess, topic: str, n: int) -> None:
+    """``n`` new idempotent producers, one batch each on partition 0 of ``topic``."""
+    init = make_request(ApiKey.INIT_PRODUCER_ID, 4, "InitProducerIdRequest",
+                        transactional_id=None, transaction_timeout=60_000, producer_id=-1,
+                        producer_epoch=-1)  # fmt: skip
+    with BlockingConnection("127.0.0.1", b.port, timeout=120) as c:
+        ids: list[Any] = []
+        deadline = time.monotonic() + 300
+        while len(ids) < n:
+            # Kafka answers COORDINATOR_LOAD_IN_PROGRESS while it fetches its next block of
+            # ids from the controller: those are asked again.
+            got = pipelined(c, ApiKey.INIT_PRODUCER_ID, 4, [init] * (n - len(ids)))
+            ids += [r for r in got if r.error_code == 0]
+            if errors := {r.error_code for r in got} - {0, 14}:
+                raise RuntimeError(f"InitProducerId failed: {sorted(errors)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(ids)} of {n} producer ids after 300 s")
+            time.sleep(0.05 if len(ids) < n else 0)
+        produce = [produce_request({(topic, 0): idempotent_batch(r.producer_id,
+                                                                 r.producer_epoch, 0)})
+                   for r in ids]  # fmt: skip
+        for resp in pipelined(c, ApiKey.PRODUCE, PRODUCE_VERSION, produce):
+            if err := resp.responses[0].partition_responses[0].error_code:
+                raise RuntimeError(f"Produce failed: {err}")
+
+
+def _jvm_live_heap_mb(pid: int) -> float:
+    """Kafka's heap in use after a full GC, from jcmd (0 if jcmd is missing)."""
+    try:
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=True)
+        out = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True,
+                             timeout=60, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return 0.0
+    m = re.search(r"used (\d+)K", out)
+    return int(m.group(1)) / 1024 if m else 0.0
+
+
+def producer_state_rows(producers: int, work: Path) -> list[Row]:
+    rss = Row(f"producer state, RSS growth per idempotent producer ({producers:,})", "B", False)
+    heap = Row("producer state, live heap growth per producer (Kafka: after full GC)", "B", False)
+    for name in ("samsa", "kafka"):
+        broker: BrokerProcess = (SamsaBroker(work / "pstate-samsa") if name == "samsa"
+                                 else KafkaBroker(work / "pstate-kafka"))  # fmt: skip
+        try:
+            with broker as b:
+                assert b.pid is not None
+                create_topic(b.bootstrap, "pstate", 1)
+                wait_producer_id(b.port)
+                add_producers(b, "pstate", min(1_000, producers))  # warm-up, not counted
+                time.sleep(1)
+                before, heap0 = rss_mb(b.pid), _jvm_live_heap_mb(b.pid) if name == "kafka" else 0
+                add_producers(b, "pstate", producers)
+                time.sleep(1)
+                rss.values[name] = (rss_mb(b.pid) - before) * 2**20 / producers
+                if name == "kafka":
+                    heap.values[name] = (_jvm_live_heap_mb(b.pid) - heap0) * 2**20 / producers
+        except Exception as e:  # said in the notes, not hidden
+            rss.notes[name] = f"{type(e).__name__}: {e}"[:200]
+    heap.notes["samsa"] = "samsa's RSS row is its live memory (no collector holding garbage)"
+    return [rss, heap]
 
 
 if __name__ == "__main__":
