@@ -31,6 +31,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -48,6 +49,8 @@ _DELETING = re.compile(r"^.+\.[0-9a-f]{32}-delete$")
 _ADDING = re.compile(r"^[0-9a-f]{32}-\d+\.adding$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 TOPIC_CONFIG_FILE = "topic.config"
+# Threads closing partitions at a clean stop (TopicManager.close).
+CLOSE_THREADS = 8
 
 
 def topic_log_config(
@@ -424,15 +427,27 @@ class TopicManager:
 
     def close(self, now_ms: int) -> list[tuple[Partition, OSError]]:
         """Close every partition cleanly (flush, snapshot, clean-shutdown marker); the ones
-        that failed are returned, with their files closed all the same."""
-        failures: list[tuple[Partition, OSError]] = []
-        for p in self.partitions():
+        that failed are returned, with their files closed all the same. Partitions close
+        in CLOSE_THREADS threads, as Kafka's shutdown threads close its logs: nearly all of
+        a close is fsyncs, which release the GIL, so one partition's wait for the disk does
+        not hold up the next."""
+
+        def close_one(p: Partition) -> tuple[Partition, OSError] | None:
             try:
                 p.log.close(now_ms)
             except OSError as exc:
-                failures.append((p, exc))
                 _close_files(p.log)
-        return failures
+                return p, exc
+            return None
+
+        partitions = list(self.partitions())
+        if len(partitions) <= 1:
+            results = [close_one(p) for p in partitions]
+        else:
+            workers = min(CLOSE_THREADS, len(partitions))
+            with ThreadPoolExecutor(workers, thread_name_prefix="samsa-close") as pool:
+                results = list(pool.map(close_one, partitions))
+        return [r for r in results if r is not None]
 
     def abandon(self) -> None:
         """Close every partition's files without writing anything (an offline directory):
