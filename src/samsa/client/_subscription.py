@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from samsa.client._errors import KafkaError
-from samsa.client._types import TopicPartition
+from samsa.client._types import OffsetAndEpoch, TopicPartition
 from samsa.protocol.errors import ErrorCode
 
 NO_EPOCH = -1
@@ -43,14 +43,6 @@ class FetchState(enum.Enum):
     AWAIT_RESET = "await_reset"
     AWAIT_VALIDATION = "await_validation"
     FETCHING = "fetching"
-
-
-class OffsetAndEpoch(NamedTuple):
-    """An offset and the leader epoch of the record before it (-1: unknown), as Kafka's
-    OffsetCommit and OffsetFetch carry them."""
-
-    offset: int
-    leader_epoch: int = NO_EPOCH
 
 
 class Truncation(NamedTuple):

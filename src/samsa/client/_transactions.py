@@ -42,7 +42,12 @@ from samsa.client._errors import (
 )
 from samsa.client._idempotence import Idempotence
 from samsa.client._retry import COORDINATOR_MOVED, deciding_code
-from samsa.client._types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
+from samsa.client._types import (
+    ConsumerGroupMetadata,
+    OffsetAndEpoch,
+    PreparedTransaction,
+    TopicPartition,
+)
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
 
@@ -297,12 +302,12 @@ class TxnChannel:
         transactional_id: str,
         producer_id: int,
         epoch: int,
-        offsets: Mapping[TopicPartition, int],
+        offsets: Mapping[TopicPartition, OffsetAndEpoch],
         group: ConsumerGroupMetadata,
         *,
         tv2: bool = False,
     ) -> int:
-        by_topic: dict[str, list[tuple[int, int]]] = {}
+        by_topic: dict[str, list[tuple[int, OffsetAndEpoch]]] = {}
         for tp, off in offsets.items():
             by_topic.setdefault(tp.topic, []).append((tp.partition, off))
 
@@ -327,8 +332,8 @@ class TxnChannel:
                                 v,
                                 "TxnOffsetCommitRequestPartition",
                                 partition_index=p,
-                                committed_offset=o,
-                                committed_leader_epoch=-1,
+                                committed_offset=o.offset,
+                                committed_leader_epoch=o.leader_epoch,
                                 committed_metadata="",
                             )
                             for p, o in ps
@@ -398,9 +403,15 @@ def group_metadata(group: str | ConsumerGroupMetadata) -> ConsumerGroupMetadata:
 
 
 def normalize_offsets(
-    offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
-) -> dict[TopicPartition, int]:
-    return {TopicPartition(*tp): int(off) for tp, off in offsets.items()}
+    offsets: Mapping[TopicPartition, int | OffsetAndEpoch]
+    | Mapping[tuple[str, int], int | OffsetAndEpoch],
+) -> dict[TopicPartition, OffsetAndEpoch]:
+    """Offsets by partition, each with its leader epoch (as Java's OffsetAndMetadata: a bare
+    offset carries none, -1)."""
+    return {
+        TopicPartition(*tp): off if isinstance(off, OffsetAndEpoch) else OffsetAndEpoch(int(off))
+        for tp, off in offsets.items()
+    }
 
 
 class TransactionHost(ProducerHost, Protocol):
@@ -470,7 +481,8 @@ class TransactionManager:
 
     async def send_offsets_to_transaction(
         self,
-        offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        offsets: Mapping[TopicPartition, int | OffsetAndEpoch]
+        | Mapping[tuple[str, int], int | OffsetAndEpoch],
         group: str | ConsumerGroupMetadata,
         timeout: float | None = None,
     ) -> None:
@@ -712,7 +724,7 @@ class TransactionManager:
             self.state = TransactionState.READY
 
     async def send_offsets(
-        self, offsets: dict[TopicPartition, int], meta: ConsumerGroupMetadata
+        self, offsets: dict[TopicPartition, OffsetAndEpoch], meta: ConsumerGroupMetadata
     ) -> None:
         assert self.transactional_id is not None
         ids = (self.transactional_id, self.idem.producer_id, self.idem.epoch)

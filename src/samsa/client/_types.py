@@ -11,6 +11,14 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+class OffsetAndEpoch(NamedTuple):
+    """An offset and the leader epoch of the record before it (-1: unknown), as Kafka's
+    OffsetCommit, TxnOffsetCommit and OffsetFetch carry them."""
+
+    offset: int
+    leader_epoch: int = -1
+
+
 class RecordMetadata(NamedTuple):
     """Where a produced record landed. ``offset`` is -1 when the broker answered
     DUPLICATE_SEQUENCE_NUMBER without an offset, or when a resumed producer skipped a

@@ -25,6 +25,7 @@ from samsa.client import (
     AsyncProducer,
     ConsumerGroupMetadata,
     KafkaTimeoutError,
+    OffsetAndEpoch,
     Producer,
     ProducerFencedError,
     TopicPartition,
@@ -582,6 +583,17 @@ def test_send_offsets_to_transaction() -> None:
                 "in",
                 0,
                 42,
+            )
+            assert part.committed_leader_epoch == -1  # a bare offset carries no epoch
+            # with the consumed record's leader epoch, as Java's OffsetAndMetadata carries it
+            p.begin_transaction()
+            await p.send_offsets_to_transaction({("in", 1): OffsetAndEpoch(50, 3)}, meta)
+            await p.commit_transaction()
+            part = fake.requests(K.TXN_OFFSET_COMMIT)[-1].topics[0].partitions[0]
+            assert (part.partition_index, part.committed_offset, part.committed_leader_epoch) == (
+                1,
+                50,
+                3,
             )
             # a member fenced by a rebalance: its offsets must not commit
             p.begin_transaction()
