@@ -157,10 +157,10 @@ def test_rebalance_in_progress_and_group_max_size(differential: Run) -> None:
         join(s, "c-id-during-rebalance", group)  # a third member: the group is full
         a2 = join(s, "a-rejoin", group, a.member_id)
         s.note("b-join", second.receive(ApiKey.JOIN_GROUP, 5, pending))
-        # Not compared: a new member's JoinGroup right after this rebalance completes. Kafka
-        # answered MEMBER_ID_REQUIRED where samsa answers GROUP_MAX_SIZE_REACHED in some runs,
-        # depending on when the pending (KIP-394) member of c-id-during-rebalance is counted;
-        # an open difference (issue 22's note), not a documented deviation.
+        # b's answer came: the join phase is over, so the group is full (its two members; the
+        # pending KIP-394 id of c-id-during-rebalance does not count) and a new member is
+        # refused before it gets an id, by both brokers in every run since.
+        join(s, "d-new-member-after", group)
         leads = a2.leader == a.member_id
         sync(s, "a-sync-2", group, a2.generation_id, a.member_id, leader=leads)
         heartbeat(s, "a-heartbeat-old-generation", group, a.generation_id, a.member_id)
