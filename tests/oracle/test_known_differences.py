@@ -518,3 +518,55 @@ def test_a_groups_own_heartbeat_interval_applies_and_survives_a_restart(
     assert _consumer_heartbeat_interval(samsa.bootstrap, "own-interval") == 7000
     kept = _described(samsa.bootstrap, _GROUP, "own-interval", ("consumer.heartbeat.interval.ms",))
     assert kept[2][0][1:4] == ("7000", False, 8)
+
+
+# --- DescribeConfigs of a broker: Kafka's keys, with Kafka's defaults (D-ADMIN-6) ------------
+
+# The settings samsa describes that Kafka 4.4 has not: samsa's own bounds and files, and
+# what Kafka has under other names or not at all.
+SAMSA_ONLY_BROKER_KEYS = {
+    "allow.everyone.if.no.acl.found", "log.max.open.files", "log.message.downconversion.enable",
+    "max.partitions", "message.max.inflated.bytes", "metrics.host", "metrics.listener",
+    "metrics.port", "producer.id.expiration.check.interval.ms", "sasl.max.connections.per.ip",
+    "sasl.oauthbearer.unsecured.validator.allowable.clock.skew.ms",
+    "sasl.oauthbearer.unsecured.validator.principal.claim.name",
+    "sasl.oauthbearer.unsecured.validator.required.scope",
+    "sasl.oauthbearer.unsecured.validator.scope.claim.name", "sasl.plain.users.file",
+    "sasl.server.authentication.timeout.ms", "socket.request.read.timeout.ms", "super.users",
+    "transaction.version",
+}  # fmt: skip
+# Keys both describe at their defaults, whose defaults differ, and why.
+OTHER_BROKER_DEFAULTS = {
+    "group.max.size", "group.consumer.max.size",  # D-GROUP-1
+    "queued.max.request.bytes",  # bounded (rule 41): Kafka's -1 is unbounded
+    "sasl.enabled.mechanisms",  # no GSSAPI: SCRAM-SHA-256,SCRAM-SHA-512
+    "ssl.keystore.type", "ssl.truststore.type",  # PEM files, not Java key stores
+}  # fmt: skip
+
+
+def _broker_configs(bootstrap: str, node: str) -> dict[str, tuple[str | None, int]]:
+    k, v = ApiKey.DESCRIBE_CONFIGS, 4
+    res = make_request(k, v, "DescribeConfigsResource", resource_type=4, resource_name=node,
+                       configuration_keys=None)  # fmt: skip
+    r = _request(bootstrap, k, v, "DescribeConfigsRequest", resources=(res,),
+                 include_synonyms=False, include_documentation=False)  # fmt: skip
+    assert int(r.results[0].error_code) == 0, r
+    return {c.name: (c.value, int(c.config_source)) for c in r.results[0].configs}
+
+
+def test_broker_configs_are_kafkas_keys_with_kafkas_defaults(
+    kafka: KafkaNode, samsa: BrokerProcess
+) -> None:
+    """D-ADMIN-6: samsa describes its own settings (119 of Kafka 4.4's ~350 broker keys, and
+    its own), each under Kafka's name; where both are at their defaults, the defaults are
+    Kafka's but for the bounds and formats listed."""
+    theirs = _broker_configs(kafka.bootstrap, str(kafka.node_id))
+    mine = _broker_configs(samsa.bootstrap, "0")
+    assert set(mine) - set(theirs) == SAMSA_ONLY_BROKER_KEYS
+    default = 5  # DEFAULT_CONFIG
+    differ = {
+        n
+        for n in set(mine) & set(theirs)
+        if mine[n][1] == theirs[n][1] == default and mine[n][0] != theirs[n][0]
+    }
+    assert differ == OTHER_BROKER_DEFAULTS, {n: (mine[n][0], theirs[n][0]) for n in differ}

@@ -301,7 +301,37 @@ def _text(value: Any) -> str | None:
         return None
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, float):
+        return _java_double(value)
     return str(value)
+
+
+def _java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (Kafka's DescribeConfigs shows that):
+    plain between 10^-3 and 10^7, else d.dddE±n."""
+    if value != value:
+        return "NaN"
+    if abs(value) == float("inf"):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    mantissa, _, exponent = repr(value).partition("e")
+    if not exponent:  # repr wrote it plain: make it scientific
+        mantissa, _, exponent = f"{value:.16e}".partition("e")
+        mantissa = mantissa.rstrip("0")
+    if "." not in mantissa:
+        mantissa += ".0"
+    elif mantissa.endswith("."):
+        mantissa += "0"
+    return f"{mantissa}E{int(exponent)}"
+
+
+# Broker keys whose Kafka default is null (the value comes from another key: log.retention.ms
+# from log.retention.hours, log.flush.interval.ms from the scheduler's interval): Kafka's
+# DescribeConfigs shows null while they are unset, and so does samsa's.
+_NULL_DEFAULTS = frozenset(
+    {"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms", "log.flush.interval.ms"}
+)
 
 
 def broker_setting(config: BrokerConfig, name: str) -> tuple[str | None, bool] | None:
@@ -313,6 +343,8 @@ def broker_setting(config: BrokerConfig, name: str) -> tuple[str | None, bool] |
         return None
     value = getattr(config, attr)
     default = next(f.default for f in fields(BrokerConfig) if f.name == attr)
+    if value == default and name in _NULL_DEFAULTS:
+        return None, True
     return _text(value), value == default
 
 
@@ -323,6 +355,8 @@ def setting_attr(name: str) -> str | None:
 
 def default_setting(name: str) -> str | None:
     """Kafka's default of the setting ``name``, as DescribeConfigs shows it."""
+    if name in _NULL_DEFAULTS:
+        return None
     attr = _KAFKA_NAMES[name]
     return _text(next(f.default for f in fields(BrokerConfig) if f.name == attr))
 

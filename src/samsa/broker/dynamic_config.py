@@ -215,11 +215,12 @@ def describe_broker(
         synonyms = broker_synonyms(dynamic, static, name, name)
         if sensitive:
             synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
+        top = synonyms[0] if synonyms else Synonym(name, None, ConfigSource.DEFAULT_CONFIG)
         out.append(
             DescribedConfig(
                 name,
-                synonyms[0].value,
-                synonyms[0].source,
+                top.value,
+                top.source,
                 ConfigType.PASSWORD if sensitive else _type(name),
                 tuple(synonyms),
                 "",
@@ -274,8 +275,9 @@ def broker_synonyms(
     found = broker_setting(static, name)
     if found is not None and not found[1]:
         out.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-    if name == holder:
-        out.append(Synonym(name, default_setting(name), ConfigSource.DEFAULT_CONFIG))
+    default = default_setting(name) if name == holder else None
+    if default is not None:  # as Kafka, a key whose default is null has no such synonym
+        out.append(Synonym(name, default, ConfigSource.DEFAULT_CONFIG))
     return out
 
 

@@ -68,8 +68,7 @@ def test_levels_apply_at_once_and_in_kafkas_order(broker: Broker) -> None:
         ("999", S.DYNAMIC_BROKER_CONFIG),
         ("1234", S.DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("5000", S.STATIC_BROKER_CONFIG),
-        ("604800000", S.DEFAULT_CONFIG),
-    ]
+    ]  # no default synonym: Kafka's default of log.retention.ms is null (log.retention.hours)
     assert _described(broker, "broker.id").read_only
     # The default resource lists the cluster defaults alone.
     default = describe_broker(broker.dynamic, broker.config, "")
