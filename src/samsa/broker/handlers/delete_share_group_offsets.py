@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
-from samsa.broker.handlers.describe_share_group_offsets import share_group_error
+from samsa.broker.handlers._base import Body, Op, RequestContext
+from samsa.broker.handlers.describe_share_group_offsets import (
+    empty_share_group_error,
+    offsets_response,
+)
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.messages import ApiKey, encode_response, make
+from samsa.protocol.messages import ApiKey, make
 
 if TYPE_CHECKING:
     from samsa.broker.broker import Broker
@@ -19,10 +22,7 @@ K = ApiKey.DELETE_SHARE_GROUP_OFFSETS
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     gid = request.group_id
-    if not authorized(broker, ctx, Op.DELETE, Res.GROUP, gid):
-        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    else:
-        error = share_group_error(broker, gid, must_be_empty=True, must_exist=True)
+    error = empty_share_group_error(broker, ctx, gid, Op.DELETE, must_exist=True)
     topics = []
     for t in request.topics if error == ErrorCode.NONE else ():
         topic = broker.topics.topics.get(t.topic_name)
@@ -41,13 +41,4 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                 error_message=None,
             )
         )
-    response = make(
-        K,
-        v,
-        "DeleteShareGroupOffsetsResponse",
-        throttle_time=0,
-        error_code=error,
-        error_message=None,
-        responses=tuple(topics),
-    )
-    return encode_response(K, v, response)
+    return offsets_response(K, v, "DeleteShareGroupOffsetsResponse", error, topics)

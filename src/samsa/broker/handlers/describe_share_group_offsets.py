@@ -34,6 +34,23 @@ def share_group_error(
     return ErrorCode.NONE
 
 
+def empty_share_group_error(
+    broker: Broker, ctx: RequestContext, group_id: str, op: Op, *, must_exist: bool = False
+) -> ErrorCode:
+    """The group-level answer of an alter or delete of share-group offsets: ``op`` on the
+    group first (rule 33), then the group must be empty (:func:`share_group_error`)."""
+    if not authorized(broker, ctx, op, Res.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return share_group_error(broker, group_id, must_be_empty=True, must_exist=must_exist)
+
+
+def offsets_response(key: ApiKey, v: int, cls: str, error: ErrorCode, topics: list[Any]) -> Body:
+    """The envelope the alter and delete calls answer in: the group's error, then per topic."""
+    response = make(key, v, cls, throttle_time=0, error_code=error, error_message=None,
+                    responses=tuple(topics))  # fmt: skip
+    return encode_response(key, v, response)
+
+
 def _partition(broker: Broker, v: int, group_id: str, name: str, index: int) -> Any:
     topic = broker.topics.topics.get(name)
     sp = None if topic is None else broker.share_partitions.get((group_id, topic.topic_id, index))
