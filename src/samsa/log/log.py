@@ -571,17 +571,9 @@ class Log:
 
     @property
     def max_timestamp(self) -> int:
-        """The largest record timestamp in the log, -1 if it has none."""
+        """The largest record timestamp in the log, -1 if it has none. ListOffsets
+        MAX_TIMESTAMP (KIP-734) answers the first record at or after it, the earliest on ties."""
         return max((seg.max_timestamp for seg in list(self._segments)), default=-1)
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """ListOffsets MAX_TIMESTAMP (KIP-734): (timestamp, offset) of the record with the
-        largest timestamp, the earliest such record on ties; None for an empty log."""
-        max_ts = self.max_timestamp
-        if max_ts < 0:
-            return None
-        found = self.offset_for_timestamp(max_ts)
-        return None if found is None else (found[1], found[0])
 
     # -- durability and lifecycle ---------------------------------------------------------------
 
