@@ -72,7 +72,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
                     fetched,
                     "OffsetFetchResponseTopics",
                     "OffsetFetchResponsePartitions",
-                    _topic_ids(broker, topics) if v >= 10 else None,
+                    _topic_ids(broker, fetched, topics) if v >= 10 else None,
                 ),
             )
         )
@@ -111,10 +111,17 @@ def _fetch(
     return fetched + denied + no_id
 
 
-def _topic_ids(broker: Broker, asked: Any) -> dict[str, uuid.UUID | None]:
-    """v10: each answered topic's id (an unknown one as asked; by the topic for all topics)."""
-    ids: dict[str, uuid.UUID | None] = {n: t.topic_id for n, t in broker.topics.topics.items()}
-    ids.update({t.name: t.topic_id for t in asked or ()})
+def _topic_ids(
+    broker: Broker, fetched: list[FetchedOffset], asked: Any
+) -> dict[str, uuid.UUID | None]:
+    """v10: the id of each topic answered (an unknown one as asked; else its topic's). A
+    topic deleted meanwhile has none and is left out."""
+    ids: dict[str, uuid.UUID | None] = {t.name: t.topic_id for t in asked or ()}
+    for f in fetched:
+        if f.topic not in ids:
+            topic = broker.topics.topics.get(f.topic)
+            if topic is not None:
+                ids[f.topic] = topic.topic_id
     return ids
 
 
