@@ -56,6 +56,9 @@ class ShareSessionCache:
     def __init__(self, max_sessions: int = 2000) -> None:
         self.max_sessions = max_sessions
         self._sessions: dict[tuple[str, str], ShareSession] = {}
+        # The sessions each connection opened: a disconnect (every client's, share consumer
+        # or not) looks up its own instead of scanning every session.
+        self._by_connection: dict[str, dict[tuple[str, str], None]] = {}  # ordered sets
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -77,7 +80,9 @@ class ShareSessionCache:
         if epoch == INITIAL_EPOCH:
             if key not in self._sessions and len(self._sessions) >= self.max_sessions:
                 return SessionContext(ErrorCode.SHARE_SESSION_LIMIT_REACHED)
+            self._drop(key)
             session = self._sessions[key] = ShareSession(group_id, member_id, connection=connection)
+            self._by_connection.setdefault(connection, {})[key] = None
         else:
             context = self._advance(key, epoch)
             if context.error != ErrorCode.NONE or context.closing:
@@ -101,7 +106,7 @@ class ShareSessionCache:
         if session is None:
             return SessionContext(ErrorCode.SHARE_SESSION_NOT_FOUND)
         if epoch == FINAL_EPOCH:
-            del self._sessions[key]
+            self._drop(key)
             return SessionContext(ErrorCode.NONE, session, closing=True)
         if epoch != session.epoch:
             return SessionContext(ErrorCode.INVALID_SHARE_SESSION_EPOCH)
@@ -109,13 +114,23 @@ class ShareSessionCache:
         return SessionContext(ErrorCode.NONE, session)
 
     def close_member(self, group_id: str, member_id: str) -> bool:
-        return self._sessions.pop((group_id, member_id), None) is not None
+        return self._drop((group_id, member_id)) is not None
 
     def close_connection(self, connection: str) -> list[tuple[str, str]]:
         """The client connection is gone: the sessions it opened close, as Kafka's cache does
         on a disconnect (a session opened again from another connection is not its own any
         more). Returns their (group, member) keys."""
-        gone = [k for k, s in self._sessions.items() if s.connection == connection]
+        gone = list(self._by_connection.pop(connection, ()))
         for key in gone:
             del self._sessions[key]
         return gone
+
+    def _drop(self, key: tuple[str, str]) -> ShareSession | None:
+        session = self._sessions.pop(key, None)
+        if session is not None:
+            keys = self._by_connection.get(session.connection)
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del self._by_connection[session.connection]
+        return session

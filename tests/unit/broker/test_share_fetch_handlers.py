@@ -294,6 +294,12 @@ def test_a_dropped_connection_closes_its_share_sessions(broker: Broker) -> None:
     _fetch(broker, "a", 0, host="10.0.0.3")
     broker.connection_closed("10.0.0.1:40000")
     assert broker.share_sessions.get("sg", "a") is not None
+    # nor is one opened anew while its old connection is still up, when that one goes
+    _fetch(broker, "a", 0, host="10.0.0.4")
+    broker.connection_closed("10.0.0.3:40000")
+    assert broker.share_sessions.get("sg", "a") is not None
+    broker.connection_closed("10.0.0.4:40000")
+    assert broker.share_sessions.get("sg", "a") is None
 
 
 def _heartbeat(broker: Broker, member: str, epoch: int) -> Any:
