@@ -243,6 +243,11 @@ class NamedTopic:
         return getattr(self.entry, field)
 
 
+def unknown_id(topic: Any) -> bool:
+    """Whether a request topic named an id no topic has (only a :class:`NamedTopic` can)."""
+    return isinstance(topic, NamedTopic) and not topic.known
+
+
 def resolve_topic_ids(broker: Broker, topics: Iterable[Any]) -> list[NamedTopic]:
     out = []
     for t in topics:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import (
     Body,
-    NamedTopic,
     Op,
     RequestContext,
     Res,
@@ -20,6 +19,7 @@ from samsa.broker.handlers._base import (
     partition_errors,
     refused_first,
     resolve_topic_ids,
+    unknown_id,
     unknown_partitions,
 )
 from samsa.coordinator.group_coordinator import OffsetToCommit
@@ -38,10 +38,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     # before the coordinator as an unknown partition is.
     request_topics = resolve_topic_ids(broker, request.topics) if v >= 10 else request.topics
     no_id = {
-        (t.name, p.partition_index)
-        for t in request_topics
-        if isinstance(t, NamedTopic) and not t.known
-        for p in t.partitions
+        (t.name, p.partition_index) for t in request_topics if unknown_id(t) for p in t.partitions
     }
     offsets = [
         OffsetToCommit(

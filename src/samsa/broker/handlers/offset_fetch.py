@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.handlers._base import (
     Body,
-    NamedTopic,
     Op,
     RequestContext,
     Res,
     authorized,
     authorized_names,
     resolve_topic_ids,
+    unknown_id,
 )
 from samsa.coordinator.offsets import FetchedOffset
 from samsa.protocol.errors import ErrorCode
@@ -87,11 +87,11 @@ def _fetch(
     no_id = [
         FetchedOffset(t.name, p, -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID)
         for t in topics or ()
-        if isinstance(t, NamedTopic) and not t.known
+        if unknown_id(t)
         for p in t.partition_indexes
     ]
     if no_id:
-        topics = [t for t in topics if not (isinstance(t, NamedTopic) and not t.known)]
+        topics = [t for t in topics if not unknown_id(t)]
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
     # Rule 33: Describe on each topic; an all-topics answer leaves the others out.
     if wanted is None:

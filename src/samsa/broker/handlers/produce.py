@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import (
     HandlerResult,
-    NamedTopic,
     Op,
     RequestContext,
     Res,
@@ -26,6 +25,7 @@ from samsa.broker.handlers._base import (
     outside_transaction,
     resolve_topic_ids,
     throttle,
+    unknown_id,
 )
 from samsa.broker.quotas import PRODUCE
 from samsa.log.log import AppendResult
@@ -59,7 +59,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     request_topics = resolve_topic_ids(broker, request.topic_data) if by_id else request.topic_data
     writable = authorized_names(
         broker, ctx, Op.WRITE, Res.TOPIC,
-        {t.name for t in request_topics if not isinstance(t, NamedTopic) or t.known},
+        {t.name for t in request_topics if not unknown_id(t)},
     )  # fmt: skip
     owner = ctx.principal if broker.authorizer is not None else None
     to_flush: set[Log] = set()
@@ -75,7 +75,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
         )
         for pdata in topic.partition_data:
             result: Any
-            if isinstance(topic, NamedTopic) and not topic.known:
+            if unknown_id(topic):
                 result = ProducePartitionResult(pdata.index, ErrorCode.UNKNOWN_TOPIC_ID)
             elif txn_refused:
                 result = ProducePartitionResult(
