@@ -30,7 +30,6 @@ import logging
 import re
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -234,7 +233,9 @@ def _fetch(url: str) -> bytes:
         with open(urllib.parse.unquote(parsed.path), "rb") as f:
             data = f.read(JWKS_MAX_BYTES + 1)
     else:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+        from urllib import request  # here: http.client and email cost every broker start
+
+        opener = request.build_opener(request.ProxyHandler({}))  # loopback only
         with opener.open(url, timeout=JWKS_FETCH_TIMEOUT_S) as resp:
             data = resp.read(JWKS_MAX_BYTES + 1)
     if len(data) > JWKS_MAX_BYTES:
