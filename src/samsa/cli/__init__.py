@@ -73,6 +73,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # kio registers Hypothesis strategies for its types whenever Hypothesis is installed (the
+    # test extra); no command draws examples, and the import was a fifth of a broker's start.
+    # (A process that has imported it already, as a test run calling main(), keeps it.)
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     words = kafka_style(list(sys.argv[1:] if argv is None else argv))
     command = next((w for w in words if not w.startswith("-")), None)
     parser = build_parser(command)
