@@ -114,6 +114,20 @@ def test_kafka_configs_topics_and_brokers(pair: Pair) -> None:
         "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=600000}",
     ]
     assert s == _without_elr_min_isr(k)  # D-TOOL-1: "min.insync.replicas=1 ... synonyms={...}"
+    # Now that log.retention.ms is set, Kafka's ConfigHelper lists the default of its hours
+    # synonym after it, for the topic's retention.ms and the broker's log.retention.ms alike.
+    for entity, key in ((topic, "retention.ms"), (("--entity-type", "brokers", "--entity-name",
+                                                   "1"), "log.retention.ms")):  # fmt: skip
+        s, k = pair.settled("kafka-configs", *bs, *entity, "--describe", "--all",
+                            agree=lambda s, k, key=key: _line(s, key) == _line(k, key))  # fmt: skip
+        assert (
+            _line(s, key)
+            == _line(k, key)
+            == (
+                f"{key}=600000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:"
+                "log.retention.ms=600000, DEFAULT_CONFIG:log.retention.hours=168}"
+            )
+        )
     s, k = pair.run("kafka-configs", *bs, "--entity-type", "brokers", "--entity-name", "1",
                     "--describe")  # fmt: skip
     assert s.out == ["Dynamic configs for broker 1 are:"] and k.out == s.out
@@ -167,6 +181,11 @@ def test_kafka_configs_scram_users(pair: Pair) -> None:
     pair.settled("kafka-configs", *bs, *bob_etl, "--describe", agree=lambda s, k: s == k)
     bad = pair.same("kafka-configs", *bs, *bob, "--alter", "--add-config", "producer_byte_rate=1.5")
     assert bad.rc == 1 and "producer_byte_rate cannot be a fractional value." in bad.err[-1]
+
+
+def _line(out: Out, key: str) -> str | None:
+    """The line of ``key`` in a kafka-configs --describe --all."""
+    return next((line.strip() for line in out.out if line.strip().startswith(key + "=")), None)
 
 
 def _blocks(out: Out) -> list[list[str]]:

@@ -56,6 +56,21 @@ LIST_DEFAULTS: dict[str, str] = {
     if k.synonyms and k.synonyms[0] in DYNAMIC_KEYS and k.config_type == ConfigType.LIST
 }
 
+# Kafka's DynamicBrokerConfig.brokerConfigSynonyms: the broker keys that set one thing in
+# several units (log.retention.ms/.minutes/.hours, ...), each mapped to its whole group, and
+# the defaults of the group's last keys, which samsa has no setting of its own for.
+_SYNONYM_GROUPS: dict[str, tuple[str, ...]] = {
+    name: k.synonyms
+    for k in TOPIC_CONFIG_KEYS.values()
+    if len(k.synonyms) > 1
+    for name in k.synonyms
+}
+_GROUP_DEFAULTS: dict[str, str] = {
+    k.synonyms[-1]: k.default_synonym_value
+    for k in TOPIC_CONFIG_KEYS.values()
+    if len(k.synonyms) > 1
+}
+
 # Static synonyms in other units: Kafka updates only the first synonym dynamically.
 _UNIT_SYNONYMS = frozenset({"log.retention.hours", "log.retention.minutes", "log.roll.hours"})
 
@@ -212,7 +227,7 @@ def describe_broker(
     out = []
     for name, _value, _is_default in broker_settings(static):
         sensitive = name in SENSITIVE
-        synonyms = broker_synonyms(dynamic, static, name, name)
+        synonyms = broker_synonyms(dynamic, static, name)
         if sensitive:
             synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
         top = synonyms[0] if synonyms else Synonym(name, None, ConfigSource.DEFAULT_CONFIG)
@@ -262,22 +277,33 @@ def _kafka_only(dynamic: DynamicBrokerConfigs, name: str) -> DescribedConfig:
 
 
 def broker_synonyms(
-    dynamic: DynamicBrokerConfigs, static: BrokerConfig, name: str, holder: str
+    dynamic: DynamicBrokerConfigs, static: BrokerConfig, name: str
 ) -> list[Synonym]:
-    """The levels that set broker setting ``name``, most specific first as Kafka lists them:
-    this broker's dynamic value, the cluster default, the static value, then Kafka's default
-    (on ``holder``, the synonym that holds it)."""
-    out = []
-    if name in dynamic.broker:
-        out.append(Synonym(name, dynamic.broker[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
-    if name in dynamic.default:
-        out.append(Synonym(name, dynamic.default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
-    found = broker_setting(static, name)
-    if found is not None and not found[1]:
-        out.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-    default = default_setting(name) if name == holder else None
-    if default is not None:  # as Kafka, a key whose default is null has no such synonym
-        out.append(Synonym(name, default, ConfigSource.DEFAULT_CONFIG))
+    """The levels that set broker setting ``name``, as Kafka's ConfigHelper lists them: level
+    by level (this broker's dynamic value, the cluster default, the static value, Kafka's
+    default), each over the keys of ``name``'s synonym group, then cut to start at ``name``
+    itself. So log.retention.ms set anywhere brings log.retention.hours=168 after it, and
+    log.retention.ms set nowhere lists nothing (the hours default comes before any of it)."""
+    names = _SYNONYM_GROUPS.get(name, (name,))
+    out = [
+        Synonym(n, level[n], source)
+        for level, source in (
+            (dynamic.broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (dynamic.default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        )
+        for n in names
+        if n in level
+    ]
+    for n in names:
+        found = broker_setting(static, n)
+        if found is not None and not found[1]:
+            out.append(Synonym(n, found[0], ConfigSource.STATIC_BROKER_CONFIG))
+    for n in names:
+        default = _GROUP_DEFAULTS.get(n) if setting_attr(n) is None else default_setting(n)
+        if default is not None:  # as Kafka, a key whose default is null has no such synonym
+            out.append(Synonym(n, default, ConfigSource.DEFAULT_CONFIG))
+    while out and out[0].name != name:
+        out.pop(0)
     return out
 
 

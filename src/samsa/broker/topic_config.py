@@ -659,9 +659,7 @@ def describe_topic_configs(
             found = broker_setting(broker, name)
             if found is not None and not found[1]:
                 synonyms.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-        if key.synonyms and not key.synonyms[-1].endswith((".hours", ".minutes")):
-            # Kafka 4 lists no default for a key whose last synonym is in other units
-            # (retention.ms, segment.ms: log.retention.hours, log.roll.hours).
+        if key.synonyms:
             synonyms.append(
                 Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
             )
