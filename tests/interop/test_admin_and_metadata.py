@@ -9,9 +9,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from samsa.client import Producer as SamsaProducer
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, make_request
+from samsa.protocol.records import NewRecord, build_batch
+from samsa.testing import produce_one
 
 TIMEOUT = 15.0
 
@@ -194,6 +197,16 @@ def test_no_auto_creation_when_disabled(broker_factory) -> None:  # type: ignore
     assert [(t.name, t.error_code) for t in resp.topics] == [
         ("auto-off", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     ]
+    # Produce never creates a topic (only Metadata may): a raw one is refused...
+    with BlockingConnection("127.0.0.1", broker.port) as conn:
+        batch = build_batch([NewRecord(b"v")])
+        assert produce_one(conn, "auto-off", 0, batch)[0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # ... and samsa's producer, which asks Metadata first as Java's does, gives up after
+    # max.block.ms with the broker's answer.
+    config = {"bootstrap.servers": broker.bootstrap, "max.block.ms": 1000}
+    with SamsaProducer(config) as p:
+        with pytest.raises(Exception, match="UNKNOWN_TOPIC_OR_PARTITION"):
+            p.send("auto-off", value=b"v").result(timeout=TIMEOUT)
     assert _metadata(broker.port, None, allow_auto=False).topics == ()
 
 

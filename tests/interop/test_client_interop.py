@@ -18,9 +18,10 @@ from confluent_kafka import TopicPartition as CkTP
 
 from samsa.client import Admin, Consumer, ConsumerRecord, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection
+from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey
-from samsa.protocol.records import Compression, iter_batches
-from samsa.testing import fetch_request
+from samsa.protocol.records import Compression, NewRecord, build_batch, iter_batches
+from samsa.testing import fetch_request, produce_one
 
 
 @pytest.fixture(params=["samsa", "tansu"])
@@ -151,7 +152,12 @@ def test_compressed_batches_read_by_confluent(bootstrap: str, codec: str) -> Non
 
 
 def test_producer_auto_creates_topics_like_javas(shared_broker) -> None:  # type: ignore[no-untyped-def]
+    """The broker auto-creates only for Metadata (as Kafka): a raw Produce to a new topic is
+    UNKNOWN_TOPIC_OR_PARTITION and leaves it uncreated; the producer asks Metadata first."""
     topic = f"auto-{uuid.uuid4().hex[:8]}"
+    with BlockingConnection("127.0.0.1", shared_broker.port) as conn:
+        code, _ = produce_one(conn, topic, 0, build_batch([NewRecord(b"v")]))
+    assert code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     config = {"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 0}
     with Producer(config) as p:
         meta = p.send(topic, value=b"v").result(timeout=15)

@@ -462,27 +462,11 @@ class Broker:
         n = num_partitions if num_partitions and num_partitions > 0 else self.config.num_partitions
         self.topics.create(name, n, now_ms(), configs)
 
-    def partition_or_error(
-        self, topic: str, index: int, *, auto_create: bool = False
-    ) -> Partition | ErrorCode:
+    def partition_or_error(self, topic: str, index: int) -> Partition | ErrorCode:
         if self.offline is not None:
             return ErrorCode.KAFKA_STORAGE_ERROR
         p = self.topics.get_partition(topic, index)
-        if p is not None:
-            return p
-        if (
-            auto_create
-            and self.config.auto_create_topics_enable
-            and topic not in self.topics.topics
-        ):
-            try:
-                self.create_topic(topic)
-            except TopicError as exc:
-                return exc.code
-            p = self.topics.get_partition(topic, index)
-            if p is not None:
-                return p
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if p is None else p
 
     # --- ListOffsets by time -----------------------------------------------------------
 

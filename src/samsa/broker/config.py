@@ -567,10 +567,11 @@ class BrokerConfig:
                 "log.cleaner.min.cleanable.ratio must be between 0 and 1, "
                 f"got {self.log_cleaner_min_cleanable_ratio}"
             )
-        policy = [p.strip() for p in self.log_cleanup_policy.split(",") if p.strip()]
-        if not policy or any(p not in ("compact", "delete") for p in policy):
+        # Empty (KIP-1161): the logs neither delete nor compact; an empty entry is refused.
+        policy = [p.strip() for p in self.log_cleanup_policy.split(",")]
+        if self.log_cleanup_policy.strip() and any(p not in ("compact", "delete") for p in policy):
             raise ConfigError(
-                f"log.cleanup.policy must be a list of compact and delete, "
+                f"log.cleanup.policy must be a list of compact and delete (or empty), "
                 f"got {self.log_cleanup_policy!r}"
             )
         if self.log_message_timestamp_type not in ("CreateTime", "LogAppendTime"):

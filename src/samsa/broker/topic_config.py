@@ -146,9 +146,13 @@ def _ratio(raw: str) -> float:
 
 
 def _policy(raw: str) -> str:
-    parts = [p.strip().lower() for p in raw.split(",") if p.strip()]
-    if not parts or any(p not in ("compact", "delete") for p in parts):
-        raise ValueError("must be a list of 'compact' and 'delete'")
+    """KIP-1161 (Kafka 4.4): an empty list is a policy too, neither delete nor compact, so
+    the log is kept whole (but for DeleteRecords); an empty entry in a list is refused."""
+    if not raw.strip():
+        return ""
+    parts = [p.strip().lower() for p in raw.split(",")]
+    if any(p not in ("compact", "delete") for p in parts):
+        raise ValueError("must be a list of 'compact' and 'delete' (or empty), without blanks")
     return ",".join(sorted(set(parts)))
 
 
@@ -185,7 +189,8 @@ _KEYS = (
         "delete",
         ("log.cleanup.policy",),
         "delete",
-        "'delete' removes old segments by retention; 'compact' keeps the last value of each key.",
+        "'delete' removes old segments by retention; 'compact' keeps the last value of each "
+        "key; empty: neither, the log is kept whole.",
     ),
     TopicConfigKey(
         "retention.ms",
@@ -589,6 +594,12 @@ class InvalidConfigError(ValueError):
     """A topic config that must be refused with INVALID_CONFIG; the message says why."""
 
 
+class UnknownOperationError(InvalidConfigError):
+    """An IncrementalAlterConfigs operation that is none of Kafka's four. Kafka's controller
+    fails such a topic or group resource with UNKNOWN_SERVER_ERROR (its op is null there);
+    samsa answers that code too, with a message that names the operation."""
+
+
 def parse_topic_configs(configs: Mapping[str, str]) -> dict[str, object]:
     """The LogConfig field values of a topic's own configs; InvalidConfigError names the first
     unknown key or invalid value."""
@@ -725,5 +736,5 @@ def apply_incremental(
                 merged = [p for p in old if p not in new]
             out[name] = ",".join(merged)
         else:
-            raise InvalidConfigError(f"unknown config operation {op} for config {name}")
+            raise UnknownOperationError(f"unknown config operation {op} for config {name}")
     return out

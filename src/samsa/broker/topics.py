@@ -388,13 +388,14 @@ class TopicManager:
 
     def delete_records(self, name: str, index: int, offset: int) -> tuple[ErrorCode, int]:
         """DeleteRecords (KIP-107) on one partition: (error, low watermark). ``offset`` -1
-        means the high watermark; beyond it, or below -1, is OFFSET_OUT_OF_RANGE; a topic
-        without ``delete`` in its cleanup.policy refuses with POLICY_VIOLATION, as Kafka's."""
+        means the high watermark; beyond it, or below -1, is OFFSET_OUT_OF_RANGE; a compacted
+        topic without ``delete`` in its cleanup.policy refuses with POLICY_VIOLATION, as
+        Kafka's (an empty policy, KIP-1161, allows it)."""
         partition = self.get_partition(name, index)
         if partition is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1
         plog = partition.log
-        if not plog.config.delete:
+        if plog.config.compact and not plog.config.delete:
             return ErrorCode.POLICY_VIOLATION, -1
         target = plog.high_watermark if offset == -1 else offset
         if not 0 <= target <= plog.high_watermark:

@@ -116,7 +116,8 @@ class LogConfig:
     max_inflated_bytes: int = 64 * 1024 * 1024
     retention_ms: int = 604_800_000  # log.retention.ms (168 hours); -1: keep forever
     retention_bytes: int = -1  # log.retention.bytes; -1: no size limit
-    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
+    # cleanup.policy: "delete", "compact", "compact,delete" or "" (neither: the log is kept).
+    cleanup_policy: str = "delete"
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = 2**63 - 1  # max.compaction.lag.ms

@@ -395,6 +395,7 @@ def h(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     broker = _broker(tmp_path_factory.mktemp("authz"))
     harness = Harness(broker)
     for topic in ("team-a.orders", "team-b.events", "team-a.doomed"):
+        broker.create_topic(topic)
         assert harness.produce(ADMIN, topic, build_batch([NewRecord(value=b"v")])) == 0
     yield harness
     broker.close()
@@ -1102,7 +1103,10 @@ def test_metadata_and_lists_show_only_what_the_principal_may_describe(h: Harness
             include_topic_authorized_operations=False,
         )
         assert r.topics[0].error_code == TA and "team-a.auto" not in h.broker.topics.topics
-        assert h.produce(ALICE, "team-a.auto2", build_batch([NewRecord(b"v")])) != 0
+        # Produce never creates a topic, whoever may Create (as Kafka: only Metadata does).
+        for who in (ALICE, ADMIN):
+            code = h.produce(who, "team-a.auto2", build_batch([NewRecord(b"v")]))
+            assert code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert "team-a.auto2" not in h.broker.topics.topics
         # Groups and transactions: listed only where Describe is allowed.
         for gid, topic in (("team-a.grp", "team-a.orders"), ("team-b.grp", "team-b.events")):
@@ -1194,6 +1198,7 @@ def arena(tmp_path: Path) -> Iterator[Harness]:
         acl(X, "mallory.", Op.ALL, MALLORY, pattern=PRE),
         acl(C, CLUSTER_NAME, Op.CREATE, VICTIM),
     )
+    broker.create_topic("victim.orders")
     yield h
     broker.close()
 
@@ -1304,6 +1309,7 @@ def test_without_an_authorizer_nothing_is_checked(tmp_path: Path) -> None:
     try:
         h = Harness.__new__(Harness)
         h.broker = broker
+        broker.create_topic("t")
         assert h.produce("User:anyone", "t", build_batch([NewRecord(b"v")])) == 0
         assert _delete_topic_as(h, "User:other", "t") == 0
         # The ACL APIs say there is no authorizer, as Kafka does.
@@ -1472,6 +1478,7 @@ def test_producer_id_bindings_survive_a_restart(tmp_path: Path) -> None:
     broker = _broker(tmp_path)
     h = Harness(broker)
     h.grant(acl(T, "shared", Op.ALL, VICTIM), acl(T, "shared", Op.ALL, MALLORY))
+    broker.create_topic("shared")
     code, pid, _ = h.init_pid(VICTIM)
     assert code == 0
     assert h.produce(VICTIM, "shared", idempotent_batch(pid, 0, 0, value=b"real")) == 0

@@ -14,6 +14,7 @@ from samsa.broker.topic_config import (
     AlterOp,
     ConfigSource,
     InvalidConfigError,
+    UnknownOperationError,
     apply_incremental,
     describe_topic_configs,
     parse_topic_configs,
@@ -58,6 +59,7 @@ NOW = 1_800_000_000_000
         ({"file.delete.delay.ms": "-1"}, "at least 0"),
         ({"flush.messages": "0"}, "at least 1"),
         ({"flush.ms": "-1"}, "at least 0"),
+        ({"cleanup.policy": "delete,"}, "without blanks"),
     ],
 )
 def test_bad_values_and_unknown_keys_are_refused(configs: dict[str, str], words: str) -> None:
@@ -197,7 +199,7 @@ def test_incremental_operations() -> None:
     assert out["cleanup.policy"] == "compact"
     with pytest.raises(InvalidConfigError, match="append is not allowed"):
         apply_incremental(out, [("retention.ms", AlterOp.APPEND, "5")])
-    with pytest.raises(InvalidConfigError, match="unknown config operation"):
+    with pytest.raises(UnknownOperationError, match="unknown config operation"):
         apply_incremental(out, [("retention.ms", 7, "5")])
 
 
@@ -255,6 +257,8 @@ def test_delete_records_rules(tmp_path: Path) -> None:
     assert topics.delete_records("t", 0, -2) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1)
     assert topics.delete_records("t", 1, 0) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)
     assert topics.delete_records("c", 0, 0) == (ErrorCode.POLICY_VIOLATION, -1)
+    topics.create("n", 1, NOW, {"cleanup.policy": ""})  # neither: DeleteRecords may (KIP-1161)
+    assert topics.delete_records("n", 0, 0) == (ErrorCode.NONE, 0)
     assert topics.delete_records("t", 0, 2) == (ErrorCode.NONE, 2)
     assert topics.delete_records("t", 0, -1) == (ErrorCode.NONE, 4)  # the high watermark
     topics.close(NOW)
@@ -272,6 +276,7 @@ def test_broker_defaults_of_topic_configs_are_read_and_checked() -> None:
     )
     for key, value in (
         ("log.cleanup.policy", "shred"),
+        ("log.cleanup.policy", "compact,,delete"),
         ("log.message.timestamp.type", "Now"),
         ("compression.type", "brotli"),
         ("compression.gzip.level", "0"),
@@ -283,6 +288,45 @@ def test_broker_defaults_of_topic_configs_are_read_and_checked() -> None:
     ):
         with pytest.raises(ConfigError, match=key):
             BrokerConfig().with_properties({key: value}).validate()
+
+
+def test_an_empty_cleanup_policy_keeps_the_log_whole(tmp_path: Path) -> None:
+    """KIP-1161: cleanup.policy "" (or SUBTRACT of the last policy) neither deletes by
+    retention nor compacts; the same log under "delete" loses its old segments."""
+    import asyncio
+
+    from samsa.broker.broker import Broker, now_ms
+    from samsa.protocol.records import NewRecord, RecordBatchView, build_batch
+
+    broker = Broker(BrokerConfig(data_dir=tmp_path))
+    broker.start()
+    try:
+        short = {"retention.ms": "1", "retention.bytes": "1", "segment.ms": "1"}
+        broker.create_topic("kept", 1, {**short, "cleanup.policy": "delete"})
+        configs = apply_incremental(
+            short | {"cleanup.policy": "delete"},
+            [("cleanup.policy", AlterOp.SUBTRACT, "delete")],
+        )
+        assert configs["cleanup.policy"] == ""
+        broker.topics.alter_configs("kept", configs, validate_only=False)
+        broker.create_topic("deleted", 1, {**short, "cleanup.policy": "delete"})
+        old = now_ms() - 3_600_000
+        for name in ("kept", "deleted"):
+            plog = broker.topics.get_partition(name, 0).log  # type: ignore[union-attr]
+            for i in range(3):  # three segments (segment.ms), records of one key
+                record = NewRecord(b"v%d" % i, key=b"k", timestamp=old + i * 1000)
+                batch = build_batch([record])
+                plog.append(RecordBatchView(batch), old + i * 1000)
+        broker.apply_retention()
+        assert asyncio.run(broker.clean_logs()) == 0
+        kept = broker.topics.get_partition("kept", 0).log  # type: ignore[union-attr]
+        deleted = broker.topics.get_partition("deleted", 0).log  # type: ignore[union-attr]
+        assert (kept.log_start_offset, kept.log_end_offset, len(kept.segments)) == (0, 3, 3)
+        assert deleted.log_start_offset == 2
+        described = {d.name: d for d in broker.describe_topic(configs)}
+        assert described["cleanup.policy"].value == ""
+    finally:
+        broker.close()
 
 
 def test_broker_settings_are_the_defaults_of_the_new_keys(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from samsa.broker.client_metrics import CLIENT_METRICS, ClientMetricsError
 from samsa.broker.dynamic_config import DynamicConfigError
 from samsa.broker.group_config import GroupConfigError
 from samsa.broker.handlers._base import Op, Res, authorized
-from samsa.broker.topic_config import InvalidConfigError
+from samsa.broker.topic_config import InvalidConfigError, UnknownOperationError
 from samsa.broker.topics import TopicError
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import encode_response, make
@@ -70,6 +70,8 @@ def alter(
                     )
                 configs = new_configs(dict(topic.configs), res)
                 broker.topics.alter_configs(res.resource_name, configs, request.validate_only)
+        except UnknownOperationError as exc:
+            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
         except InvalidConfigError as exc:
             code, message = ErrorCode.INVALID_CONFIG, str(exc)
         except DynamicConfigError as exc:
@@ -127,6 +129,8 @@ def _alter_client_metrics(
     manager = broker.client_metrics
     try:
         configs = new_configs(manager.configs.get(res.resource_name), res)
+    except UnknownOperationError:
+        raise  # as Kafka's controller: UNKNOWN_SERVER_ERROR, as for a topic or a group
     except InvalidConfigError as exc:
         raise ClientMetricsError(str(exc)) from None
     if manager.configs.alter(res.resource_name, configs, validate_only):

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import (
     HandlerResult,
     Op,
@@ -51,7 +50,8 @@ TopicIds = dict[str, uuid.UUID | None] | None
 
 def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     # Rule 33 (Kafka's checks): Write on each topic; a transactional batch needs Write on its
-    # TransactionalId; only a principal that may Create topics makes one appear.
+    # TransactionalId. A topic that does not exist is UNKNOWN_TOPIC_OR_PARTITION, never
+    # created here: as in Kafka, only Metadata auto-creates, which clients ask first.
     txn_id = request.transactional_id
     txn_ok = txn_id is not None and authorized(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn_id)
     # v13 names topics by id (KIP-516): an id no topic has is UNKNOWN_TOPIC_ID, never created.
@@ -70,9 +70,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
     txn_refused = not txn_ok and _has_transactional_batch(request)
     for topic in request_topics:
         partitions: list[Any] = []
-        may_create = topic.name in broker.topics.topics or (
-            not by_id and _may_create(broker, ctx, topic.name)
-        )
         for pdata in topic.partition_data:
             result: Any
             if unknown_id(topic):
@@ -91,7 +88,6 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
                     to_flush,
                     txn_id if txn_ok else None,
                     owner,
-                    may_create,
                     implicit_add=ctx.version >= 12,
                     abortable=ctx.version >= 11,
                     acks=request.acks,
@@ -197,13 +193,12 @@ def _append_one(
     to_flush: set[Log],
     transactional_id: str | None = None,
     owner: str | None = None,
-    auto_create: bool = True,
     implicit_add: bool = False,
     acks: int = 1,
     abortable: bool = False,
 ) -> ProducePartitionResult | Awaitable[ProducePartitionResult]:
     index = pdata.index
-    partition = broker.partition_or_error(topic, index, auto_create=auto_create)
+    partition = broker.partition_or_error(topic, index)
     if isinstance(partition, ErrorCode):
         return ProducePartitionResult(index, partition)
     if acks not in VALID_ACKS:
@@ -328,9 +323,3 @@ def _has_transactional_batch(request: Any) -> bool:
                 if RecordBatchView(records, 0).is_transactional:
                     return True
     return False
-
-
-def _may_create(broker: Broker, ctx: RequestContext, topic: str) -> bool:
-    return authorized(broker, ctx, Op.CREATE, Res.CLUSTER, CLUSTER_NAME) or authorized(
-        broker, ctx, Op.CREATE, Res.TOPIC, topic
-    )
