@@ -68,7 +68,8 @@ def test_levels_apply_at_once_and_in_kafkas_order(broker: Broker) -> None:
         ("999", S.DYNAMIC_BROKER_CONFIG),
         ("1234", S.DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("5000", S.STATIC_BROKER_CONFIG),
-    ]  # no default synonym: Kafka's default of log.retention.ms is null (log.retention.hours)
+        ("168", S.DEFAULT_CONFIG),
+    ]  # Kafka's default of log.retention.ms is null; its group's is log.retention.hours=168
     assert _described(broker, "broker.id").read_only
     # The default resource lists the cluster defaults alone.
     default = describe_broker(broker.dynamic, broker.config, "")
@@ -80,7 +81,8 @@ def test_levels_apply_at_once_and_in_kafkas_order(broker: Broker) -> None:
         ("log.retention.ms", S.DYNAMIC_BROKER_CONFIG),
         ("log.retention.ms", S.DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("log.retention.ms", S.STATIC_BROKER_CONFIG),
-    ]  # as Kafka 4.4: no default synonym in other units (log.retention.hours)
+        ("log.retention.hours", S.DEFAULT_CONFIG),
+    ]  # as Kafka 4.4: the group's default, in hours, last
     # Deleting this broker's value falls back to the cluster default, live.
     broker.alter_broker_configs("0", {}, False)
     assert _retention(broker, "plain") == 1234
