@@ -72,7 +72,7 @@ class Restart:
     first_answer: float = 0.0
     ready: float = 0.0
     loading_answers: int = 0
-    metadata_ms: list[float] = field(default_factory=list)  # Metadata answered until ready
+    metadata_ms: list[float] = field(default_factory=list, repr=False)  # until ready
     stop: float = 0.0
     errors: list[str] = field(default_factory=list)
 
