@@ -2,7 +2,8 @@
 23): Metadata, Produce and Fetch are answered at once, FindCoordinator too, while the group and
 transaction APIs of a partition still loading answer COORDINATOR_LOAD_IN_PROGRESS; real
 clients (librdkafka's consumer and samsa's) retry and then resume from the offsets committed
-before the restart, and commit again.
+before the restart, and commit again; samsa's admin lists and describes, and its transactional
+producer initialises, retrying the same way.
 
 The replay is made slow by the test setting ``test.coordinator.load.batch.delay.ms`` (a sleep
 after each batch replayed), so "while loading" lasts seconds, whatever the machine."""
@@ -16,7 +17,7 @@ from typing import Any
 
 import confluent_kafka
 
-from samsa.client import Consumer, TopicPartition
+from samsa.client import Admin, Consumer, Producer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.errors import ErrorCode as E
 from samsa.protocol.messages import ApiKey, make_request
@@ -142,14 +143,22 @@ def test_restart_serves_while_coordinators_load_and_clients_resume(broker_factor
                     first["samsa"] = records[0].offset
             cons.commit({TopicPartition(topic, 0): 15})
 
-    print(f"checked while loading after {time.monotonic() - started:.2f} s")
-    threads = [threading.Thread(target=f) for f in (librdkafka, samsa)]
+    def samsa_admin_and_producer() -> None:
+        with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+            listed = {g.group_id for g in admin.list_groups()}
+            assert {ck_group, samsa_group} <= listed
+            assert admin.describe_transactions([txn_id])[txn_id].error == 0
+            assert txn_id in {t.transactional_id for t in admin.list_transactions()}
+        with Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id}) as p:
+            p.init_transactions()
+        first["samsa admin and producer"] = 0
+
+    threads = [threading.Thread(target=f) for f in (librdkafka, samsa, samsa_admin_and_producer)]
     for th in threads:
         th.start()
     for th in threads:
         th.join(60)
-    print(f"clients done after {time.monotonic() - started:.2f} s")
-    assert first == {"librdkafka": 7, "samsa": 4}
+    assert first == {"librdkafka": 7, "samsa": 4, "samsa admin and producer": 0}
     with BlockingConnection("127.0.0.1", port, timeout=10) as c:
         assert _fetch_offset(c, ck_group) == (0, 12)
         assert _fetch_offset(c, samsa_group) == (0, 15)
