@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    from peers import _format_row
+    from peers import print_rows
 
     ap = argparse.ArgumentParser(description="start-up with state, samsa and Kafka")
     ap.add_argument("scenarios", nargs="*", default=list(SCENARIOS), choices=SCENARIOS)
@@ -455,13 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with tempfile.TemporaryDirectory(prefix="samsa-startup-") as d:
         rows = state_rows(scale, Path(d), tuple(args.scenarios))
-    print("\n| row | samsa | Kafka | Tansu | samsa/Kafka | samsa/Tansu |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(_format_row(r))
-    for r in rows:
-        for name, note in r.notes.items():
-            print(f"  {r.label} / {name}: {note}")
+    print_rows(rows)
     return 0
 
 

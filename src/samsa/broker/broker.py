@@ -246,8 +246,8 @@ class Broker:
         serve, as Kafka opens its port before its coordinators have loaded (they answer
         COORDINATOR_LOAD_IN_PROGRESS meanwhile); ``start_background_tasks`` replays them."""
         self.topics.load(now_ms())
-        self.groups.begin_load()
-        self.transactions.begin_load()
+        self.groups.runtime.begin_load()
+        self.transactions.runtime.begin_load()
         self.share_partitions.load()
 
     async def load_coordinators(self) -> None:
@@ -257,8 +257,8 @@ class Broker:
         started = time.perf_counter()
         try:
             await asyncio.gather(
-                self.groups.load_in_background(delay),
-                self.transactions.load_in_background(delay),
+                self.groups.runtime.load_in_background(delay),
+                self.transactions.runtime.load_in_background(delay),
             )
         except Exception:
             # As a replay failing before the port opened did: the broker stops, rather

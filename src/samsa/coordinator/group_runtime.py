@@ -15,14 +15,13 @@ coordinator only verifies the producer (``verify_txn``); the offsets are written
 transactional batch and staged in the offset store until the marker, which reaches the store
 through the marker listener registered at construction (rule 15).
 
-Start-up: the broker serves while ``__consumer_offsets`` replays (``begin_load``, then
-``load_in_background``). Every operation enters through :meth:`_enter`, which answers
+Start-up: the broker serves while ``__consumer_offsets`` replays (the runtime's ``begin_load``,
+then ``load_in_background``). Every operation enters through :meth:`_enter`, which answers
 COORDINATOR_LOAD_IN_PROGRESS while the group's partition is still being replayed, as Kafka's
 coordinator runtime does; each operation says it in its own result type (a Heartbeat is
 answered NONE, as Kafka "blindly" answers one for a loading group). A transaction marker for a
 loading partition is refused the same way (the marker job retries), so replay alone applies
-what the log holds. Listings, and the timers, which span every group, wait for every
-partition.
+what the log holds. Listings, and the timers, which span every group, wait for every partition.
 """
 
 from __future__ import annotations
@@ -94,7 +93,13 @@ class GroupCoordinatorRuntime:
         self.topics = topics
         # ``overrides``: each consumer group's own timeouts (KIP-848 group configs).
         self.coordinator = GroupCoordinator(config, topics=topics, overrides=overrides)
-        self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
+        self.runtime = CoordinatorRuntime(
+            self.coordinator,
+            store,
+            clock,
+            "group coordinator",
+            lambda: f"{len(self.coordinator.groups)} groups",
+        )
         self.store = store
         self.verify_txn = verify_txn
         self._futures: dict[_Key, asyncio.Future[Any]] = {}
@@ -107,24 +112,9 @@ class GroupCoordinatorRuntime:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild the coordinator by replaying ``__consumer_offsets`` at once."""
+        """Rebuild the coordinator by replaying ``__consumer_offsets`` at once (the broker
+        instead replays it while serving: ``runtime.begin_load``, ``load_in_background``)."""
         self.runtime.load()
-        self._log_loaded()
-
-    def begin_load(self) -> None:
-        """Mark every partition loading (see :meth:`_enter`); ``load_in_background`` replays."""
-        self.runtime.begin_load()
-
-    async def load_in_background(self, batch_delay_s: float = 0.0) -> None:
-        await self.runtime.load_in_background(batch_delay_s)
-        self._log_loaded()
-
-    def _log_loaded(self) -> None:
-        log.info(
-            "group coordinator loaded %d batches: %d groups",
-            self.runtime.batches_loaded,
-            len(self.coordinator.groups),
-        )
 
     def start(self) -> None:
         """Serve the coordinator's timers once every partition is loaded: from then on every

@@ -127,6 +127,7 @@ class CoordinatorRuntime(Generic[RecT]):
         store: CoordinatorLog,
         clock: Callable[[], int],
         name: str,
+        summary: Callable[[], str] = str,
     ) -> None:
         self.shard = shard
         self.store = store
@@ -137,6 +138,7 @@ class CoordinatorRuntime(Generic[RecT]):
         self._wakeup_at: int | None = None
         self.loading: set[int] = set()  # partitions not yet replayed (``gate``)
         self.batches_loaded = 0
+        self.summary = summary  # what the shard holds, said once it is loaded
         # Called with each partition once it is replayed and served.
         self.on_loaded: list[Callable[[int], object]] = []
 
@@ -193,6 +195,7 @@ class CoordinatorRuntime(Generic[RecT]):
         for index in self.begin_load():
             for _ in self.load_partition(index):
                 pass
+        self._log_loaded()
         return self.batches_loaded
 
     async def load_in_background(self, batch_delay_s: float = 0.0) -> int:
@@ -208,7 +211,11 @@ class CoordinatorRuntime(Generic[RecT]):
                     await asyncio.sleep(0)
                     started = time.perf_counter()
             await asyncio.sleep(0)
+        self._log_loaded()
         return self.batches_loaded
+
+    def _log_loaded(self) -> None:
+        log.info("%s loaded %d batches: %s", self.name, self.batches_loaded, self.summary())
 
     def gate(self, partition: int) -> ErrorCode:
         """Whether an operation on ``partition`` may run now: NONE, or

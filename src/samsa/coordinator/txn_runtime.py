@@ -13,21 +13,20 @@ rule 16) as tasks: each writes the COMMIT/ABORT marker to every partition of the
 through the port's ``write_marker``, retrying transient errors, and then runs ``complete``
 (one more cycle) for the Complete{Commit,Abort} record.
 
-Start-up (``load``, or ``begin_load`` then ``load_in_background`` in the broker, which serves
-meanwhile) replays every partition of ``__transaction_state`` (CRC-checked). Until a partition
-is replayed, every operation on a transactional id placed there answers
+Start-up (``load``, or the runtime's ``begin_load`` then ``load_in_background`` in the broker,
+which serves meanwhile) replays every partition of ``__transaction_state`` (CRC-checked). Until
+a partition is replayed, every operation on a transactional id placed there answers
 COORDINATOR_LOAD_IN_PROGRESS, as Kafka's TransactionStateManager does for its loading
 partitions (ListTransactions too while any partition loads). Where a record may have been lost
 (the partition's tail was cut when it was opened, or replay skipped damage), the shard fences
 every transactional id whose newest surviving record precedes the loss at the top epoch
-(``TransactionCoordinator.fence_lost_state``), and the runtime writes and flushes those
-records before the partition is served: after a fence record follows the damage, the next
-start finds those ids unaffected, so a damage that stays in the log fences once. Once
-``start`` has been called, each loaded partition resumes the marker jobs of its transactions
-left in a Prepare state by a crash (markers are idempotent in effect: a second COMMIT for an
-already completed transaction on a partition changes nothing visible), and once every
-partition is loaded the timer starts that aborts timed-out transactions and expires idle
-transactional ids.
+(``TransactionCoordinator.fence_lost_state``), and the runtime writes and flushes those records
+before the partition is served: after a fence record follows the damage, the next start finds
+those ids unaffected, so a damage that stays in the log fences once. Once ``start`` has been
+called, each loaded partition resumes the marker jobs of its transactions left in a Prepare
+state by a crash (markers are idempotent in effect: a second COMMIT for an already completed
+transaction on a partition changes nothing visible), and once every partition is loaded the
+timer starts that aborts timed-out transactions and expires idle transactional ids.
 
 ``on_step`` (given at construction, None in the broker) is called with each marker job at two
 steps that are otherwise never apart: ``after-prepare`` once its Prepare record is written,
@@ -86,7 +85,9 @@ class TransactionCoordinatorRuntime:
         self.store = store
         self.clock = clock
         self.coordinator = TransactionCoordinator(config, allocate_producer_id)
-        self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "transaction coordinator")
+        self.runtime = CoordinatorRuntime(
+            self.coordinator, store, clock, "transaction coordinator", self._summary
+        )
         self._jobs: dict[str, asyncio.Task[None]] = {}
         self._started = False
         self._ticking = False
@@ -97,25 +98,14 @@ class TransactionCoordinatorRuntime:
 
     def load(self) -> None:
         """Rebuild the coordinator by replaying ``__transaction_state`` at once (and fence
-        what damage may have hidden)."""
+        what damage may have hidden); the broker instead replays it while serving
+        (``runtime.begin_load``, ``load_in_background``)."""
         self.runtime.load()
-        self._log_loaded()
 
-    def begin_load(self) -> None:
-        """Mark every partition loading (see :meth:`gate`); ``load_in_background`` replays."""
-        self.runtime.begin_load()
-
-    async def load_in_background(self, batch_delay_s: float = 0.0) -> None:
-        await self.runtime.load_in_background(batch_delay_s)
-        self._log_loaded()
-
-    def _log_loaded(self) -> None:
+    def _summary(self) -> str:
         coord = self.coordinator
-        log.info(
-            "transaction coordinator loaded %d batches: %d transactional ids, %d to complete",
-            self.runtime.batches_loaded,
-            len(coord.txns),
-            len(coord.pending_marker_jobs()),
+        return (
+            f"{len(coord.txns)} transactional ids, {len(coord.pending_marker_jobs())} to complete"
         )
 
     def start(self) -> None:

@@ -57,7 +57,7 @@ def test_group_operations_wait_for_their_partition() -> None:
     written = len(log.entries)
 
     rt = _groups(log)
-    rt.begin_load()
+    rt.runtime.begin_load()
     assert rt.commit(a, -1, "", None, [OffsetToCommit(T, 0, 9)]) == {(T, 0): LOADING}
     assert rt.validate_fetch(a, None, -1) == LOADING  # OffsetFetch's group error
     assert rt.join(_join(a)).error == LOADING  # type: ignore[union-attr]
@@ -93,7 +93,7 @@ def test_a_marker_for_a_loading_offsets_partition_is_refused_and_not_written() -
     log = MemoryLog()
     _groups(log).commit("g", -1, "", None, [OffsetToCommit(T, 0, 5)])
     rt = _groups(log)
-    rt.begin_load()
+    rt.runtime.begin_load()
     part = rt.coordinator.partition_for("g")
     held = len(log.batches[OFFSETS_TOPIC][part])
     assert log.write_marker(OFFSETS_TOPIC, part, 7, 0, 0, True) == LOADING
@@ -119,7 +119,7 @@ def test_transaction_operations_wait_for_their_partition() -> None:
     written = sum(len(p) for p in log.batches[TXN_TOPIC])
 
     rt = txns()
-    rt.begin_load()
+    rt.runtime.begin_load()
     pid, epoch = started[a].producer_id, started[a].producer_epoch
     assert rt.init_producer_id(a, 60_000, None).error == LOADING
     assert rt.add_partitions(a, pid, epoch, [(T, 0)]) == LOADING
