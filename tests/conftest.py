@@ -116,11 +116,46 @@ def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for f in order for item in files[f]]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# The files that share a JVM fixture built once per test process besides the Kafka node of
+# the differential files: Spark's session and broker (tests/spark) and the 3-node Kafka cluster.
+# xdist sends them to one worker as one unit, so those JVMs start once per run, not once per
+# worker; the unit starts first (Spark's files lead the order above).
+_CLUSTER_FILES = frozenset(
+    {
+        "tests/interop/test_consumer_position_validation.py",
+        "tests/oracle/test_kafka_cluster_faults.py",
+        "tests/oracle/test_kafka_cluster_validation.py",
+        "tests/oracle/test_kafka_launcher.py",
+    }
+)
+
+
+def _shared_jvm_unit(path: str) -> bool:
+    return path.startswith("tests/spark/") or path in _CLUSTER_FILES
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadFileScheduling
+
+    if config.getoption("dist") != "loadfile":
+        return None
+
+    class SharedJvmsInOneUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "shared JVMs" if _shared_jvm_unit(path) else path
+
+    return SharedJvmsInOneUnit(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items[:] = _interleaved(items)
     for item in items:
         if _uses_brokers(item):
             item.add_marker(pytest.mark.brokers)
+        path = Path(str(item.path)).relative_to(config.rootpath).as_posix()
+        if "_kafka_cluster" in getattr(item, "fixturenames", ()) and not _shared_jvm_unit(path):
+            raise pytest.UsageError(f"{path} uses the Kafka cluster: list it in _CLUSTER_FILES")
 
 
 @pytest.fixture

@@ -3,47 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
 from samsa.broker.config import ConfigError
-from samsa.cli import (
-    acls,
-    broker,
-    configs,
-    consume,
-    demo,
-    features,
-    groups,
-    produce,
-    producers,
-    proxy,
-    records,
-    topics,
-    transactions,
-    users,
-    verify,
-)
-from samsa.cli._clientutil import missing_names
+from samsa.cli._names import missing_names
 
-# Each command module has register(subparsers): it adds its sub-command(s) with a `func`.
-COMMANDS = [
-    broker,
-    produce,
-    consume,
-    topics,
-    configs,
-    records,
-    producers,
-    proxy,
-    verify,
-    transactions,
-    groups,
-    users,
-    acls,
-    features,
-    demo,
-]
+# One module per command, named as the command; each has register(subparsers), adding its
+# sub-command(s) with a `func`. A command line imports only the module of its command:
+# `samsa broker` starts without the client, Arrow or Spark modules the tools need.
+COMMANDS = (
+    "broker",
+    "produce",
+    "consume",
+    "topics",
+    "configs",
+    "records",
+    "producers",
+    "proxy",
+    "verify",
+    "transactions",
+    "groups",
+    "users",
+    "acls",
+    "features",
+    "demo",
+)
 
 
 # Kafka's kafka-topics, kafka-consumer-groups and kafka-acls name their action by a flag
@@ -72,21 +58,25 @@ def kafka_style(argv: list[str]) -> list[str]:
     return [*argv[: command + 1], action, *rest]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``command`` alone when it is one of ours, else of them all (for --help
+    and for argparse's error naming the choices)."""
     parser = argparse.ArgumentParser(
         prog="samsa",
         description="A Kafka-compatible log broker with exactly-once delivery, and its tools.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMANDS:
-        module.register(sub)
+    for name in [command] if command in COMMANDS else COMMANDS:
+        importlib.import_module(f"samsa.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(kafka_style(list(sys.argv[1:] if argv is None else argv)))
+    words = kafka_style(list(sys.argv[1:] if argv is None else argv))
+    command = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(command)
+    args = parser.parse_args(words)
     missing = missing_names(args)
     if missing:
         parser.error(f"{args.command}: the following arguments are required: {', '.join(missing)}")

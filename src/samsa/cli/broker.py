@@ -21,6 +21,9 @@ EXIT_USAGE = 2  # argparse's status for bad usage too
 
 
 def _broker(args: argparse.Namespace) -> int:
+    # kio registers Hypothesis strategies for its types whenever Hypothesis is installed (the
+    # test extra); a broker draws no examples, and the import was a fifth of its start-up.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     from samsa.broker.broker import ShutdownError, StartupError
     from samsa.broker.server import run
 

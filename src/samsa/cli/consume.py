@@ -18,12 +18,12 @@ from typing import Any
 from samsa.cli._clientutil import (
     Progress,
     add_bootstrap,
-    add_name,
     add_properties,
     client_config,
     one_line_errors,
     parse_properties,
 )
+from samsa.cli._names import add_name
 from samsa.client import Consumer, ConsumerRecord, KafkaError, TopicPartition
 from samsa.protocol.errors import ErrorCode
 

@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 from samsa.broker.config import ConfigError, parse_host_port
-from samsa.cli._clientutil import add_name, command_config, command_security
+from samsa.cli._clientutil import command_config, command_security
+from samsa.cli._names import add_name
 from samsa.cli._offset_reset import (
     MODES,
     Bounds,

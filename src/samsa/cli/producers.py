@@ -8,11 +8,11 @@ from typing import Any
 
 from samsa.cli._clientutil import (
     add_bootstrap,
-    add_name,
     client_config,
     command_security,
     one_line_errors,
 )
+from samsa.cli._names import add_name
 from samsa.client import Admin, Consumer, TopicPartition
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.constants import EARLIEST, LATEST

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from samsa.cli._clientutil import add_bootstrap, add_name, client_config, one_line_errors
+from samsa.cli._clientutil import add_bootstrap, client_config, one_line_errors
+from samsa.cli._names import add_name
 from samsa.client import Admin, KafkaError, NewTopic
 
 

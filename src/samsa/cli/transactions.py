@@ -21,11 +21,11 @@ from samsa.broker.config import parse_host_port
 from samsa.cli import producers
 from samsa.cli._clientutil import (
     add_bootstrap,
-    add_name,
     client_config,
     command_security,
     one_line_errors,
 )
+from samsa.cli._names import add_name
 from samsa.client import Admin, TopicPartition
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode

@@ -37,6 +37,7 @@ from samsa.coordinator.consumer_group_records import (
     TARGET_MEMBER_TYPE,
     TARGET_METADATA_TYPE,
     Assignment,
+    AssignmentEpochs,
     ConsumerGroupKey,
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataValue,
@@ -66,6 +67,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # The epoch each partition (assigned or pending revocation) was assigned at (KIP-1251):
+    # a commit carrying an older member epoch is still the member's for such a partition.
+    epochs: AssignmentEpochs = field(default_factory=dict)
 
     @property
     def instance_id(self) -> str | None:
@@ -88,7 +92,24 @@ class ConsumerMember:
             int(self.state),
             self.assigned,
             self.pending_revocation,
+            self.epochs,
         )
+
+    def epochs_of(self, assignment: Assignment) -> AssignmentEpochs:
+        """The assignment epochs of ``assignment``'s partitions, every one spelled out."""
+        return {
+            (tid, p): self.epochs.get((tid, p), self.member_epoch)
+            for tid, parts in assignment.items()
+            for p in parts
+        }
+
+    def assignment_epoch(self, topic_id: uuid.UUID, partition: int) -> int | None:
+        """The epoch the member was given the partition at, None if it does not own it."""
+        if partition in self.assigned.get(topic_id, ()) or partition in (
+            self.pending_revocation.get(topic_id, ())
+        ):
+            return self.epochs.get((topic_id, partition), self.member_epoch)
+        return None
 
 
 @dataclass(slots=True)
@@ -204,6 +225,7 @@ class ConsumerGroup:
                 member.state = MemberState.UNKNOWN
             member.assigned = dict(value.assigned)
             member.pending_revocation = dict(value.pending_revocation)
+            member.epochs = dict(value.epochs)
 
 
 # --- reconciliation ------------------------------------------------------------------------------
@@ -216,6 +238,7 @@ class Reconciled:
     state: MemberState
     assigned: Assignment
     pending_revocation: Assignment
+    epochs: AssignmentEpochs
 
 
 def _owns_any(owned: Assignment | None, pending: Assignment) -> bool:
@@ -245,6 +268,7 @@ def reconcile(
         member.state,
         member.assigned,
         member.pending_revocation,
+        member.epochs,
     )
     if member.state == MemberState.STABLE and member.member_epoch == target_epoch:
         return unchanged
@@ -273,13 +297,18 @@ def reconcile(
         if free:
             wanted[tid] = frozenset(free)
     epoch = member.member_epoch
+    # A partition the member keeps keeps the epoch it was assigned at (KIP-1251); one it is
+    # given now is assigned at the target epoch.
+    epochs = member.epochs_of(assigned)
     if revoke and _owns_any(owned, revoke):
         # First the member gives up what must go; its epoch stays until it has.
-        return Reconciled(epoch, epoch, MemberState.UNREVOKED_PARTITIONS, assigned, revoke)
+        epochs |= member.epochs_of(revoke)
+        return Reconciled(epoch, epoch, MemberState.UNREVOKED_PARTITIONS, assigned, revoke, epochs)
     for tid, parts in wanted.items():
         assigned[tid] = assigned.get(tid, frozenset()) | parts
+        epochs.update(((tid, p), target_epoch) for p in parts)
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return Reconciled(target_epoch, epoch, state, assigned, {})
+    return Reconciled(target_epoch, epoch, state, assigned, {}, epochs)
 
 
 def assignment_size(assignment: Assignment) -> int:

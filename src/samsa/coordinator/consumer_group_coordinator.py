@@ -308,6 +308,7 @@ class ConsumerGroups:
                 nxt.state,
                 nxt.assigned,
                 nxt.pending_revocation,
+                nxt.epochs,
             )
             self._emit(
                 _key(CURRENT_ASSIGNMENT_TYPE, group.group_id, member.member_id),
@@ -399,7 +400,14 @@ class ConsumerGroups:
                             TargetAssignmentMemberValue(group.targets[prior.member_id]),
                         )
                     taken = ConsumerMember(
-                        mid, prior.metadata, 0, -1, MemberState.STABLE, dict(prior.assigned), {}
+                        mid,
+                        prior.metadata,
+                        0,
+                        -1,
+                        MemberState.STABLE,
+                        dict(prior.assigned),
+                        {},
+                        prior.epochs_of(prior.assigned),
                     )
                     return taken, True, prior.member_id
             existing = group.members.get(mid)
@@ -449,6 +457,7 @@ class ConsumerGroups:
             prior.state,
             dict(prior.assigned),
             dict(prior.pending_revocation),
+            dict(prior.epochs),
         )
 
     def _leave(self, group: ConsumerGroup, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
@@ -468,6 +477,7 @@ class ConsumerGroups:
                 member.state,
                 member.assigned,
                 member.pending_revocation,
+                member.epochs_of(member.assigned) | member.epochs_of(member.pending_revocation),
             )
             self._emit(
                 _key(CURRENT_ASSIGNMENT_TYPE, group.group_id, member.member_id),
@@ -576,17 +586,33 @@ class ConsumerGroups:
             members,
         )
 
-    def validate_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:
-        """OffsetCommit for a consumer group: the member epoch must be the member's."""
+    def validate_commit(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        member_epoch: int,
+        partitions: Iterable[tuple[uuid.UUID | None, int]] | None = None,
+    ) -> ErrorCode:
+        """OffsetCommit (``partitions``: the (topic id, partition) committed) or OffsetFetch
+        (None) for a consumer group. The member's current epoch always passes; as Kafka 4.4
+        (KIP-1251), a commit at an older epoch passes too if the member owns every partition
+        since that epoch or before, so a commit racing its own epoch bump is not refused."""
         if not member_id and member_epoch < 0:
             # Not a member (admin tools, manual assignment): only while the group is empty.
             return E.NONE if not group.members else E.UNKNOWN_MEMBER_ID
         member = group.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            # A classic member's generation is its member epoch (rule 38).
-            return E.ILLEGAL_GENERATION if member.is_classic else E.STALE_MEMBER_EPOCH
+        if member_epoch == member.member_epoch:
+            return E.NONE
+        # A classic member's generation is its member epoch (rule 38).
+        stale = E.ILLEGAL_GENERATION if member.is_classic else E.STALE_MEMBER_EPOCH
+        if member_epoch > member.member_epoch or partitions is None:
+            return stale
+        for topic_id, partition in partitions:
+            since = None if topic_id is None else member.assignment_epoch(topic_id, partition)
+            if since is None or member_epoch < since:
+                return stale
         return E.NONE
 
     # == classic members of a consumer group (online migration, rule 38) ========================

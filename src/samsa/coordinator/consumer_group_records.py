@@ -18,7 +18,8 @@ type   key                                         value (version 0)
        (group, member)
 8      ConsumerGroupCurrentMemberAssignmentKey     member epoch, previous epoch, state,
        (group, member)                             assigned and pending-revocation
-                                                   partitions
+                                                   partitions, each with the epoch it
+                                                   was assigned at (KIP-1251, tagged)
 =====  ==========================================  =====================================
 
 Keys use the classic encoding (int16 type, int16-length strings); values start with an int16
@@ -53,6 +54,10 @@ CONSUMER_GROUP_KEY_TYPES = frozenset({3, 4, 5, 6, 7, 8})
 
 # topic id -> partitions, in a canonical (sorted) order when encoded
 Assignment = dict[uuid.UUID, frozenset[int]]
+# (topic id, partition) -> the member epoch it was assigned to its member at (KIP-1251); a
+# partition missing here was assigned at the member's current epoch (Kafka's default for a
+# record written without them).
+AssignmentEpochs = dict[tuple[uuid.UUID, int], int]
 
 
 class ConsumerRecordFormatError(ValueError):
@@ -113,6 +118,7 @@ class CurrentMemberAssignmentValue:
     state: int
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    epochs: AssignmentEpochs = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +184,30 @@ def _cstr(out: bytearray, s: str | None) -> None:
     out += data
 
 
-def _partitions(out: bytearray, assignment: Assignment) -> None:
+def _partitions(
+    out: bytearray, assignment: Assignment, epochs: AssignmentEpochs | None = None
+) -> None:
+    """Kafka's []TopicPartitions; with ``epochs``, each topic's tagged field 0
+    (AssignmentEpochs, KIP-1251): one epoch per partition, in the partitions' order."""
     items = sorted(assignment.items(), key=lambda kv: kv[0].bytes)
     _uvarint(out, len(items) + 1)
     for topic_id, parts in items:
         out += topic_id.bytes
-        _uvarint(out, len(parts) + 1)
-        for p in sorted(parts):
+        ordered = sorted(parts)
+        _uvarint(out, len(ordered) + 1)
+        for p in ordered:
             out += _I32.pack(p)
-        out.append(0)  # no tagged fields
+        if epochs is None:
+            out.append(0)  # no tagged fields
+            continue
+        tagged = bytearray()
+        _uvarint(tagged, len(ordered) + 1)
+        for p in ordered:
+            tagged += _I32.pack(epochs[(topic_id, p)])
+        out.append(1)  # one tagged field: tag 0
+        out.append(0)
+        _uvarint(out, len(tagged))
+        out += tagged
 
 
 def _classic_metadata(classic: ClassicMemberMetadata) -> bytes:
@@ -233,8 +254,15 @@ def encode_consumer_value(value: ConsumerGroupValue) -> bytes:
         out += _I32.pack(value.member_epoch)
         out += _I32.pack(value.previous_member_epoch)
         out += _I8.pack(value.state)
-        _partitions(out, value.assigned)
-        _partitions(out, value.pending_revocation)
+        # Every partition's epoch is written, defaulting to the member epoch as a reader does.
+        epochs = {
+            (tid, p): value.epochs.get((tid, p), value.member_epoch)
+            for assignment in (value.assigned, value.pending_revocation)
+            for tid, parts in assignment.items()
+            for p in parts
+        }
+        _partitions(out, value.assigned, epochs)
+        _partitions(out, value.pending_revocation, epochs)
     else:
         raise ConsumerRecordFormatError(f"cannot write {type(value).__name__}")
     out.append(0)  # no tagged fields
@@ -313,14 +341,23 @@ class _Reader:
             self.uvarint()  # tag
             self.take(self.uvarint())
 
-    def partitions(self) -> Assignment:
+    def partitions(self, epochs: AssignmentEpochs | None = None) -> Assignment:
+        """[]TopicPartitions; each topic's assignment epochs (tag 0, KIP-1251) go into
+        ``epochs`` when given, else are skipped."""
         out: Assignment = {}
         for _ in range(self.count()):
             topic_id = uuid.UUID(bytes=self.take(16))
-            parts = frozenset(self.i32() for _ in range(self.count()))
-            self.skip_tags()  # e.g. KIP-1251's assignment epochs
-            if parts:
-                out[topic_id] = out.get(topic_id, frozenset()) | parts
+            ordered = [self.i32() for _ in range(self.count())]
+            tagged = self.tags().get(0)
+            if epochs is not None and tagged is not None:
+                t = _Reader(tagged)
+                n = t.uvarint()  # nullable compact array: 0 is null
+                if n and n - 1 != len(ordered):
+                    raise ConsumerRecordFormatError("assignment epochs and partitions differ")
+                for p in ordered if n else ():
+                    epochs[(topic_id, p)] = t.i32()
+            if ordered:
+                out[topic_id] = out.get(topic_id, frozenset()) | frozenset(ordered)
         return out
 
 
@@ -364,9 +401,11 @@ def decode_consumer_value(key: ConsumerGroupKey, data: bytes) -> ConsumerGroupVa
     elif key.type == TARGET_MEMBER_TYPE:
         value = TargetAssignmentMemberValue(r.partitions())
     elif key.type == CURRENT_ASSIGNMENT_TYPE:
-        value = CurrentMemberAssignmentValue(
-            r.i32(), r.i32(), r.i8(), r.partitions(), r.partitions()
-        )
+        epoch, previous, state = r.i32(), r.i32(), r.i8()
+        epochs: AssignmentEpochs = {}
+        assigned = r.partitions(epochs)
+        pending = r.partitions(epochs)
+        value = CurrentMemberAssignmentValue(epoch, previous, state, assigned, pending, epochs)
     elif key.type == PARTITION_METADATA_TYPE:
         return PartitionMetadataValue()
     else:

@@ -410,7 +410,9 @@ class GroupCoordinator:
     ) -> Outcome[CoordinatorRecord, Any]:
         """Response: {(topic, partition): error}."""
         self._touched.add(group_id)
-        error = self.validate_commit(group_id, generation, member_id, group_instance_id, now_ms)
+        error = self.validate_commit(
+            group_id, generation, member_id, group_instance_id, now_ms, offsets
+        )
         errors, records = self.offsets.commit(group_id, offsets, error, now_ms)
         self._out.records += records
         return self._outcome(errors)
@@ -438,22 +440,29 @@ class GroupCoordinator:
                 error = E.UNKNOWN_MEMBER_ID  # Kafka's answer when the group does not exist
             else:
                 error = self.validate_commit(
-                    group_id, generation, member_id, group_instance_id, now_ms
+                    group_id, generation, member_id, group_instance_id, now_ms, offsets
                 )
         errors, records = self.offsets.commit(group_id, offsets, error, now_ms)
         return Outcome(records, errors)
 
     def validate_commit(
-        self, group_id: str, generation: int, member_id: str, iid: str | None, now_ms: int
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        iid: str | None,
+        now_ms: int,
+        offsets: Iterable[OffsetToCommit] = (),
     ) -> ErrorCode:
-        """May this member commit offsets for the group now (OffsetCommit, and TxnOffsetCommit
-        from a group-aware producer)? A commit accepted from a member counts as its
-        heartbeat."""
+        """May this member commit ``offsets`` for the group now (OffsetCommit, and
+        TxnOffsetCommit from a group-aware producer)? A commit accepted from a member counts
+        as its heartbeat."""
         if not group_id:
             return E.INVALID_GROUP_ID
         cgroup = self.registry.consumer.get(group_id)
         if cgroup is not None:
-            return self.consumer.validate_commit(cgroup, member_id, generation)
+            committed = [(o.topic_id, o.partition) for o in offsets]
+            return self.consumer.validate_commit(cgroup, member_id, generation, committed)
         return self.classic.validate_commit(group_id, generation, member_id, iid, now_ms)
 
     def fetch_offsets(

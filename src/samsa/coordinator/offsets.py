@@ -32,6 +32,7 @@ This module is pure: no I/O and no clock.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ class OffsetToCommit:
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    topic_id: uuid.UUID | None = None  # what a consumer group's assignments name it by
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 // KIP-714 from Kafka's Java client: a producer (enable.metrics.push is true by default)
-// sends records for a few seconds, so it fetches its subscription and pushes, then closes
-// (its last, terminating push). Prints its client instance id as JSON.
-// Arguments: bootstrap servers, client id, topic, seconds.
+// fetches its subscription, prints its client instance id as JSON, and sends records for up
+// to the given seconds, pushing its metrics meanwhile, then closes (its last, terminating
+// push). Arguments: bootstrap servers, client id, topic, seconds.
 import java.time.Duration;
 import java.util.Properties;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -18,11 +18,12 @@ public class TelemetryCheck {
         long until = System.currentTimeMillis() + 1000L * Integer.parseInt(args[3]);
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
             String id = String.valueOf(producer.clientInstanceId(Duration.ofSeconds(30)));
+            System.out.println("{\"client_instance_id\": \"" + id + "\"}");
+            System.out.flush();
             while (System.currentTimeMillis() < until) {
                 producer.send(new ProducerRecord<>(args[2], "k", "v")).get();
                 Thread.sleep(100);
             }
-            System.out.println("{\"client_instance_id\": \"" + id + "\"}");
         }
     }
 }

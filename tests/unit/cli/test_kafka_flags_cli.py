@@ -11,7 +11,7 @@ import argparse
 import pytest
 
 from samsa.cli import build_parser, kafka_style
-from samsa.cli._clientutil import missing_names
+from samsa.cli._names import missing_names
 from samsa.cli.consume import Formatter
 from samsa.cli.produce import LineReader
 from samsa.client import ConsumerRecord

@@ -282,6 +282,43 @@ def test_offset_commit_carries_the_member_epoch() -> None:
     assert h.run(commit(G, -1, "", None, offsets, h.now)) == {("t", 0): E.NONE}
 
 
+def test_a_commit_at_an_older_epoch_passes_for_partitions_owned_since() -> None:
+    """As Kafka 4.4 (KIP-1251): a commit may carry an epoch older than the member's when the
+    member was given every committed partition at that epoch or before; so a commit that
+    raced the member's own epoch bump is taken, and one for a partition it got later, or
+    gave up, is not. Replay keeps each partition's assignment epoch."""
+    h = Harness()
+    h.hb("a", 0)  # epoch 2: all six partitions, assigned at 2
+    h.hb("b", 0)  # epoch 3
+    assert h.hb("a", 2, owned={T1: frozenset(range(6))}).member_epoch == 2  # revoking first
+    kept = h.member("a").assigned[T1]
+    assert len(kept) == 3
+    assert h.hb("a", 2, owned={T1: kept}).member_epoch == 3
+    theirs = parts(h.hb("b", 3, owned={}))
+    assert theirs == frozenset(range(6)) - kept and h.member("b").member_epoch == 3
+
+    def commit(c: GroupCoordinator, member: str, epoch: int, partition: int) -> E:
+        offsets = [OffsetToCommit("t", partition, 1, topic_id=T1)]
+        return h.run(c.commit_offsets(G, epoch, member, None, offsets, h.now))[("t", partition)]  # type: ignore[no-any-return]
+
+    k, gone = min(kept), min(theirs)
+    assert commit(h.c, "a", 2, k) == E.NONE  # owned since epoch 2
+    assert commit(h.c, "a", 2, gone) == E.STALE_MEMBER_EPOCH  # given up
+    assert commit(h.c, "a", 4, k) == E.STALE_MEMBER_EPOCH  # ahead of the member
+    assert commit(h.c, "b", 2, gone) == E.STALE_MEMBER_EPOCH  # b got it at epoch 3
+    assert commit(h.c, "b", 3, gone) == E.NONE
+    assert h.c.validate_fetch(G, "a", 2) == E.STALE_MEMBER_EPOCH  # fetches stay strict
+    # b leaves (epoch 4): a takes b's partitions in the same step, assigned at 4.
+    h.hb("b", -1)
+    assert parts(h.hb("a", 3, owned={T1: kept})) == frozenset(range(6))
+    assert commit(h.c, "a", 3, k) == E.NONE
+    assert commit(h.c, "a", 3, gone) == E.STALE_MEMBER_EPOCH
+    fresh = h.rebuilt(GroupCoordinator(GroupConfig()))
+    assert commit(fresh, "a", 2, k) == E.NONE
+    assert commit(fresh, "a", 3, gone) == E.STALE_MEMBER_EPOCH
+    assert commit(fresh, "a", 4, gone) == E.NONE
+
+
 # -- classic and consumer groups side by side -----------------------------------------------------
 
 
@@ -361,20 +398,25 @@ def test_record_formats_are_kafkas() -> None:
     key = ConsumerGroupKey(8, "g", "m")
     assert encode_consumer_key(key) == b"\x00\x08\x00\x01g\x00\x01m"
     assert encode_consumer_key(ConsumerGroupKey(3, "g")) == b"\x00\x03\x00\x01g"
-    value = CurrentMemberAssignmentValue(3, 2, 1, {T1: frozenset({1, 0})}, {})
+    epochs = {(T1, 0): 2, (T1, 1): 3}
+    value = CurrentMemberAssignmentValue(3, 2, 1, {T1: frozenset({1, 0})}, {}, epochs)
     raw = encode_consumer_value(value)
-    # version 0; epochs; state; compact array of one topic (id, [0, 1], no tags); empty; no tags
+    # version 0; epochs; state; compact array of one topic (id, [0, 1], tagged field 0: the
+    # partitions' assignment epochs [2, 3], as Kafka 4.4 writes them); empty; no tags
     assert raw == (
         b"\x00\x00" + b"\x00\x00\x00\x03" + b"\x00\x00\x00\x02" + b"\x01"
-        + b"\x02" + T1.bytes + b"\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00"
+        + b"\x02" + T1.bytes + b"\x03\x00\x00\x00\x00\x00\x00\x00\x01"
+        + b"\x01\x00\x09" + b"\x03\x00\x00\x00\x02\x00\x00\x00\x03"
         + b"\x01" + b"\x00"
     )  # fmt: skip
     assert decode_consumer_value(key, raw) == value
-    # Tagged fields of later Kafka versions (KIP-1251's assignment epochs) are skipped.
+    # A record of a Kafka before 4.4 has no epochs: each partition's is the member epoch.
     topic_end = 11 + 1 + 16 + 9  # header, array length, topic id, partitions
-    assert raw[topic_end] == 0  # the topic's (empty) tagged fields
-    tagged = raw[:topic_end] + b"\x01\x00\x03\xaa\xbb\xcc" + raw[topic_end + 1 :]
-    assert decode_consumer_value(key, tagged) == value
+    old = raw[:topic_end] + b"\x00" + raw[topic_end + 12 :]
+    assert decode_consumer_value(key, old).epochs == {}
+    assert encode_consumer_value(decode_consumer_value(key, old)) == raw.replace(
+        b"\x00\x00\x00\x02\x00\x00\x00\x03\x01\x00", b"\x00\x00\x00\x03\x00\x00\x00\x03\x01\x00"
+    )
 
 
 def test_bad_record_is_an_error_not_a_crash() -> None:

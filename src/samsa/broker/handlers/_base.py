@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -246,6 +247,11 @@ class NamedTopic:
 def unknown_id(topic: Any) -> bool:
     """Whether a request topic named an id no topic has (only a :class:`NamedTopic` can)."""
     return isinstance(topic, NamedTopic) and not topic.known
+
+
+def topic_id_of(broker: Broker, name: str) -> uuid.UUID | None:
+    topic = broker.topics.topics.get(name)
+    return None if topic is None else topic.topic_id
 
 
 def resolve_topic_ids(broker: Broker, topics: Iterable[Any]) -> list[NamedTopic]:

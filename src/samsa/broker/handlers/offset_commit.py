@@ -19,6 +19,7 @@ from samsa.broker.handlers._base import (
     partition_errors,
     refused_first,
     resolve_topic_ids,
+    topic_id_of,
     unknown_id,
     unknown_partitions,
 )
@@ -47,6 +48,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             offset=p.committed_offset,
             leader_epoch=getattr(p, "committed_leader_epoch", -1),
             metadata=p.committed_metadata,
+            topic_id=topic_id_of(broker, t.name),
         )
         for t in request_topics
         for p in t.partitions

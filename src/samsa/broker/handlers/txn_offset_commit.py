@@ -20,6 +20,7 @@ from samsa.broker.handlers._base import (
     outside_transaction,
     partition_errors,
     refused_first,
+    topic_id_of,
     unknown_partitions,
 )
 from samsa.coordinator.offsets import OFFSETS_TOPIC, OffsetToCommit
@@ -41,6 +42,7 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
             p.committed_offset,
             getattr(p, "committed_leader_epoch", -1),
             p.committed_metadata,
+            topic_id_of(broker, t.name),
         )
         for t in request.topics
         for p in t.partitions
