@@ -9,11 +9,16 @@
 
 Each restart is timed from exec to the first answered ApiVersions (the port is open and
 requests are read) and to the first answer that needs the state: Metadata with every
-partition led, OffsetFetch with the committed offsets, ListOffsets with the whole log, and
-InitProducerId of a new transactional id. In between, the probes count how often the broker
-answered COORDINATOR_LOAD_IN_PROGRESS (or NOT_AVAILABLE), which is how Kafka serves while its
-coordinators load. Then a SIGTERM to exit is timed (the clean stop with that state). The state
-is loaded with raw requests (samsa's ``BlockingConnection``), the same for both brokers.
+partition led, OffsetFetch with the committed offsets (the group coordinator ready), ListOffsets
+with the whole log, and InitProducerId of a new transactional id. In between, the probes count
+how often the broker answered COORDINATOR_LOAD_IN_PROGRESS (or NOT_AVAILABLE), which is how
+Kafka (and samsa) serve while their coordinators load, and time a small Metadata request each
+round: what other clients wait for meanwhile (p50 and max, in the notes). Then a SIGTERM to
+exit is timed (the clean stop with that state). The state is loaded with raw requests (samsa's
+``BlockingConnection``), the same for both brokers.
+
+``python benchmarks/peer_startup.py offsets`` runs one scenario's rows alone (samsa and Kafka,
+the full scale; ``--quick`` the small one).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from _brokers import HOST, _api_versions_ok, free_port
-from _peerlib import Row, create_topic, pipelined, wait_coordinator
+from _peerlib import Row, create_topic, machine, pipelined, wait_coordinator
 
 from samsa.client._connection import BlockingConnection, ConnectionClosed
 from samsa.protocol.errors import ErrorCode
@@ -67,6 +72,7 @@ class Restart:
     first_answer: float = 0.0
     ready: float = 0.0
     loading_answers: int = 0
+    metadata_ms: list[float] = field(default_factory=list, repr=False)  # until ready
     stop: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -176,9 +182,10 @@ def _list_offsets(topic: str, partitions: int) -> Any:
     )  # fmt: skip
 
 
-def _metadata() -> Any:
+def _metadata(topics: tuple[Any, ...] | None = None) -> Any:
+    """Metadata of every topic (None), or of ``()``: the brokers only, a cheap request."""
     v = 12
-    return make_request(ApiKey.METADATA, v, "MetadataRequest", topics=None,
+    return make_request(ApiKey.METADATA, v, "MetadataRequest", topics=topics,
                         allow_auto_topic_creation=False,
                         include_topic_authorized_operations=False)  # fmt: skip
 
@@ -376,6 +383,9 @@ def restart_with(name: str, scenarios: tuple[str, ...], work: Path, scale: State
             for s, ready in list(probes.items()):
                 try:
                     conn = conn or _conn(node)
+                    t = time.perf_counter()
+                    conn.request(ApiKey.METADATA, 12, _metadata(()))
+                    out[s].metadata_ms.append((time.perf_counter() - t) * 1000)
                     ok, loading = ready(conn)
                 except (OSError, ConnectionClosed):  # refused, or closed: connect again
                     ok, loading, conn = False, False, None
@@ -396,7 +406,7 @@ def restart_with(name: str, scenarios: tuple[str, ...], work: Path, scale: State
     return out
 
 
-def state_rows(scale: StateScale, work: Path) -> list[Row]:
+def state_rows(scale: StateScale, work: Path, scenarios: tuple[str, ...] = SCENARIOS) -> list[Row]:
     """Three rows per scenario (first answer, state served, clean stop), samsa and Kafka.
     With ``scale.together`` (``--quick``) one broker of each holds all four states and is
     restarted once, which saves six JVM starts."""
@@ -405,7 +415,7 @@ def state_rows(scale: StateScale, work: Path) -> list[Row]:
     up = {s: Row(f"start-up to first answer, {s}", "s", False) for s in SCENARIOS}
     ready = {s: Row(f"start-up to {what[s]}, {s}", "s", False) for s in SCENARIOS}
     stop = {s: Row(f"clean stop, {s}", "s", False) for s in SCENARIOS}
-    batches = [SCENARIOS] if scale.together else [(s,) for s in SCENARIOS]
+    batches = [scenarios] if scale.together else [(s,) for s in scenarios]
     for i, batch in enumerate(batches):
         this = scale
         for name in ("samsa", "kafka") if i % 2 == 0 else ("kafka", "samsa"):
@@ -419,8 +429,35 @@ def state_rows(scale: StateScale, work: Path) -> list[Row]:
                 up[s].values[name], ready[s].values[name] = r.first_answer, r.ready
                 stop[s].values[name] = r.stop
                 up[s].notes[name] = r.loaded
-                ready[s].notes[name] = f"{r.loading_answers} loading answers before it"
+                lat = sorted(r.metadata_ms) or [float("nan")]
+                ready[s].notes[name] = (
+                    f"{r.loading_answers} loading answers before it; Metadata meanwhile "
+                    f"p50 {lat[len(lat) // 2]:.1f} ms, max {lat[-1]:.1f} ms ({len(lat)} asked)"
+                )
                 print(f"  {s} / {name}: {r}", flush=True)
                 # A loader cut short by max_load_s: the other broker gets the same amount.
                 this = dataclasses.replace(this, **{FIELD[s]: r.count})
-    return [row for s in SCENARIOS for row in (up[s], ready[s], stop[s])]
+    return [row for s in scenarios for row in (up[s], ready[s], stop[s])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    from peers import print_rows
+
+    ap = argparse.ArgumentParser(description="start-up with state, samsa and Kafka")
+    ap.add_argument("scenarios", nargs="*", default=list(SCENARIOS), choices=SCENARIOS)
+    ap.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    args = ap.parse_args(argv)
+    scale = dataclasses.replace(QUICK_STATE, together=False) if args.quick else StateScale()
+    print(f"machine: {machine()}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    with tempfile.TemporaryDirectory(prefix="samsa-startup-") as d:
+        rows = state_rows(scale, Path(d), tuple(args.scenarios))
+    print_rows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -534,6 +534,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="samsa-peers-") as d:
         rows = run(scale, Path(d), sections)
+    print_rows(rows)
+    return 0
+
+
+def print_rows(rows: list[Row]) -> None:
+    """The table, then each row's notes."""
     print("\n| row | samsa | Kafka | Tansu | samsa/Kafka | samsa/Tansu |")
     print("|---|---|---|---|---|---|")
     for r in rows:
@@ -543,7 +549,6 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         for name, note in r.notes.items():
             print(f"  {r.label} / {name}: {note}")
-    return 0
 
 
 if __name__ == "__main__":

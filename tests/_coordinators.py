@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
-from samsa.coordinator.ports import Appended, MarkerListener, OnDamage, StoredBatch
+from samsa.coordinator.ports import Appended, MarkerGate, MarkerListener, OnDamage, StoredBatch
 from samsa.coordinator.runtime import CoordinatorRuntime, CoordinatorShard, Outcome
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.records import NO_PRODUCER_ID, ControlType, Record
@@ -38,6 +38,7 @@ class MemoryLog:
         self.flushes: list[tuple[str, int]] = []
         self._ends: dict[tuple[str, int], int] = {}
         self._listeners: list[MarkerListener] = []
+        self._gates: list[MarkerGate] = []
 
     def ensure_topic(self, topic: str, num_partitions: int) -> None:
         self.batches.setdefault(topic, [[] for _ in range(num_partitions)])
@@ -76,6 +77,9 @@ class MemoryLog:
         coordinator_epoch: int,
         commit: bool,
     ) -> ErrorCode:
+        for gate in self._gates:
+            if (refused := gate(topic, partition)) != ErrorCode.NONE:
+                return refused
         control = ControlType.COMMIT if commit else ControlType.ABORT
         base = self._ends.get((topic, partition), 0)
         self._add(
@@ -87,6 +91,9 @@ class MemoryLog:
 
     def add_marker_listener(self, listener: MarkerListener) -> None:
         self._listeners.append(listener)
+
+    def add_marker_gate(self, gate: MarkerGate) -> None:
+        self._gates.append(gate)
 
     def flush(self, topic: str, partition: int) -> None:
         self.flushes.append((topic, partition))

@@ -148,8 +148,18 @@ def _describe(port: int, txn_id: str) -> tuple[str, int]:
     req = make_request(
         ApiKey.DESCRIBE_TRANSACTIONS, v, "DescribeTransactionsRequest", transactional_ids=(txn_id,)
     )
+    deadline = time.monotonic() + T
     with _conn(port) as conn:
-        [state] = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, v, req).transaction_states
+        # A restarted broker answers COORDINATOR_LOAD_IN_PROGRESS until the id's partition
+        # is replayed (as Kafka): a client retries.
+        while True:
+            [state] = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, v, req).transaction_states
+            if (
+                state.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                or time.monotonic() > deadline
+            ):
+                break
+            time.sleep(0.01)
     return str(state.transaction_state), int(state.producer_epoch)
 
 

@@ -168,6 +168,9 @@ class Broker:
         self.share_sessions = ShareSessionCache(config.group_share_max_share_sessions)
         # Woken when a share partition's lock deadline comes earlier than the one awaited.
         self._share_locks_moved = asyncio.Event()
+        # Set once the coordinators have replayed their topics (the cleaner waits for it: it
+        # must not rewrite the segments a replay is reading).
+        self.coordinators_loaded = asyncio.Event()
         self.share_partitions.on_deadline = lambda _deadline: self._share_locks_moved.set()
         # Called as (topic, partition, producer id, committed) after each marker is written.
         self.txn_marker_listeners = self.coordinator_logs.marker_listeners
@@ -231,10 +234,41 @@ class Broker:
         return self.config.broker_id
 
     def start(self) -> None:
-        self.topics.load(now_ms())
+        """Open the logs and replay the coordinators at once (in-process tools and tests;
+        the server serves meanwhile instead: :meth:`open`, then ``load_coordinators``)."""
+        self.open()
         self.groups.load()
-        self.share_partitions.load()
         self.transactions.load()
+        self.coordinators_loaded.set()
+
+    def open(self) -> None:
+        """Open the logs and mark the coordinators' partitions loading: the broker may
+        serve, as Kafka opens its port before its coordinators have loaded (they answer
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile); ``start_background_tasks`` replays them."""
+        self.topics.load(now_ms())
+        self.groups.runtime.begin_load()
+        self.transactions.runtime.begin_load()
+        self.share_partitions.load()
+
+    async def load_coordinators(self) -> None:
+        """Replay the coordinators' internal topics, both at once, yielding to the event
+        loop (coordinator/runtime.py says why not a thread)."""
+        delay = self.config.test_coordinator_load_batch_delay_ms / 1000
+        started = time.perf_counter()
+        try:
+            await asyncio.gather(
+                self.groups.runtime.load_in_background(delay),
+                self.transactions.runtime.load_in_background(delay),
+            )
+        except Exception:
+            # As a replay failing before the port opened did: the broker stops, rather
+            # than answering COORDINATOR_LOAD_IN_PROGRESS for ever.
+            log.exception("replaying the coordinators failed: stopping")
+            for listener in self.offline_listeners:
+                listener("coordinator replay failed")
+            return
+        log.info("coordinators loaded in %.3f s", time.perf_counter() - started)
+        self.coordinators_loaded.set()
 
     def start_background_tasks(self) -> None:
         loop = asyncio.get_running_loop()
@@ -252,6 +286,7 @@ class Broker:
                 loop.create_task(_every(c.log_flush_scheduler_interval_ms, self.flush_idle_logs))
             )
         self._tasks.append(loop.create_task(self._expire_share_locks()))
+        self._tasks.append(loop.create_task(self.load_coordinators()))
         self.groups.start()
         self.transactions.start()
 
@@ -342,6 +377,7 @@ class Broker:
 
     async def _run_cleaner(self) -> None:
         # Kafka's cleaner thread: clean while there is work, back off when there is none.
+        await self.coordinators_loaded.wait()
         while True:
             try:
                 cleaned = await self.clean_logs()

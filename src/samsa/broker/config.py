@@ -154,6 +154,9 @@ _KAFKA_NAMES: dict[str, str] = {
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
     # samsa's own: Prometheus metrics over HTTP (broker/metrics.py).
     "metrics.port": "metrics_port",
+    # A test setting (default 0: off): sleep this long after each coordinator batch replayed
+    # at start-up, so that tests can watch a broker serve while its coordinators load.
+    "test.coordinator.load.batch.delay.ms": "test_coordinator_load_batch_delay_ms",
     "metrics.host": "metrics_host",
     "metrics.listener": "metrics_listener",
 }
@@ -232,6 +235,7 @@ _RANGES: dict[str, Range] = {
     "sasl_oauthbearer_clock_skew_seconds": Range(0),
     "sasl_oauthbearer_unsecured_validator_allowable_clock_skew_ms": Range(0),
     "metrics_port": Range(0, 65535),  # samsa's own; 0: pick a free port
+    "test_coordinator_load_batch_delay_ms": Range(0, 60_000),
     # KafkaConfig: "log.retention.ms must be unlimited (-1) or, greater than or equal to 1".
     "log_retention_ms": Range(1, LONG_MAX, negative_is_unlimited=True),
     "log_retention_bytes": Range(LONG_MIN, LONG_MAX),  # negative: no size limit
@@ -546,6 +550,8 @@ class BrokerConfig:
     metrics_port: int | None = None
     metrics_host: str | None = None
     metrics_listener: str | None = None
+    # Tests only: a slow coordinator replay at start-up (see its Kafka-style name above).
+    test_coordinator_load_batch_delay_ms: int = 0
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from samsa.broker.topics import TopicError, TopicManager
 from samsa.coordinator.ports import (
     Appended,
+    MarkerGate,
     MarkerListener,
     OnDamage,
     StoredBatch,
@@ -48,6 +49,7 @@ class CoordinatorLogs:
         self.topics = topics
         self.clock = clock
         self.marker_listeners: list[MarkerListener] = []
+        self.marker_gates: list[MarkerGate] = []
 
     # -- PartitionWriter ----------------------------------------------------------------------
 
@@ -108,6 +110,11 @@ class CoordinatorLogs:
         p = self.topics.get_partition(topic, partition)
         if p is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for gate in self.marker_gates:
+            # A coordinator partition still replaying: the marker job retries, so the marker
+            # lands after the replay and is applied by the live path, never half of both.
+            if (refused := gate(topic, partition)) != ErrorCode.NONE:
+                return refused
         result = p.log.append_end_txn_marker(
             producer_id, producer_epoch, coordinator_epoch, commit, self.clock()
         )
@@ -119,6 +126,9 @@ class CoordinatorLogs:
 
     def add_marker_listener(self, listener: MarkerListener) -> None:
         self.marker_listeners.append(listener)
+
+    def add_marker_gate(self, gate: MarkerGate) -> None:
+        self.marker_gates.append(gate)
 
     def flush(self, topic: str, partition: int) -> None:
         p = self.topics.get_partition(topic, partition)

@@ -748,7 +748,7 @@ class BrokerServer:
             open_files,
             self.connection_budget,
         )
-        self.broker.start()
+        self.broker.open()  # the coordinators replay in the background (start_background_tasks)
         self._loop = loop = asyncio.get_running_loop()
         for endpoint in self.endpoints:
             if endpoint.jwks is not None:

@@ -11,7 +11,9 @@ the ``__consumer_offsets`` records to write and the typed response. It is the sh
 appends the records and then ``replay``\\s them; durable state (committed offsets, each
 group's stored generation) changes *only* in ``replay``, so a coordinator rebuilt by replaying
 the topic holds the same durable state as the one that wrote it (docs/semantics.md, rule 26).
-Start-up is exactly that: ``begin_load``, ``load_batch`` of every batch, ``end_load``.
+Start-up is exactly that, per partition: ``begin_load``, ``load_batch`` of every batch,
+``end_load``; a partition's records replay in loading mode (groups restored as stored), while
+the operations of partitions already loaded replay theirs as usual.
 
 This class routes: a group id names one kind of group (``group_registry.py``), and each
 request goes to the part serving that kind: classic groups (``classic_group_coordinator.py``),
@@ -133,7 +135,6 @@ class GroupCoordinator:
         self._config = config or GroupConfig()
         self.registry = GroupRegistry()
         self._out = Output()
-        self._loading = False
         # One timer key per group (its id); offsets retention is checked on its own clock.
         self._timer: Timer[str] = Timer()
         self._touched: set[str] = set()  # groups whose deadlines may have moved
@@ -193,7 +194,7 @@ class GroupCoordinator:
 
     def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
         for offset, record in self.offsets.load_batch(partition, batch):
-            self.replay(record, now_ms, offset)
+            self._apply(record, now_ms, offset, loading=True)
 
     def load_damaged(self, partition: int, what: str) -> None:
         """Every record holds a key's whole state: what was skipped is only lost."""
@@ -658,11 +659,10 @@ class GroupCoordinator:
 
     # == replay ====================================================================================
 
-    def begin_load(self) -> None:
-        self._loading = True
+    def begin_load(self, partition: int) -> None:
+        """Nothing to prepare: a group's records are all in its own partition."""
 
-    def end_load(self, now_ms: int = 0) -> list[CoordinatorRecord]:
-        self._loading = False
+    def end_load(self, partition: int, now_ms: int = 0) -> list[CoordinatorRecord]:
         return []
 
     def replay(self, record: CoordinatorRecord, now_ms: int, log_offset: int | None = None) -> None:
@@ -670,6 +670,13 @@ class GroupCoordinator:
 
         ``log_offset`` is the record's offset in its partition: offset commits are ordered by
         it (:meth:`OffsetStore.replay`); without it the record is applied unconditionally."""
+        self._apply(record, now_ms, log_offset, loading=False)
+
+    def _apply(
+        self, record: CoordinatorRecord, now_ms: int, log_offset: int | None, *, loading: bool
+    ) -> None:
+        """``loading``: a stored record of start-up, which restores a group as it was
+        stored rather than driving a live one."""
         key, value = record.key, record.value
         self._touched.add(key.group)
         if isinstance(key, ConsumerGroupKey):
@@ -690,14 +697,14 @@ class GroupCoordinator:
                 self.registry.end_classic(group, self.offsets.has_offsets(key.group), now_ms)
             return
         assert isinstance(value, GroupMetadataValue)
-        if not self._loading:
+        if not loading:
             downgraded = self.registry.take_downgraded(key.group)
             if downgraded is not None:
                 self.classic.take_over(downgraded, value, now_ms)
                 return
-        if self._loading or group is None:
+        if loading or group is None:
             group = self.registry.classic[key.group] = Group(key.group)
-        if self._loading:
+        if loading:
             group.load(value, now_ms)
             return
         self.classic.replay(group, value, now_ms)

@@ -14,6 +14,14 @@ start. TxnOffsetCommit is served here, as in Kafka's group coordinator: the tran
 coordinator only verifies the producer (``verify_txn``); the offsets are written as one
 transactional batch and staged in the offset store until the marker, which reaches the store
 through the marker listener registered at construction (rule 15).
+
+Start-up: the broker serves while ``__consumer_offsets`` replays (the runtime's ``begin_load``,
+then ``load_in_background``). Every operation enters through :meth:`_enter`, which answers
+COORDINATOR_LOAD_IN_PROGRESS while the group's partition is still being replayed, as Kafka's
+coordinator runtime does; each operation says it in its own result type (a Heartbeat is
+answered NONE, as Kafka "blindly" answers one for a loading group). A transaction marker for a
+loading partition is refused the same way (the marker job retries), so replay alone applies
+what the log holds. Listings, and the timers, which span every group, wait for every partition.
 """
 
 from __future__ import annotations
@@ -85,32 +93,65 @@ class GroupCoordinatorRuntime:
         self.topics = topics
         # ``overrides``: each consumer group's own timeouts (KIP-848 group configs).
         self.coordinator = GroupCoordinator(config, topics=topics, overrides=overrides)
-        self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "group coordinator")
+        self.runtime = CoordinatorRuntime(
+            self.coordinator,
+            store,
+            clock,
+            "group coordinator",
+            lambda: f"{len(self.coordinator.groups)} groups",
+        )
         self.store = store
         self.verify_txn = verify_txn
         self._futures: dict[_Key, asyncio.Future[Any]] = {}
-        self._timers = False  # started: deadlines are served by the loop
+        self._timers = False  # deadlines are served by the loop (started and loaded)
+        self._started = False
         store.add_marker_listener(self.on_marker)
+        store.add_marker_gate(self.marker_gate)
+        self.runtime.on_loaded.append(self._partition_loaded)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild the coordinator by replaying ``__consumer_offsets``."""
-        batches = self.runtime.load()
-        log.info(
-            "group coordinator loaded %d batches: %d groups",
-            batches,
-            len(self.coordinator.groups),
-        )
+        """Rebuild the coordinator by replaying ``__consumer_offsets`` at once (the broker
+        instead replays it while serving: ``runtime.begin_load``, ``load_in_background``)."""
+        self.runtime.load()
 
     def start(self) -> None:
-        """Serve the coordinator's timers: from now on every operation reschedules the one
-        wake-up at its earliest deadline; the first tick arms the offsets retention check."""
-        self._timers = True
-        self._tick_now()
+        """Serve the coordinator's timers once every partition is loaded: from then on every
+        operation reschedules the one wake-up at its earliest deadline; the first tick arms
+        the offsets retention check."""
+        self._started = True
+        self._partition_loaded(-1)
+
+    def _partition_loaded(self, _partition: int) -> None:
+        if self._started and not self._timers and self.runtime.loaded:
+            self._timers = True
+            self._tick_now()
+
+    def _enter(self, group_id: str) -> ErrorCode:
+        """The gate of every operation on a group: COORDINATOR_LOAD_IN_PROGRESS while its
+        partition is being replayed; else NONE, once the group's passed deadlines have fired
+        (a session must be over for any request that arrives after its deadline, as in Kafka,
+        even if the timer has not run yet)."""
+        if not group_id:  # refused by the shard (INVALID_GROUP_ID), loading or not
+            return ErrorCode.NONE
+        loading = self.runtime.gate(self.coordinator.partition_for(group_id))
+        if not loading:
+            self._run(self.coordinator.fire_group(group_id, self.clock()))
+        return loading
+
+    def loading(self) -> ErrorCode:
+        """What spans every group (ListGroups) answers: COORDINATOR_LOAD_IN_PROGRESS until
+        every partition is replayed, as Kafka's ListGroups while a shard loads."""
+        return ErrorCode.NONE if self.runtime.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    def marker_gate(self, topic: str, partition: int) -> ErrorCode:
+        """A marker may be written to ``topic``-``partition`` (NONE) unless it is a partition
+        of ``__consumer_offsets`` still being replayed."""
+        return self.runtime.gate(partition) if topic == OFFSETS_TOPIC else ErrorCode.NONE
 
     def close(self) -> None:
-        self._timers = False
+        self._timers = self._started = False
         self.runtime.close()
         # Owed responses are answered so no connection waits on a broker that is leaving.
         for (kind, _g, _m), fut in list(self._futures.items()):
@@ -164,18 +205,13 @@ class GroupCoordinatorRuntime:
 
     # -- operations (what handlers call) ------------------------------------------------------
 
-    def _fire(self, *group_ids: str) -> None:
-        """Fire the groups' passed deadlines first: a session must be over for any request
-        that arrives after its deadline, as in Kafka, even if the timer has not run yet."""
-        now = self.clock()
-        for group_id in group_ids:
-            self._run(self.coordinator.fire_group(group_id, now))
-
     def _tick_now(self) -> None:
-        self._run(self.coordinator.tick(self.clock()))
+        if self.runtime.loaded:  # the tick scans every group: none may be half replayed
+            self._run(self.coordinator.tick(self.clock()))
 
     def join(self, req: JoinRequest) -> JoinResponse:
-        self._fire(req.group_id)
+        if loading := self._enter(req.group_id):
+            return JoinResult(loading)
         return self._respond(self.coordinator.join_group(req, self.clock()))  # type: ignore[no-any-return]
 
     def sync(
@@ -188,7 +224,8 @@ class GroupCoordinatorRuntime:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncResponse:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return SyncResult(loading)
         outcome = self.coordinator.sync_group(
             group_id,
             generation,
@@ -204,7 +241,8 @@ class GroupCoordinatorRuntime:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
     ) -> ErrorCode:
-        self._fire(group_id)
+        if self._enter(group_id):
+            return ErrorCode.NONE  # as Kafka: the group is loading, answer blindly
         outcome = self.coordinator.heartbeat(
             group_id, generation, member_id, group_instance_id, self.clock()
         )
@@ -213,7 +251,8 @@ class GroupCoordinatorRuntime:
     def leave(
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return loading, []
         return self._respond(self.coordinator.leave_group(group_id, members, self.clock()))  # type: ignore[no-any-return]
 
     def commit(
@@ -224,7 +263,8 @@ class GroupCoordinatorRuntime:
         group_instance_id: str | None,
         offsets: list[OffsetToCommit],
     ) -> dict[TopicPartition, ErrorCode]:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return {(o.topic, o.partition): loading for o in offsets}
         outcome = self.coordinator.commit_offsets(
             group_id, generation, member_id, group_instance_id, offsets, self.clock()
         )
@@ -244,8 +284,9 @@ class GroupCoordinatorRuntime:
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: written as one transactional batch of the group's partition and
         staged until the transaction's marker decides them (rule 15)."""
-        self._fire(group_id)
         tps = [(o.topic, o.partition) for o in offsets]
+        if loading := self._enter(group_id):
+            return dict.fromkeys(tps, loading)
         if self.verify_txn is None:
             return dict.fromkeys(tps, ErrorCode.COORDINATOR_NOT_AVAILABLE)
         coord = self.coordinator
@@ -270,13 +311,17 @@ class GroupCoordinatorRuntime:
         topics: list[tuple[str, list[int]]] | None,
         require_stable: bool = False,
     ) -> list[FetchedOffset]:
-        self._fire(group_id)
+        """The committed offsets (after :meth:`validate_fetch` answered NONE: nothing while
+        the group's partition loads)."""
+        if self._enter(group_id):
+            return []
         return self.coordinator.fetch_offsets(group_id, topics, require_stable)
 
     def delete_offsets(
         self, group_id: str, topics: list[tuple[str, list[int]]]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return loading, {}
         outcome = self.coordinator.delete_offsets(group_id, topics, self.clock())
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -284,12 +329,14 @@ class GroupCoordinatorRuntime:
         return outcome.response  # type: ignore[no-any-return]
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
-        self._fire(*group_ids)
-        outcome = self.coordinator.delete_groups(group_ids, self.clock())
+        loading = {g: e for g in group_ids if (e := self._enter(g))}
+        outcome = self.coordinator.delete_groups(
+            [g for g in group_ids if g not in loading], self.clock()
+        )
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
-            return {g: ErrorCode.COORDINATOR_NOT_AVAILABLE for g in outcome.response}
-        return outcome.response  # type: ignore[no-any-return]
+            return {g: ErrorCode.COORDINATOR_NOT_AVAILABLE for g in outcome.response} | loading
+        return outcome.response | loading  # type: ignore[no-any-return]
 
     def offsets_partition(self, group_id: str) -> TopicPartition | ErrorCode:
         """The ``__consumer_offsets`` partition AddOffsetsToTxn adds for ``group_id``; the
@@ -302,11 +349,15 @@ class GroupCoordinatorRuntime:
         return (OFFSETS_TOPIC, self.coordinator.partition_for(group_id))
 
     def validate_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
-        self._fire(group_id)
+        """OffsetFetch's group error: COORDINATOR_LOAD_IN_PROGRESS while the group loads,
+        else (v9+, KIP-848) whether the member may fetch at ``member_epoch``."""
+        if loading := self._enter(group_id):
+            return loading
         return self.coordinator.validate_fetch(group_id, member_id, member_epoch)
 
     def consumer_heartbeat(self, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
-        self._fire(req.group_id)
+        if loading := self._enter(req.group_id):
+            return ConsumerHeartbeatResult(loading, None, req.member_id)
         outcome = self.coordinator.consumer_heartbeat(req, self.topics(), self.clock())
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -314,11 +365,13 @@ class GroupCoordinatorRuntime:
         return outcome.response
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return ConsumerGroupDescription(group_id, loading)
         return self.coordinator.describe_consumer_group(group_id)
 
     def share_heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
-        self._fire(req.group_id)
+        if loading := self._enter(req.group_id):
+            return ShareHeartbeatResult(loading)
         outcome = self.coordinator.share_heartbeat(req, self.topics(), self.clock())
         error, _ = self._run(outcome)
         if error != ErrorCode.NONE:
@@ -326,7 +379,8 @@ class GroupCoordinatorRuntime:
         return outcome.response
 
     def describe_share_group(self, group_id: str) -> ShareGroupDescription:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return ShareGroupDescription(group_id, loading)
         return self.coordinator.describe_share_group(group_id)
 
     def list_consumer_groups(self, states: list[str]) -> list[tuple[str, str]]:
@@ -342,7 +396,8 @@ class GroupCoordinatorRuntime:
         return self.coordinator.list_groups(states)
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        self._fire(group_id)
+        if loading := self._enter(group_id):
+            return GroupDescription(group_id, loading, "", "", "")
         return self.coordinator.describe_group(group_id)
 
 

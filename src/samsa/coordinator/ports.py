@@ -59,6 +59,10 @@ OnDamage = Callable[[str], None]
 # (topic, partition, producer id, committed): a marker was written.
 MarkerListener = Callable[[str, int, int, bool], None]
 
+# (topic, partition): NONE if a marker may be written there now, else the error to answer
+# (a coordinator partition still being replayed: COORDINATOR_LOAD_IN_PROGRESS).
+MarkerGate = Callable[[str, int], ErrorCode]
+
 
 class PartitionWriter(Protocol):
     def ensure_topic(self, topic: str, num_partitions: int) -> None:
@@ -91,10 +95,14 @@ class PartitionWriter(Protocol):
         coordinator_epoch: int,
         commit: bool,
     ) -> ErrorCode:
-        """Write a COMMIT/ABORT marker to a partition; the marker listeners are told."""
+        """Write a COMMIT/ABORT marker to a partition unless a marker gate refuses it (its
+        error is answered, nothing written); the marker listeners are told."""
 
     def add_marker_listener(self, listener: MarkerListener) -> None:
         """Call ``listener`` after every marker written (by any coordinator)."""
+
+    def add_marker_gate(self, gate: MarkerGate) -> None:
+        """Ask ``gate`` before every marker is written."""
 
     def flush(self, topic: str, partition: int) -> None:
         """Make the partition durable against a power loss (fsync)."""

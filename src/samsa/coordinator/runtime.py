@@ -18,13 +18,23 @@ so operations never interleave (docs/semantics.md, rule 26):
    offsets: the only way durable state changes; the shard is told of a batch that was not
    (``write_failed``), and the caller gets the error.
 
-Start-up (:meth:`CoordinatorRuntime.load`) is the same replay: every partition of the topic
-is read from its log start, CRC-checked, and each batch handed to the shard (``load_batch``)
-in log order, damage too (``load_damaged``); then ``end_load`` may answer records to write at
+Start-up is the same replay, one partition of the topic at a time, each read from its log
+start, CRC-checked, and each batch handed to the shard (``load_batch``) in log order, damage
+too (``load_damaged``); then ``end_load`` of that partition may answer records to write at
 once (the transaction coordinator's fences after damage), which are written and flushed
-before anything is served: as durable as the damage that called for them. The partition count
-is the one the topic was created with, whatever the configuration says now: placement follows
-it.
+before the partition is served: as durable as the damage that called for them. The partition
+count is the one the topic was created with, whatever the configuration says now: placement
+follows it.
+
+The broker serves as soon as its logs are open, as Kafka does: ``begin_load`` marks every
+partition of the topic loading, and until a partition is replayed, :meth:`gate` answers
+COORDINATOR_LOAD_IN_PROGRESS for it (Kafka's CoordinatorRuntime answers so for any operation
+on a shard still loading; clients back off and retry). The concrete runtimes ask the gate at
+the entry of every operation, so nothing is applied to state that has not finished replaying.
+``load_in_background`` replays on the event loop, yielding to other connections every
+:data:`LOAD_SLICE_SECONDS`: replay mutates the shard, which the loop's operations on loaded
+partitions mutate too, so it stays on the loop's thread (and its cost is Python, which a
+thread would not run in parallel anyway). ``load`` does the same at once (tests, tools).
 
 Timers: ``start`` calls a concrete runtime's tick every :data:`TICK_SECONDS` (the
 transaction coordinator); ``schedule`` instead wakes up once at the shard's earliest
@@ -36,7 +46,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, cast
 
@@ -46,6 +57,8 @@ from samsa.protocol.errors import ErrorCode
 log = logging.getLogger("samsa.coordinator")
 
 TICK_SECONDS = 0.05
+# Replay yields to the event loop this often, so other connections wait at most about this.
+LOAD_SLICE_SECONDS = 0.005
 
 RecT = TypeVar("RecT")
 R = TypeVar("R")
@@ -78,16 +91,17 @@ class CoordinatorShard(Protocol[RecT]):
 
     def serialize(self, record: RecT) -> tuple[bytes, bytes | None]: ...
 
-    def begin_load(self) -> None: ...
+    def begin_load(self, partition: int) -> None:
+        """``partition`` is about to be replayed from its log start."""
 
     def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
-        """Replay one stored batch (start-up)."""
+        """Replay one stored batch of ``partition`` (start-up)."""
 
     def load_damaged(self, partition: int, what: str) -> None:
         """Something of ``partition`` was skipped here (start-up)."""
 
-    def end_load(self, now_ms: int) -> list[RecT]:
-        """Loading is over: the records to write (and flush) before serving, if any."""
+    def end_load(self, partition: int, now_ms: int) -> list[RecT]:
+        """``partition`` is replayed: the records to write (and flush) before serving it."""
         ...
 
     def replay(self, record: RecT, now_ms: int, offset: int | None = None) -> None:
@@ -113,6 +127,7 @@ class CoordinatorRuntime(Generic[RecT]):
         store: CoordinatorLog,
         clock: Callable[[], int],
         name: str,
+        summary: Callable[[], str] = str,
     ) -> None:
         self.shard = shard
         self.store = store
@@ -121,16 +136,22 @@ class CoordinatorRuntime(Generic[RecT]):
         self._timer: asyncio.Task[None] | None = None
         self._wakeup: asyncio.TimerHandle | None = None  # the shard's next deadline
         self._wakeup_at: int | None = None
+        self.loading: set[int] = set()  # partitions not yet replayed (``gate``)
+        self.batches_loaded = 0
+        self.summary = summary  # what the shard holds, said once it is loaded
+        # Called with each partition once it is replayed and served.
+        self.on_loaded: list[Callable[[int], object]] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def load(self) -> int:
-        """Replay the topic into the shard; the number of batches replayed."""
+    def begin_load(self) -> list[int]:
+        """Mark every partition of the topic loading (answered COORDINATOR_LOAD_IN_PROGRESS
+        by :meth:`gate` until replayed); the partitions to load, in order."""
         shard = self.shard
         topic = shard.topic
         count = self.store.partition_count(topic)
         if count is None:
-            return 0
+            return []
         if count != shard.num_partitions:
             log.warning(
                 "%s has %d partitions, the configuration says %d: using %d",
@@ -140,26 +161,73 @@ class CoordinatorRuntime(Generic[RecT]):
                 count,
             )
             shard.use_partitions(count)
+        self.loading = set(range(count))
+        return list(range(count))
+
+    def load_partition(self, index: int) -> Iterator[None]:
+        """Replay partition ``index``, yielding after each batch so that a driver may let
+        other work in between; once exhausted the partition is served."""
+        shard = self.shard
         now = self.clock()
-        batches = 0
-        shard.begin_load()
-        try:
-            for index in range(count):
 
-                def damaged(what: str, index: int = index) -> None:
-                    shard.load_damaged(index, what)
+        def damaged(what: str) -> None:
+            shard.load_damaged(index, what)
 
-                for batch in self.store.read(topic, index, damaged):
-                    shard.load_batch(index, batch, now)
-                    batches += 1
-        finally:
-            records = shard.end_load(now)
+        shard.begin_load(index)
+        for batch in self.store.read(shard.topic, index, damaged):
+            shard.load_batch(index, batch, now)
+            self.batches_loaded += 1
+            yield
+        records = shard.end_load(index, now)
         if records:
             if self.write(records) == ErrorCode.NONE:
                 self.flush(records)
             else:
-                log.error("%s: cannot write the records loading asked for to %s", self.name, topic)
-        return batches
+                log.error(
+                    "%s: cannot write the records loading asked for to %s", self.name, shard.topic
+                )
+        self.loading.discard(index)
+        for listener in self.on_loaded:
+            listener(index)
+
+    def load(self) -> int:
+        """Replay the whole topic into the shard at once; the number of batches replayed."""
+        for index in self.begin_load():
+            for _ in self.load_partition(index):
+                pass
+        self._log_loaded()
+        return self.batches_loaded
+
+    async def load_in_background(self, batch_delay_s: float = 0.0) -> int:
+        """Replay the partitions :meth:`begin_load` marked, on the event loop, yielding to
+        it every :data:`LOAD_SLICE_SECONDS`; the number of batches replayed.
+        ``batch_delay_s``: a test setting that sleeps after every batch (a slow replay)."""
+        for index in sorted(self.loading):
+            started = time.perf_counter()
+            for _ in self.load_partition(index):
+                if batch_delay_s:
+                    await asyncio.sleep(batch_delay_s)
+                elif time.perf_counter() - started >= LOAD_SLICE_SECONDS:
+                    await asyncio.sleep(0)
+                    started = time.perf_counter()
+            await asyncio.sleep(0)
+        self._log_loaded()
+        return self.batches_loaded
+
+    def _log_loaded(self) -> None:
+        log.info("%s loaded %d batches: %s", self.name, self.batches_loaded, self.summary())
+
+    def gate(self, partition: int) -> ErrorCode:
+        """Whether an operation on ``partition`` may run now: NONE, or
+        COORDINATOR_LOAD_IN_PROGRESS while it is being replayed."""
+        if partition in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
+    @property
+    def loaded(self) -> bool:
+        """Every partition is replayed (what spans them all, timers and listings, may run)."""
+        return not self.loading
 
     def start(self, tick: Callable[[], object]) -> None:
         """Call ``tick`` every :data:`TICK_SECONDS` until :meth:`close`."""

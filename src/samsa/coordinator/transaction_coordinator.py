@@ -176,13 +176,12 @@ class TransactionCoordinator:
         self.config = config
         self._allocate = allocate_producer_id
         self.txns: dict[str, TxnMetadata] = {}
-        self._loading = False
         self._next_timeout_check_ms: int | None = None
         self._next_expiry_check_ms: int | None = None
-        # Loading: ids with a record so far, per partition, and those whose newest record
-        # may have been lost (damage after their last surviving record).
+        # Loading, per partition being loaded: ids with a record so far, and those whose
+        # newest record may have been lost (damage after their last surviving record).
         self._seen: dict[int, set[str]] = {}
-        self._uncertain: set[str] = set()
+        self._uncertain: dict[int, set[str]] = {}
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.config.num_partitions)
@@ -215,12 +214,12 @@ class TransactionCoordinator:
                 log.error("a %s record is unreadable, not applied: %s", TXN_TOPIC, exc)
                 self.load_damaged(partition, str(exc))
                 continue
-            self.replay(record)
+            self._apply(record, loading=True)
             self._seen.setdefault(partition, set()).add(record.transactional_id)
-            self._uncertain.discard(record.transactional_id)  # its whole state is newer
+            self._uncertain.get(partition, set()).discard(record.transactional_id)  # newer
 
     def load_damaged(self, partition: int, what: str) -> None:
-        self._uncertain.update(self._seen.get(partition, ()))
+        self._uncertain.setdefault(partition, set()).update(self._seen.get(partition, ()))
 
     def write_failed(self, records: Sequence[TxnRecord], error: ErrorCode) -> None:
         """Nothing to undo: state changes only by replay."""
@@ -678,16 +677,15 @@ class TransactionCoordinator:
 
     # == replay ===================================================================================
 
-    def begin_load(self) -> None:
-        self._loading = True
-        self._seen, self._uncertain = {}, set()
+    def begin_load(self, partition: int) -> None:
+        self._seen[partition], self._uncertain[partition] = set(), set()
 
-    def end_load(self, now_ms: int = 0) -> list[TxnRecord]:
-        """Loading is over: the records fencing ids whose newest record may have been lost
-        (rule 26), for the runtime to write and flush before serving. Their marker jobs are
-        resumed by ``pending_marker_jobs`` like any other."""
-        self._loading = False
-        uncertain, self._seen, self._uncertain = self._uncertain, {}, set()
+    def end_load(self, partition: int, now_ms: int = 0) -> list[TxnRecord]:
+        """``partition`` is loaded: the records fencing its ids whose newest record may have
+        been lost (rule 26), for the runtime to write and flush before serving it. Their
+        marker jobs are resumed by ``pending_marker_jobs`` like any other."""
+        self._seen.pop(partition, None)
+        uncertain = self._uncertain.pop(partition, set())
         if not uncertain:
             return []
         records = self.fence_lost_state(sorted(uncertain), now_ms).records
@@ -704,12 +702,16 @@ class TransactionCoordinator:
 
     def replay(self, record: TxnRecord, now_ms: int = 0, offset: int | None = None) -> None:
         """Apply one ``__transaction_state`` record: the only way state changes."""
+        self._apply(record, loading=False)
+
+    def _apply(self, record: TxnRecord, *, loading: bool) -> None:
+        """``loading``: a stored record of start-up (KIP-360's last epoch is not kept)."""
         tid = record.transactional_id
         if record.value is None:
             self.txns.pop(tid, None)  # Dead: the id expired
             return
         meta = TxnMetadata.from_value(tid, record.value)
-        if not self._loading:
+        if not loading:
             meta.last_producer_epoch = record.last_producer_epoch
         self.txns[tid] = meta
 

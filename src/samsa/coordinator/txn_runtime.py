@@ -13,16 +13,20 @@ rule 16) as tasks: each writes the COMMIT/ABORT marker to every partition of the
 through the port's ``write_marker``, retrying transient errors, and then runs ``complete``
 (one more cycle) for the Complete{Commit,Abort} record.
 
-Start-up (``load``) replays every partition of ``__transaction_state`` (CRC-checked). Where a
-record may have been lost (the partition's tail was cut when it was opened, or replay skipped
-damage), the shard fences every transactional id whose newest surviving record precedes the
-loss at the top epoch (``TransactionCoordinator.fence_lost_state``), and the runtime writes
-and flushes those records before anything is served: after a fence record follows the damage,
-the next start finds those ids unaffected, so a damage that stays in the log fences once.
-``start`` then resumes the marker jobs of transactions left in a Prepare state by a crash
-(markers are idempotent in effect: a second COMMIT for an already completed transaction on a
-partition changes nothing visible) and starts the timer that aborts timed-out transactions
-and expires idle transactional ids.
+Start-up (``load``, or the runtime's ``begin_load`` then ``load_in_background`` in the broker,
+which serves meanwhile) replays every partition of ``__transaction_state`` (CRC-checked). Until
+a partition is replayed, every operation on a transactional id placed there answers
+COORDINATOR_LOAD_IN_PROGRESS, as Kafka's TransactionStateManager does for its loading
+partitions (ListTransactions too while any partition loads). Where a record may have been lost
+(the partition's tail was cut when it was opened, or replay skipped damage), the shard fences
+every transactional id whose newest surviving record precedes the loss at the top epoch
+(``TransactionCoordinator.fence_lost_state``), and the runtime writes and flushes those records
+before the partition is served: after a fence record follows the damage, the next start finds
+those ids unaffected, so a damage that stays in the log fences once. Once ``start`` has been
+called, each loaded partition resumes the marker jobs of its transactions left in a Prepare
+state by a crash (markers are idempotent in effect: a second COMMIT for an already completed
+transaction on a partition changes nothing visible), and once every partition is loaded the
+timer starts that aborts timed-out transactions and expires idle transactional ids.
 
 ``on_step`` (given at construction, None in the broker) is called with each marker job at two
 steps that are otherwise never apart: ``after-prepare`` once its Prepare record is written,
@@ -81,38 +85,71 @@ class TransactionCoordinatorRuntime:
         self.store = store
         self.clock = clock
         self.coordinator = TransactionCoordinator(config, allocate_producer_id)
-        self.runtime = CoordinatorRuntime(self.coordinator, store, clock, "transaction coordinator")
+        self.runtime = CoordinatorRuntime(
+            self.coordinator, store, clock, "transaction coordinator", self._summary
+        )
         self._jobs: dict[str, asyncio.Task[None]] = {}
         self._started = False
+        self._ticking = False
         self._on_step = on_step
+        self.runtime.on_loaded.append(self._partition_loaded)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild the coordinator by replaying ``__transaction_state`` (and fence what damage
-        may have hidden)."""
-        batches = self.runtime.load()
+        """Rebuild the coordinator by replaying ``__transaction_state`` at once (and fence
+        what damage may have hidden); the broker instead replays it while serving
+        (``runtime.begin_load``, ``load_in_background``)."""
+        self.runtime.load()
+
+    def _summary(self) -> str:
         coord = self.coordinator
-        log.info(
-            "transaction coordinator loaded %d batches: %d transactional ids, %d to complete",
-            batches,
-            len(coord.txns),
-            len(coord.pending_marker_jobs()),
+        return (
+            f"{len(coord.txns)} transactional ids, {len(coord.pending_marker_jobs())} to complete"
         )
 
     def start(self) -> None:
+        """Run marker jobs from now on, resume those of the partitions loaded, and start the
+        timer once every partition is (later partitions do so as they load)."""
         self._started = True
-        for job in self.coordinator.pending_marker_jobs():
+        for index in range(self.coordinator.num_partitions):
+            if self.runtime.gate(index) == ErrorCode.NONE:
+                self._resume(index)
+        self._start_timer()
+
+    def _partition_loaded(self, partition: int) -> None:
+        if self._started:
+            self._resume(partition)
+            self._start_timer()
+
+    def _resume(self, partition: int) -> None:
+        coord = self.coordinator
+        for job in coord.pending_marker_jobs():
+            if coord.partition_for(job.transactional_id) != partition:
+                continue
             log.info(
                 "resuming %s markers of %s",
                 "commit" if job.commit else "abort",
                 job.transactional_id,
             )
             self._start_job(job)
+
+    def _start_timer(self) -> None:
+        # The timer scans every id: not before all of them are replayed.
+        if self._ticking or not self.runtime.loaded:
+            return
+        self._ticking = True
         self.runtime.start(lambda: self._run(self.coordinator.tick(self.clock())))
 
+    def gate(self, transactional_id: str | None) -> ErrorCode:
+        """NONE if ``transactional_id``'s partition is served (or there is no id), else
+        COORDINATOR_LOAD_IN_PROGRESS: it is still being replayed."""
+        if not transactional_id:
+            return ErrorCode.NONE
+        return self.runtime.gate(self.coordinator.partition_for(transactional_id))
+
     def close(self) -> None:
-        self._started = False
+        self._started = self._ticking = False
         self.runtime.close()
         for task in self._jobs.values():
             task.cancel()  # a restart resumes them from the Prepare record
@@ -202,6 +239,8 @@ class TransactionCoordinatorRuntime:
         enable_2pc: bool = False,
         keep_prepared: bool = False,
     ) -> InitPidResult:
+        if loading := self.gate(transactional_id):
+            return InitPidResult(loading)
         outcome = self.coordinator.init_producer_id(
             transactional_id,
             timeout_ms,
@@ -224,6 +263,8 @@ class TransactionCoordinatorRuntime:
         *,
         implicit: bool = False,
     ) -> ErrorCode:
+        if loading := self.gate(transactional_id):
+            return loading
         outcome = self.coordinator.add_partitions(
             transactional_id,
             producer_id,
@@ -238,6 +279,8 @@ class TransactionCoordinatorRuntime:
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
+        if loading := self.gate(transactional_id):
+            return loading
         outcome = self.coordinator.end_txn(
             transactional_id, producer_id, producer_epoch, commit, self.clock()
         )
@@ -248,6 +291,8 @@ class TransactionCoordinatorRuntime:
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> EndTxnResult:
         """EndTxn v5 (KIP-890 part 2): the epoch is bumped; the answer names the new one."""
+        if loading := self.gate(transactional_id):
+            return EndTxnResult(loading)
         outcome = self.coordinator.end_txn(
             transactional_id, producer_id, producer_epoch, commit, self.clock(), tv2=True
         )
@@ -262,10 +307,16 @@ class TransactionCoordinatorRuntime:
         producer_epoch: int,
         partition: tuple[str, int],
     ) -> ErrorCode:
+        if loading := self.gate(transactional_id):
+            return loading
         return self.coordinator.verify(transactional_id, producer_id, producer_epoch, partition)
 
     def describe(self, transactional_ids: Iterable[str]) -> list[TxnDescription]:
-        return self.coordinator.describe(transactional_ids)
+        out: list[TxnDescription] = []
+        for tid in transactional_ids:
+            loading = self.gate(tid)
+            out += [TxnDescription(tid, loading)] if loading else self.coordinator.describe([tid])
+        return out
 
     def list(
         self,
@@ -274,4 +325,6 @@ class TransactionCoordinatorRuntime:
         duration_ms: int = -1,
         pattern: str | None = None,
     ) -> tuple[ErrorCode, list[str], list[TxnListing]]:
+        if not self.runtime.loaded:  # as Kafka: the listing would miss the loading ones
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
         return self.coordinator.list(states, producer_ids, duration_ms, pattern, self.clock())

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from samsa.broker.authorizer import CLUSTER_NAME
 from samsa.broker.handlers._base import Body, Op, RequestContext, Res, authorized
-from samsa.protocol.errors import ErrorCode
 from samsa.protocol.messages import ApiKey, encode_response, make
 
 if TYPE_CHECKING:
@@ -22,16 +21,17 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     # Rule 33: Describe on the cluster lists every group, else those the principal may Describe.
     everything = authorized(broker, ctx, Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME)
     states = list(getattr(request, "states_filter", ()) or ())
-    listed = [
-        (gid, ptype, state, "classic") for gid, ptype, state in broker.groups.list_groups(states)
-    ]
-    listed += [
-        (gid, "consumer", state, "consumer")
-        for gid, state in broker.groups.list_consumer_groups(states)
-    ]
-    listed += [
-        (gid, "share", state, "share") for gid, state in broker.groups.list_share_groups(states)
-    ]
+    # As Kafka: no listing while some groups are still being loaded (it would miss them).
+    error = broker.groups.loading()
+    listed: list[tuple[str, str, str, str]] = []
+    if not error:
+        coord = broker.groups
+        listed += [(gid, pt, state, "classic") for gid, pt, state in coord.list_groups(states)]
+        listed += [
+            (gid, "consumer", state, "consumer")
+            for gid, state in coord.list_consumer_groups(states)
+        ]
+        listed += [(gid, "share", state, "share") for gid, state in coord.list_share_groups(states)]
     groups = tuple(
         make(
             K,
@@ -49,5 +49,5 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     return encode_response(
         K,
         v,
-        make(K, v, "ListGroupsResponse", throttle_time=0, error_code=ErrorCode.NONE, groups=groups),
+        make(K, v, "ListGroupsResponse", throttle_time=0, error_code=error, groups=groups),
     )

@@ -35,15 +35,18 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> Body:
     v = ctx.version
     if v < 8:
         stable = getattr(request, "require_stable", False)
-        group_ok = authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id)  # rule 33
-        fetched = _fetch(broker, ctx, request.group_id, request.topics, stable) if group_ok else []
+        if not authorized(broker, ctx, Op.READ, Res.GROUP, request.group_id):  # rule 33
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:  # COORDINATOR_LOAD_IN_PROGRESS while the group loads
+            error = broker.groups.validate_fetch(request.group_id, None, -1)
+        fetched = [] if error else _fetch(broker, ctx, request.group_id, request.topics, stable)
         topic_cls, part_cls = "OffsetFetchResponseTopic", "OffsetFetchResponsePartition"
         response = make(
             K,
             v,
             "OffsetFetchResponse",
             throttle_time=0,
-            error_code=ErrorCode.NONE if group_ok else ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            error_code=error,
             topics=_topics(v, fetched, topic_cls, part_cls),
         )
         return encode_response(K, v, response)
