@@ -245,7 +245,7 @@ def _append_one(
             if transactional_id is not None
             else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )
-        code = outside_transaction(code, abortable)
+        code = _retriable_for_every_client(outside_transaction(code, abortable))
         if code != ErrorCode.NONE:
             return ProducePartitionResult(
                 index, code, error_message=f"transactional batch refused: {code.name}"
@@ -306,13 +306,28 @@ def _implicit_add(
     code = broker.transactions.add_partitions(
         transactional_id, batch.producer_id, batch.producer_epoch, [tp], implicit=True
     )
-    # As Kafka answers a producer: a fenced epoch is INVALID_PRODUCER_EPOCH; the coordinator
-    # being busy (the previous transaction still completing) is retriable for every client.
+    # As Kafka answers a producer: a fenced epoch is INVALID_PRODUCER_EPOCH.
     if code == ErrorCode.PRODUCER_FENCED:
         return ErrorCode.INVALID_PRODUCER_EPOCH
-    if code in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-        return ErrorCode.NOT_ENOUGH_REPLICAS
-    return code
+    return _retriable_for_every_client(code)
+
+
+# Kafka's ReplicaManager: a transaction coordinator that could not verify the partition (busy
+# completing the previous transaction, loading, moved, unreachable) is answered with an error
+# every producer retries without refreshing metadata.
+_COORDINATOR_BUSY = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    }
+)
+
+
+def _retriable_for_every_client(code: ErrorCode) -> ErrorCode:
+    return ErrorCode.NOT_ENOUGH_REPLICAS if code in _COORDINATOR_BUSY else code
 
 
 def _has_transactional_batch(request: Any) -> bool:
