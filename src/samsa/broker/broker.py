@@ -549,8 +549,8 @@ class Broker:
     def _try_inline(self, partition: Partition, batch: RecordBatchView) -> CheckedBatch | None:
         """The batch checked on the event loop if this turn of it has time left for checks
         (a thread hand-off costs more than a small batch's check), its time counted; None
-        if the turn has none left, or once the records inflate past _INLINE_INFLATE_BYTES
-        (to be checked again by a worker)."""
+        if the turn has none left, or once the records inflate, or take reading, past
+        _INLINE_INFLATE_BYTES (to be checked again by a worker)."""
         if self._inline_ns >= _INLINE_TURN_NS:
             return None
         counted = True
@@ -620,21 +620,26 @@ class Broker:
         return self.flusher.flush(plog)
 
 
-# A batch up to _INLINE_CHECK_BYTES whose records inflate to _INLINE_INFLATE_BYTES at most is
-# checked on the event loop (a few milliseconds at worst: tiny records of varying sizes; 0.1 ms
-# for a uniform run), and more in the same turn of the loop while its checks took less than
-# _INLINE_TURN_NS; a larger batch, or one past that, goes to a worker thread.
+# A compressed batch up to _INLINE_CHECK_BYTES whose records inflate to _INLINE_INFLATE_BYTES
+# at most, or an uncompressed one up to _INLINE_PLAIN_BYTES whose records that many bytes'
+# worth of reading covers (a uniform run costs 1/256 of its bytes: 1 MB of them ~0.1 ms), is
+# checked on the event loop (~4 ms at worst: tiny records of varying sizes), and more in the
+# same turn of the loop while its checks took less than _INLINE_TURN_NS; a larger batch, or
+# one past that, goes to a worker thread.
 _INLINE_CHECK_BYTES = 64 * 1024
 _INLINE_INFLATE_BYTES = 128 * 1024
+_INLINE_PLAIN_BYTES = 2 * 1024 * 1024
 _INLINE_TURN_NS = 1_000_000
 _clock = time.perf_counter_ns  # the loop's latency is wall time
 
 
 def _heavy(batch: RecordBatchView, config: LogConfig) -> bool:
     """Whether checking the batch's records may take long whatever they inflate to: a
-    large batch, or one to re-encode (worker-thread work)."""
-    kept = ("producer", "uncompressed") if batch.compression == Compression.NONE else ("producer",)
-    return batch.size > _INLINE_CHECK_BYTES or config.compression_type not in kept
+    large compressed batch, or one to re-encode (worker-thread work)."""
+    if batch.compression == Compression.NONE:
+        kept = config.compression_type in ("producer", "uncompressed")
+        return batch.size > _INLINE_PLAIN_BYTES or not kept
+    return batch.size > _INLINE_CHECK_BYTES or config.compression_type != "producer"
 
 
 def _log_config(config: BrokerConfig) -> LogConfig:

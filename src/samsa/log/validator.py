@@ -206,8 +206,9 @@ def check_client_batch(
 def try_client_batch(
     batch: RecordBatchView, config: LogConfig, now_ms: int, partition: str, most: int
 ) -> CheckedBatch | None:
-    """:func:`check_client_batch` if the records inflate to ``most`` bytes at most, else
-    None: the check is left for a worker thread, having cost about ``most`` bytes here."""
+    """:func:`check_client_batch` if the records inflate to ``most`` bytes at most and their
+    reading costs no more than the general path's over that many bytes, else None: the check
+    is left for a worker thread, having cost about ``most`` bytes here."""
     try:
         return check_client_batch(batch, config, now_ms, partition, give_up=most)
     except Unfinished:

@@ -197,6 +197,35 @@ def test_a_batch_inflating_past_the_inline_share_is_left_to_a_worker(
     asyncio.run(body())
 
 
+def test_an_uncompressed_batch_is_checked_on_the_loop_while_its_reading_is_cheap(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An uncompressed batch has nothing to inflate: however large, it is checked on the loop
+    while its records are laid out alike (a thread hand-off costs more than such a check), and
+    left to a worker once reading them one by one would take more than the loop's share."""
+    import random
+
+    held = _HeldCheck(broker_module.check_client_batch)
+    held.release.set()
+    monkeypatch.setattr(broker_module, "check_client_batch", held)
+    rng = random.Random(27)
+    alike = [NewRecord(value=b"%090d" % i) for i in range(5_000)]
+    varied = [NewRecord(value=rng.randbytes(rng.randrange(180))) for _ in range(5_000)]
+
+    async def body() -> None:
+        part = broker.topics.get_partition("t", 0)
+        assert part is not None
+        uniform = broker.append(part, validate_produce_batch(build_batch(alike, now_ms=1)))
+        assert isinstance(uniform, AppendResult) and uniform.error == 0
+        assert not held.threads  # the loop's check is try_client_batch
+        appended = broker.append(part, validate_produce_batch(build_batch(varied, now_ms=1)))
+        assert isinstance(appended, asyncio.Future)
+        assert (await appended).base_offset == 5_000
+        assert len(held.threads) == 1 and held.threads[0].startswith("samsa-check")
+
+    asyncio.run(body())
+
+
 class _HeldSearch:
     """TimestampProbe.search, held in its thread until released; records where it ran."""
 
