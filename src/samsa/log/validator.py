@@ -24,8 +24,7 @@ duplicate it is.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import lz4.frame
 import zstandard
@@ -139,9 +138,9 @@ def _refusal(summary: RecordsSummary) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class CheckedBatch:
-    """A client batch after the checks (and in the topic's codec), or why it is refused."""
+class CheckedBatch(NamedTuple):
+    """A client batch after the checks (and in the topic's codec), or why it is refused (a
+    tuple: one is made per batch)."""
 
     batch: RecordBatchView
     error: ErrorCode = ErrorCode.NONE

@@ -23,6 +23,8 @@ from samsa.protocol.record_check import (
     inflate,
 )
 from samsa.protocol.records import (
+    XERIAL_BLOCK,
+    XERIAL_HEADER,
     Compression,
     InvalidBatchError,
     NewRecord,
@@ -30,6 +32,7 @@ from samsa.protocol.records import (
     build_batch,
     decode_records,
     encode_record,
+    xerial_block,
 )
 
 
@@ -145,6 +148,63 @@ def test_a_snappy_block_declaring_too_much_is_refused_before_inflating() -> None
     with pytest.raises(InvalidBatchError) as exc:
         check_records(view, RecordRules(), 8 << 20)
     assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_snappy_blocks_held_together_count_against_the_limit() -> None:
+    """xerial blocks are handed on a few at a time; the ones held count: against a 100 KB
+    limit the fourth 32 KB block is refused before it is inflated."""
+    import cramjam
+
+    body = XERIAL_HEADER + b"".join(xerial_block(bytes([i]) * XERIAL_BLOCK) for i in range(8))
+    inflated = []
+    real = cramjam.snappy.decompress_raw
+
+    def counted(block: bytes) -> object:
+        inflated.append(len(block))
+        return real(block)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cramjam.snappy, "decompress_raw", counted)
+        with pytest.raises(InvalidBatchError) as exc:
+            list(inflate(Compression.SNAPPY, body, 100 << 10))
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert len(inflated) == 3
+
+
+def test_gzip_read_at_once_or_streamed_gives_the_same_verdict() -> None:
+    """A small gzip stream is inflated at once (cramjam) when it fits what its trailer says;
+    any failure there falls back to zlib's streamed reading, which alone refuses: two members,
+    a trailer lying about the size, a flipped byte, a cut stream all get the streamed verdict."""
+    from samsa.protocol import record_check
+
+    records = [encode_record(i, 0, b"k%d" % i, b"v" * 50) for i in range(40)]
+    one = zlib.compress(b"".join(records), wbits=31)
+    two = zlib.compress(b"".join(records[:20]), wbits=31)
+    two += zlib.compress(b"".join(records[20:]), wbits=31)
+    lying = one[:-4] + (len(b"".join(records)) - 10).to_bytes(4, "little")
+    flipped = bytearray(one)
+    flipped[len(one) // 2] ^= 0x40
+    streams = [one, two, lying, bytes(flipped), one[:-3], one + b"\x1f"]
+    assert record_check._gzip_whole(one) is not None  # the fast path is taken
+
+    def verdicts() -> list[object]:
+        out: list[object] = []
+        for body in streams:
+            try:
+                out.append(
+                    check_records(
+                        _raw_batch(body, 40, Compression.GZIP), RecordRules(), 1 << 20
+                    ).count
+                )
+            except InvalidBatchError as exc:
+                out.append((exc.code, str(exc)))
+        return out
+
+    fast = verdicts()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(record_check, "_gzip_whole", lambda data: None)
+        assert verdicts() == fast
+    assert fast[:2] == [40, 40] and all(isinstance(v, tuple) for v in fast[2:])
 
 
 def test_a_zstd_frame_asking_for_a_huge_window_is_refused() -> None:
