@@ -10,10 +10,11 @@ is outside the topic's window. Here the same reading is done without a Python ob
 record and without the inflated records in memory:
 
 - :func:`inflate` yields the records section in chunks of at most :data:`INFLATE_CHUNK`
-  bytes (zlib, zstandard and lz4 frame decompress up to a cap per call; a snappy block is
-  bounded by the length it declares, checked before it is inflated). Past ``limit`` inflated
-  bytes it raises MESSAGE_TOO_LARGE, so a 32,000:1 bomb costs ``limit`` bytes of CPU, never
-  memory. zstd frames may not ask for a window above :data:`ZSTD_MAX_WINDOW`.
+  bytes (zlib, zstandard and lz4 frame decompress up to a cap per call; a gzip stream whose
+  trailer says it fits a chunk is tried at once into a buffer of that size; a snappy block
+  is bounded by the length it declares, checked before it is inflated). Past ``limit``
+  inflated bytes it raises MESSAGE_TOO_LARGE, so a 32,000:1 bomb costs ``limit`` bytes of
+  CPU, never memory. zstd frames may not ask for a window above :data:`ZSTD_MAX_WINDOW`.
 - :class:`RecordChecker` takes those chunks and keeps only the unfinished tail of the last
   record. The complete records of a chunk are found vectorised (every record assumed as long
   as the last one known, the guess checked at every guessed start, a short Python walk where
@@ -21,6 +22,8 @@ record and without the inflated records in memory:
   once: lengths, varint sizes, offset deltas 0..n-1, key and value lengths within the record,
   header structure, the record ending where its fields do. Key and value bytes are only
   skipped. A record longer than a chunk is gathered first (it is bounded by ``limit``).
+- ``give_up`` (the event loop's try) bounds both the inflation and the reading: Unfinished
+  once either passes it, not a verdict; the caller checks again in a worker thread.
 
 All of it is C code (zlib, zstd, lz4, numpy) over buffers of a bounded size, run by the
 broker in worker threads, so a heavy batch does not hold the event loop.
