@@ -52,6 +52,7 @@ from _brokers import (
     find_py_spy,
 )
 
+from samsa.client._config import CODECS
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.framing import read_uvarint, skip_tagged_fields, split_response
 from samsa.protocol.messages import ApiKey, decode_response
@@ -152,13 +153,6 @@ def batch_template(
     )
 
 
-CODECS = {
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
 _SEQ = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 
