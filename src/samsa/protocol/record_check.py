@@ -635,6 +635,8 @@ class RecordChecker:
             pos += used
         if pos >= end or self._cut(buf[pos : pos + 5], end - pos):
             return pos  # the chunk ends inside this record: nothing for the general path
+        if self._reads_left is not None and end - pos > self._reads_left:
+            raise Unfinished(self._give_up)  # the general path would read past it: not here
         nbuf = np.frombuffer(buf + bytes(10), np.uint8)  # padded: varint reads stay inside
         starts = self._starts(buf, nbuf, end, pos)
         if not starts.size:

@@ -285,8 +285,18 @@ def test_giving_up_bounds_the_reading_of_uncompressed_records() -> None:
     rng = random.Random(27)
     varied = [NewRecord(value=rng.randbytes(rng.randrange(180))) for _ in range(10_000)]
     view = RecordBatchView(build_batch(varied, now_ms=1))
-    with pytest.raises(Unfinished):
-        check_records(view, RecordRules(), 8 << 20, give_up=64 << 10)
+    walked: list[int] = []
+    real = RecordChecker._starts
+
+    def starts(self: RecordChecker, *args: object) -> object:
+        walked.append(1)
+        return real(self, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RecordChecker, "_starts", starts)
+        with pytest.raises(Unfinished):  # before reading what would be read past the bound
+            check_records(view, RecordRules(), 8 << 20, give_up=64 << 10)
+        assert not walked
     assert check_records(view, RecordRules(), 8 << 20).count == 10_000
 
 
