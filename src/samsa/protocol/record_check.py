@@ -718,14 +718,21 @@ class RecordChecker:
         it fixes them; 0 if too few for a run."""
         size, ts_at, ts_len, od_at, od_len, _key_null, fixed = layout
         most = n = min(room, (end - pos) // size, boundary - first)
-        for col, byte in fixed:
-            n = _same_run(buf[pos + col : pos + n * size : size], byte)
+        stop = pos + n * size
+        for col, byte in fixed:  # inline while every record repeats it: a call costs here
+            column = buf[pos + col : stop : size]
+            if column != byte * n:
+                n = _same_run(column, byte)
+                stop = pos + n * size
         for k in range(ts_len):  # the timestamp delta's varint keeps its size
-            column = buf[pos + ts_at + k : pos + n * size : size]
-            n = _high_run(column) if k < ts_len - 1 else _low_run(column)
+            column = buf[pos + ts_at + k : stop : size]
+            if k < ts_len - 1:
+                n = _high_run(column)
+            elif not column.isascii():
+                n = _low_run(column)
+            stop = pos + n * size
         if not n or (n < most and n < _MIN_RUN):
             return 0  # sizes keep changing: the general path reads the rest at once
-        stop = pos + n * size
         for k in range(od_len):
             if buf[pos + od_at + k : stop : size] != _offset_delta_column(first, n, od_len, k):
                 return 0  # the general path says which record is wrong
