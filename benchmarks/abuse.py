@@ -41,9 +41,10 @@ ListOffsets) again and again, waiting for each answer, while the well-behaved pr
 measures; the broker's RSS is sampled every 20 ms. One row per attack: a 972 KB gzip batch
 whose one record inflates to 1 GB (to a compacted topic, then to a topic whose
 compression.type makes the broker re-encode it), a ~5 KB zstd batch of 8 million tiny records,
-random bytes labelled gzip, a batch claiming 1,000,000 records holding one, garbage records, and
-ListOffsets by timestamp over the topic the tiny records were sent to, and over a stored zstd
-batch of 200,000 records that inflates to ~60 MB (accepted: under message.max.inflated.bytes).
+random bytes labelled gzip, a batch claiming 1,000,000 records holding one, garbage records, a
+valid 0.9 MB uncompressed batch of 100,000 records of changing sizes, and ListOffsets by
+timestamp over the topic the tiny records were sent to, and over a stored zstd batch of
+200,000 records that inflates to ~60 MB (accepted: under message.max.inflated.bytes).
 """
 
 from __future__ import annotations
@@ -610,6 +611,13 @@ def _tiny_records_bomb(count: int) -> bytes:
     return _record_batch(bytes(cramjam.zstd.compress(raw, level=19)), count, 4)
 
 
+def _varied(rng: random.Random) -> bytes:
+    """A valid uncompressed batch under max.message.bytes whose records keep changing size
+    (values of 0-2 bytes): read one by one, past what the event loop reads (then a worker)."""
+    records = [NewRecord(value=rng.randbytes(rng.randrange(3))) for _ in range(100_000)]
+    return build_batch(records, now_ms=int(time.time() * 1000))
+
+
 def _zigzag(v: int) -> bytes:
     return uvarint((v << 1) ^ (v >> 63))
 
@@ -627,6 +635,7 @@ def _attack_frames(port: int) -> list[tuple[str, bytes]]:
         ("random bytes labelled gzip", "rec-plain", _record_batch(rng.randbytes(1000), 1, 1)),
         ("claims 1,000,000 records, holds 1", "rec-plain", _record_batch(one, 1_000_000, 0)),
         ("garbage records", "rec-plain", _record_batch(rng.randbytes(1000), 1000, 0)),
+        ("uncompressed 0.9 MB, 100,000 records of changing sizes", "rec-plain", _varied(rng)),
     ]
     out = []
     with BlockingConnection(HOST, port) as c:

@@ -52,10 +52,11 @@ from _brokers import (
     find_py_spy,
 )
 
+from samsa.client._config import CODECS
 from samsa.client._connection import BlockingConnection
 from samsa.protocol.framing import read_uvarint, skip_tagged_fields, split_response
 from samsa.protocol.messages import ApiKey, decode_response
-from samsa.protocol.records import NewRecord, build_batch, iter_batches
+from samsa.protocol.records import Compression, NewRecord, build_batch, iter_batches
 from samsa.testing import (
     create_topic,
     fetch_request,
@@ -134,8 +135,11 @@ class Result:
 # --- (a) the raw load generator ---------------------------------------------------------
 
 
-def batch_template(records: int, producer_id: int, epoch: int) -> bytearray:
-    """One idempotent v2 batch of ``records`` 100-byte values; its sequence is patched."""
+def batch_template(
+    records: int, producer_id: int, epoch: int, compression: int = Compression.NONE
+) -> bytearray:
+    """One idempotent v2 batch of ``records`` 100-byte values in ``compression``'s codec; its
+    sequence is patched."""
     ts = time.time_ns() // 1_000_000
     values = [(b"%08d" % i).ljust(VALUE_SIZE, b"v") for i in range(records)]
     return bytearray(
@@ -144,6 +148,7 @@ def batch_template(records: int, producer_id: int, epoch: int) -> bytearray:
             producer_id=producer_id,
             producer_epoch=epoch,
             base_sequence=0,
+            compression=compression,
         )
     )
 
@@ -166,9 +171,10 @@ def build_frames(
     epoch: int,
     per_batch: int,
     n_requests: int,
+    compression: int = Compression.NONE,
 ) -> list[bytes]:
     """Encoded Produce frames, correlation ids 1..n, one batch per partition in each."""
-    template = batch_template(per_batch, producer_id, epoch)
+    template = batch_template(per_batch, producer_id, epoch, compression)
     frames = []
     for i in range(n_requests):
         batch = with_sequence(template, i * per_batch)
@@ -285,11 +291,18 @@ def ensure_topic(port: int, topic: str) -> None:
         raise RuntimeError(f"CreateTopics {topic} failed with error {code}")
 
 
-def raw_produce(port: int, topic: str, per_batch: int, records: int, max_seconds: float) -> Result:
+def raw_produce(
+    port: int,
+    topic: str,
+    per_batch: int,
+    records: int,
+    max_seconds: float,
+    compression: int = Compression.NONE,
+) -> Result:
     n_requests = max(1, records // (per_batch * PARTITIONS))
     conn, pid, epoch = new_producer(port)
     try:
-        frames = build_frames(conn, topic, pid, epoch, per_batch, n_requests)
+        frames = build_frames(conn, topic, pid, epoch, per_batch, n_requests, compression)
         return pipelined_produce(conn, frames, per_batch, max_seconds)
     finally:
         conn.close()
@@ -802,7 +815,12 @@ def print_table(rows: dict[str, Row], columns: list[str]) -> None:
 
 
 def profile_samsa(
-    scale: Scale, work: Path, out_dir: Path, per_batch: int, profiler: str = "auto"
+    scale: Scale,
+    work: Path,
+    out_dir: Path,
+    per_batch: int,
+    profiler: str = "auto",
+    codec: str = "none",
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     tool = profiler
@@ -813,7 +831,8 @@ def profile_samsa(
     )
     records = {1: scale.batches_1, 100: scale.records_100, 1000: scale.records_1000}[per_batch]
     records //= REPEATS
-    label = f"(a) raw, {per_batch} rec/batch, profiled"
+    label = f"(a) raw, {per_batch} rec/batch, {codec}, profiled"
+    compression = CODECS[codec]
     with SamsaBroker(
         work / "samsa-profile", profile=None if tool == "py-spy" else tool, profile_out=out
     ) as b:
@@ -827,7 +846,10 @@ def profile_samsa(
         with spy:
             for i in range(REPEATS):
                 r = _timed(
-                    tg, lambda: raw_produce(b.port, topic, per_batch, records, scale.max_seconds)
+                    tg,
+                    lambda: raw_produce(
+                        b.port, topic, per_batch, records, scale.max_seconds, compression
+                    ),
                 )
                 _print_run("samsa", f"{label} #{i + 1}", r)
     if not out.exists():
@@ -972,6 +994,12 @@ def main(argv: list[str] | None = None) -> int:
         help="auto: py-spy if installed, else pyinstrument",
     )
     parser.add_argument(
+        "--profile-codec",
+        choices=tuple(CODECS),
+        default="none",
+        help="the profiled run's batches in this codec (default none)",
+    )
+    parser.add_argument(
         "--profile-dir",
         type=Path,
         help="where to save the profile (default: a new directory in $TMPDIR)",
@@ -991,7 +1019,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.profile:
             out_dir = args.profile_dir or Path(tempfile.mkdtemp(prefix="samsa-profile-"))
-            profile_samsa(scale, work, out_dir, args.profile_batch, args.profiler)
+            profile_samsa(
+                scale, work, out_dir, args.profile_batch, args.profiler, args.profile_codec
+            )
             return 0
         t0 = time.perf_counter()
         columns = ["samsa", "tansu"] if args.only is None else [args.only]

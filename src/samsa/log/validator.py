@@ -24,8 +24,7 @@ duplicate it is.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import lz4.frame
 import zstandard
@@ -139,9 +138,9 @@ def _refusal(summary: RecordsSummary) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class CheckedBatch:
-    """A client batch after the checks (and in the topic's codec), or why it is refused."""
+class CheckedBatch(NamedTuple):
+    """A client batch after the checks (and in the topic's codec), or why it is refused (a
+    tuple: one is made per batch)."""
 
     batch: RecordBatchView
     error: ErrorCode = ErrorCode.NONE
@@ -206,8 +205,9 @@ def check_client_batch(
 def try_client_batch(
     batch: RecordBatchView, config: LogConfig, now_ms: int, partition: str, most: int
 ) -> CheckedBatch | None:
-    """:func:`check_client_batch` if the records inflate to ``most`` bytes at most, else
-    None: the check is left for a worker thread, having cost about ``most`` bytes here."""
+    """:func:`check_client_batch` if the records inflate to ``most`` bytes at most and their
+    reading costs no more than the general path's over that many bytes, else None: the check
+    is left for a worker thread, having cost about ``most`` bytes here."""
     try:
         return check_client_batch(batch, config, now_ms, partition, give_up=most)
     except Unfinished:

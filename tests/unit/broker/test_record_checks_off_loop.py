@@ -137,14 +137,23 @@ def test_the_event_loop_checks_for_a_bounded_time_each_turn(
 ) -> None:
     """Small batches, compressed or not, are checked on the loop (a thread hand-off costs
     more than their check) until the checks of this turn took _INLINE_TURN_NS (a request of
-    many partitions cannot hold the loop); the rest go to the workers, and all are appended
-    in order. A new turn checks on the loop again."""
+    many partitions cannot hold the loop); the rest go to the workers in one hand-off (two
+    workers drain them: a hand-off per batch cost more than a small batch's check), and all
+    are appended in order. A new turn checks on the loop again."""
     from samsa.broker.broker import _INLINE_TURN_NS
 
     held = _HeldCheck(broker_module.check_client_batch)
     held.release.set()
     monkeypatch.setattr(broker_module, "check_client_batch", held)
     monkeypatch.setattr(broker_module, "_clock", _SlowClock(_INLINE_TURN_NS // 3 + 1))
+    executor = broker._checkers
+    handed: list[object] = []
+
+    def submit(fn: Any, *args: Any) -> Any:
+        handed.append(fn)
+        return type(executor).submit(executor, fn, *args)
+
+    monkeypatch.setattr(executor, "submit", submit)
 
     async def body() -> None:
         part = broker.topics.get_partition("t", 0)
@@ -157,7 +166,7 @@ def test_the_event_loop_checks_for_a_bounded_time_each_turn(
         assert all(isinstance(a, asyncio.Future) for a in appended[3:])
         results = [a if isinstance(a, AppendResult) else await a for a in appended]
         assert [r.base_offset for r in results] == list(range(10))
-        assert len(held.threads) == 7
+        assert len(held.threads) == 7 and len(handed) == 2  # 7 checks, 2 hand-offs
         await asyncio.sleep(0)  # a new turn: the loop checks again
         assert isinstance(broker.append(part, _batch(b"later", Compression.GZIP)), AppendResult)
         assert isinstance(broker.append(part, _batch(b"later")), AppendResult)
@@ -193,6 +202,35 @@ def test_a_batch_inflating_past_the_inline_share_is_left_to_a_worker(
         refused = broker.append(part, validate_produce_batch(broken))
         assert isinstance(refused, AppendResult)
         assert refused.error == ErrorCode.UNKNOWN_SERVER_ERROR
+
+    asyncio.run(body())
+
+
+def test_an_uncompressed_batch_is_checked_on_the_loop_while_its_reading_is_cheap(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An uncompressed batch has nothing to inflate: however large, it is checked on the loop
+    while its records are laid out alike (a thread hand-off costs more than such a check), and
+    left to a worker once reading them one by one would take more than the loop's share."""
+    import random
+
+    held = _HeldCheck(broker_module.check_client_batch)
+    held.release.set()
+    monkeypatch.setattr(broker_module, "check_client_batch", held)
+    rng = random.Random(27)
+    alike = [NewRecord(value=b"%090d" % i) for i in range(5_000)]
+    varied = [NewRecord(value=rng.randbytes(rng.randrange(180))) for _ in range(5_000)]
+
+    async def body() -> None:
+        part = broker.topics.get_partition("t", 0)
+        assert part is not None
+        uniform = broker.append(part, validate_produce_batch(build_batch(alike, now_ms=1)))
+        assert isinstance(uniform, AppendResult) and uniform.error == 0
+        assert not held.threads  # the loop's check is try_client_batch
+        appended = broker.append(part, validate_produce_batch(build_batch(varied, now_ms=1)))
+        assert isinstance(appended, asyncio.Future)
+        assert (await appended).base_offset == 5_000
+        assert len(held.threads) == 1 and held.threads[0].startswith("samsa-check")
 
     asyncio.run(body())
 

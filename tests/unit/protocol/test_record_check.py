@@ -23,6 +23,8 @@ from samsa.protocol.record_check import (
     inflate,
 )
 from samsa.protocol.records import (
+    XERIAL_BLOCK,
+    XERIAL_HEADER,
     Compression,
     InvalidBatchError,
     NewRecord,
@@ -30,6 +32,7 @@ from samsa.protocol.records import (
     build_batch,
     decode_records,
     encode_record,
+    xerial_block,
 )
 
 
@@ -147,6 +150,63 @@ def test_a_snappy_block_declaring_too_much_is_refused_before_inflating() -> None
     assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
+def test_snappy_blocks_held_together_count_against_the_limit() -> None:
+    """xerial blocks are handed on a few at a time; the ones held count: against a 100 KB
+    limit the fourth 32 KB block is refused before it is inflated."""
+    import cramjam
+
+    body = XERIAL_HEADER + b"".join(xerial_block(bytes([i]) * XERIAL_BLOCK) for i in range(8))
+    inflated = []
+    real = cramjam.snappy.decompress_raw
+
+    def counted(block: bytes) -> object:
+        inflated.append(len(block))
+        return real(block)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cramjam.snappy, "decompress_raw", counted)
+        with pytest.raises(InvalidBatchError) as exc:
+            list(inflate(Compression.SNAPPY, body, 100 << 10))
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+    assert len(inflated) == 3
+
+
+def test_gzip_read_at_once_or_streamed_gives_the_same_verdict() -> None:
+    """A small gzip stream is inflated at once (cramjam) when it fits what its trailer says;
+    any failure there falls back to zlib's streamed reading, which alone refuses: two members,
+    a trailer lying about the size, a flipped byte, a cut stream all get the streamed verdict."""
+    from samsa.protocol import record_check
+
+    records = [encode_record(i, 0, b"k%d" % i, b"v" * 50) for i in range(40)]
+    one = zlib.compress(b"".join(records), wbits=31)
+    two = zlib.compress(b"".join(records[:20]), wbits=31)
+    two += zlib.compress(b"".join(records[20:]), wbits=31)
+    lying = one[:-4] + (len(b"".join(records)) - 10).to_bytes(4, "little")
+    flipped = bytearray(one)
+    flipped[len(one) // 2] ^= 0x40
+    streams = [one, two, lying, bytes(flipped), one[:-3], one + b"\x1f"]
+    assert record_check._gzip_whole(one) is not None  # the fast path is taken
+
+    def verdicts() -> list[object]:
+        out: list[object] = []
+        for body in streams:
+            try:
+                out.append(
+                    check_records(
+                        _raw_batch(body, 40, Compression.GZIP), RecordRules(), 1 << 20
+                    ).count
+                )
+            except InvalidBatchError as exc:
+                out.append((exc.code, str(exc)))
+        return out
+
+    fast = verdicts()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(record_check, "_gzip_whole", lambda data: None)
+        assert verdicts() == fast
+    assert fast[:2] == [40, 40] and all(isinstance(v, tuple) for v in fast[2:])
+
+
 def test_a_zstd_frame_asking_for_a_huge_window_is_refused() -> None:
     """The decoder would keep 128 MiB of history for it: refused before decoding."""
     params = zstandard.ZstdCompressionParameters.from_level(3, window_log=27)
@@ -213,6 +273,31 @@ def test_giving_up_early_is_not_a_refusal() -> None:
         check_records(view, RecordRules(), 2 << 20, give_up=3 << 20)
     assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
     assert check_records(view, RecordRules(), 8 << 20, give_up=5 << 20).count == 1
+
+
+def test_giving_up_bounds_the_reading_of_uncompressed_records() -> None:
+    """Nothing to inflate: ``give_up`` bounds the reading instead. A megabyte of records laid
+    out alike (columns compared a run at a time) is read within 64 KB's worth; as many bytes of
+    records of changing sizes (read one by one) are not, and a verdict still comes without it."""
+    uniform = build_batch([NewRecord(value=b"%090d" % i) for i in range(10_000)], now_ms=1)
+    summary = check_records(RecordBatchView(uniform), RecordRules(), 8 << 20, give_up=64 << 10)
+    assert summary.count == 10_000
+    rng = random.Random(27)
+    varied = [NewRecord(value=rng.randbytes(rng.randrange(180))) for _ in range(10_000)]
+    view = RecordBatchView(build_batch(varied, now_ms=1))
+    walked: list[int] = []
+    real = RecordChecker._starts
+
+    def starts(self: RecordChecker, *args: object) -> object:
+        walked.append(1)
+        return real(self, *args)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RecordChecker, "_starts", starts)
+        with pytest.raises(Unfinished):  # before reading what would be read past the bound
+            check_records(view, RecordRules(), 8 << 20, give_up=64 << 10)
+        assert not walked
+    assert check_records(view, RecordRules(), 8 << 20).count == 10_000
 
 
 def _verdict(view: RecordBatchView) -> object:
