@@ -72,9 +72,15 @@ def test_telemetry_answers(differential: Run) -> None:
         for v in (0, 1):  # this module's are the only subscriptions on either broker
             lk = ApiKey.LIST_CONFIG_RESOURCES
             req = make_request(lk, v, "ListConfigResourcesRequest", resource_types=(16,))
-            listed = s.conn.request(lk, v, req)
-            # Kafka lists them in hash order
-            names = sorted(r.resource_name for r in listed.config_resources)
+            # Kafka's broker sees a new subscription a moment after answering its alter:
+            # listed again (up to 20 s) until both are there; Kafka lists them in hash order.
+            deadline = time.monotonic() + 20
+            while True:
+                listed = s.conn.request(lk, v, req)
+                names = sorted(r.resource_name for r in listed.config_resources)
+                if len(names) >= 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             s.note(f"list-v{v}", {"error": int(listed.error_code), "names": names})
         k, v = ApiKey.DESCRIBE_CONFIGS, 4
         resources = tuple(

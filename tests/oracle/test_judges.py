@@ -84,9 +84,18 @@ def test_verifiable_producer_and_consumers_survive_broker_kills(
     reports = [check_delivery(produced, events, group) for group, events in consumed.items()]
     for r in reports:
         log.info("%s %s: %s", target.name, r.group, r)
-        assert r.problems == [], (target.name, r.group, r.problems)
+        problems = r.problems
+        twice = []
+        if target.name == "kafka":
+            # Kafka's lone node once (2026-11-27, load ~15) kept a retried batch twice across
+            # its SIGKILL: a producer that finds its state gone bumps its epoch and resends
+            # (KIP-360). The judge reports it for Kafka; samsa is held to exactly once.
+            twice = [p for p in problems if "written twice" in p]
+            problems = [p for p in problems if p not in twice]
+        assert problems == [], (target.name, r.group, r.problems)
         assert r.acked == 3000 and r.send_errors == 0
-        assert r.consumed == r.acked + r.redelivered
+        if not twice:  # a second copy is read too, beside the acknowledged one
+            assert r.consumed == r.acked + r.redelivered
         assert len(r.last_commits) == 3  # every partition got records
     # The broker holds what the consumers last committed, after both kills.
     with Admin({"bootstrap.servers": target.bootstrap}) as admin:

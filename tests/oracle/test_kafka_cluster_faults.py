@@ -280,7 +280,10 @@ def test_transactional_copiers_across_leader_and_coordinator_kills(
     outs = {proto: new_topic(cluster, 3, f"cout-{proto}") for proto in ("classic", "consumer")}
     sent = fill(cluster.bootstrap, src, 3, n)
     run = next(_names)
-    for _ in range(2):  # the second time after a preferred leader election
+    # Looked up again, after a preferred leader election, until the leaderships it moves
+    # have moved (the tool returns before they all have).
+    deadline, elected = time.monotonic() + 60, False
+    while True:
         victim = cluster.leader(src, 0)[0]
         keys = {
             proto: (
@@ -289,9 +292,12 @@ def test_transactional_copiers_across_leader_and_coordinator_kills(
             )
             for proto in outs
         }
-        if all(k is not None for ks in keys.values() for k in ks):
+        if all(k is not None for ks in keys.values() for k in ks) or time.monotonic() > deadline:
             break
-        elect_preferred_leaders(cluster)
+        if not elected:
+            elect_preferred_leaders(cluster)
+            elected = True
+        time.sleep(1)
     copiers = {}
     for proto, out in outs.items():
         group, txn_id = keys[proto]

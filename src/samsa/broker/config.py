@@ -369,6 +369,8 @@ def broker_settings(config: BrokerConfig) -> list[tuple[str, str | None, bool]]:
     """(Kafka name, value, is default) of every broker setting, for DescribeConfigs."""
     out = []
     for name in sorted(_KAFKA_NAMES):
+        if name.startswith("test."):
+            continue  # a knob of samsa's own tests, not a setting to describe
         found = broker_setting(config, name)
         assert found is not None
         out.append((name, found[0], found[1]))
