@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from test_differential_groups import commit
+
 from samsa.protocol.messages import ApiKey, make_request
 from samsa.testing.oracle import TRANSIENT, Rule, Side
 
@@ -21,7 +23,7 @@ def _transient(resp: Any) -> bool:
     return int(resp.error_code) in TRANSIENT
 
 
-def _heartbeat_request(
+def heartbeat_request(
     group: str,
     member: str,
     epoch: int,
@@ -38,34 +40,9 @@ def _heartbeat_request(
                        topic_partitions=owned)  # fmt: skip
 
 
-def heartbeat(
-    s: Side,
-    label: str,
-    group: str,
-    member: str,
-    epoch: int,
-    *,
-    topics: tuple[str, ...] | None = None,
-    assignor: str | None = None,
-    owned: tuple[Any, ...] | None = None,
-    until: Any = None,
-) -> Any:
+def heartbeat(s: Side, label: str, req: Any, until: Any = None) -> Any:
     """A heartbeat, repeated while ``until(response)``; the last answer is compared."""
-    req = _heartbeat_request(group, member, epoch, topics=topics, assignor=assignor, owned=owned)
     return s.call(label, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, req, retry=until, timeout=15.0)
-
-
-def commit(s: Side, label: str, group: str, member: str, epoch: int, topic: str) -> Any:
-    k, v = ApiKey.OFFSET_COMMIT, 9
-    part = make_request(k, v, "OffsetCommitRequestPartition", partition_index=0,
-                        committed_offset=epoch + 10, committed_leader_epoch=-1,
-                        committed_metadata="")  # fmt: skip
-    req = make_request(k, v, "OffsetCommitRequest", group_id=group,
-                       generation_id_or_member_epoch=epoch, member_id=member,
-                       group_instance_id=None,
-                       topics=(make_request(k, v, "OffsetCommitRequestTopic", name=topic,
-                                            partitions=(part,)),))  # fmt: skip
-    return s.call(label, k, v, req)
 
 
 def fetch(s: Side, label: str, group: str, member: str, epoch: int, topic: str) -> Any:
@@ -82,9 +59,10 @@ def test_commit_at_an_older_epoch_for_partitions_owned_since(differential: Any) 
         group, topic = s.unique("g"), s.unique("t")
         s.create_topic(topic, 2)
         s.find_coordinator("coordinator", group, key_type=0)
-        a = heartbeat(s, "a-joins", group, "", 0, topics=(topic,), owned=(), until=_transient)
+        a = heartbeat(s, "a-joins", heartbeat_request(group, "", 0, topics=(topic,), owned=()),
+                      until=_transient)  # fmt: skip
         if not a.assignment:  # Kafka may give the partitions at a later heartbeat
-            a = heartbeat(s, "a-assigned", group, a.member_id, a.member_epoch,
+            a = heartbeat(s, "a-assigned", heartbeat_request(group, a.member_id, a.member_epoch),
                           until=lambda r: r.error_code == 0 and not r.assignment)  # fmt: skip
         me, first = a.member_id, a.member_epoch
         owned = tuple(
@@ -97,26 +75,19 @@ def test_commit_at_an_older_epoch_for_partitions_owned_since(differential: Any) 
             )
             for tp in a.assignment.topic_partitions
         )
-        commit(s, "commit-current", group, me, first, topic)
+        commit(s, "commit-current", group, first, me, topic, v=9)
         # b's preferred assignor bumps the group; a moves to the new epoch, keeping both. b's
         # own answer is not compared: Kafka may defer its target (D-GROUP-2).
-        b = _heartbeat_request(group, "", 0, topics=(), assignor="range", owned=())
+        b = heartbeat_request(group, "", 0, topics=(), assignor="range", owned=())
         while _transient(s.conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, b)):
             time.sleep(0.05)
-        later = heartbeat(
-            s,
-            "a-bumped",
-            group,
-            me,
-            first,
-            owned=owned,
-            until=lambda r: r.error_code == 0 and r.member_epoch == first,
-        )
+        bumped = heartbeat_request(group, me, first, owned=owned)
+        later = heartbeat(s, "a-bumped", bumped, until=lambda r: r.member_epoch == first)
         s.note("a-epochs", [first, later.member_epoch])
-        commit(s, "commit-older-owned-since", group, me, first, topic)
-        commit(s, "commit-older-than-assigned", group, me, first - 1, topic)
-        commit(s, "commit-ahead", group, me, later.member_epoch + 1, topic)
-        commit(s, "commit-new-current", group, me, later.member_epoch, topic)
+        commit(s, "commit-older-owned-since", group, first, me, topic, v=9)
+        commit(s, "commit-older-than-assigned", group, first - 1, me, topic, v=9)
+        commit(s, "commit-ahead", group, later.member_epoch + 1, me, topic, v=9)
+        commit(s, "commit-new-current", group, later.member_epoch, me, topic, v=9)
         fetch(s, "fetch-older", group, me, first, topic)
         fetch(s, "fetch-current", group, me, later.member_epoch, topic)
 

@@ -89,8 +89,11 @@ def heartbeat(
     return s.call(label, k, v, req)
 
 
-def commit(s: Side, label: str, group: str, gen: int, member: str, topic: str) -> Any:
-    k, v = ApiKey.OFFSET_COMMIT, 8
+def commit(
+    s: Side, label: str, group: str, gen: int, member: str, topic: str, *, v: int = 8
+) -> Any:
+    """OffsetCommit of offset 3 of the topic's partition 0 (v9+: ``gen`` is a member epoch)."""
+    k = ApiKey.OFFSET_COMMIT
     part = make_request(k, v, "OffsetCommitRequestPartition", partition_index=0,
                         committed_offset=3, committed_leader_epoch=-1,
                         committed_metadata="m")  # fmt: skip
