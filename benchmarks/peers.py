@@ -6,28 +6,34 @@ rotates from row to row so a slow spell of the (shared) machine does not always 
 one. Each figure is printed with its ratio to Kafka's and Tansu's in the same run, and the
 machine is named at the top.
 
-Rows (``--quick`` divides the counts by ~20 for a smoke run):
+Rows (``--quick``: small counts and the shortcuts its Scale names, a smoke run of every
+section in about 3 minutes; each section's and row's wall time is printed):
 
 - start-up: exec to the first answered ApiVersions (empty data dir), and SIGTERM to exit
   (clean stop), median of 3;
 - RSS: resident memory idle (fresh) and after the load rows;
 - produce: confluent-kafka idempotent producer (acks=all, linger 5 ms), 1 producer with
-  100-byte and 1 KB values, and 4 producer processes with 100-byte values; Kafka's own
-  ``ProducerPerformance`` (the Java client, idempotent, acks=all) with 100-byte values;
+  100-byte and 1 KB values, and 4 producer processes with 100-byte values (timed from one
+  start line to the last producer's end); Kafka's own ``ProducerPerformance`` (the Java
+  client, idempotent, acks=all, linger 5 ms) with 100-byte values, its steady state after
+  10,000 warm-up records;
 - transactions: a confluent-kafka transactional producer committing transactions of 10
   records spread over 1 and over 10 partitions (transactions/s);
 - fetch: a confluent-kafka consumer reading every record of a 3-partition topic (librdkafka
-  defaults, then ``fetch.queue.backoff.ms=0``), and Kafka's ``ConsumerPerformance``;
+  defaults, then ``fetch.queue.backoff.ms=0``), and Kafka's ``ConsumerPerformance`` (its
+  fetch rate, without the group join);
 - latency: end-to-end p50/p99/p99.9 (producer send to consumer receipt, one process, same
   clock) at a fixed rate, idle and while a second producer process saturates the broker;
-- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched;
+- broker CPU seconds per million records, produced (1 producer, 100 B) and fetched (the
+  default-consumer row): utime + stime of the broker process from /proc/<pid>/stat;
 - groups (peer_groups.py): time to a complete assignment, classic and KIP-848, 3 and 30
   members, samsa and Kafka;
+- memory (peer_memory.py): RSS of a fresh broker idle with 10,000 empty partitions;
 - start-up with state (peer_startup.py): 10,000 partitions, 100,000 offset commits, a log
   after SIGKILL, 100,000 transactions; to the first answer, to the state served, clean stop;
 - producer state (producer_state_memory.py): memory per idempotent producer entry.
 
-``--sections`` runs some of them (startup, groups, load, state, producer-state).
+``--sections`` runs some of them (startup, groups, load, memory, state, producer-state).
 """
 
 from __future__ import annotations
@@ -96,9 +102,9 @@ FULL = Scale(600_000, 200_000, 150_000, 1_000, 1_200_000, 1_000, 10.0, (3, 30), 
 # --quick: every section in about 3 minutes on 2 shared cores (a smoke run, not a basis for
 # claims). The state rows restart one broker holding all four states, small: Kafka's recovery
 # of 1,000 partitions after the SIGKILL alone took 44 s.
-QUICK = Scale(30_000, 10_000, 8_000, 50, 60_000, 500, 2.0, (3,), 1,
-              StateScale(100, 2_000, 4, 256, 30.0, together=True), 5_000, partitions=1_000,
-              startup_runs=1, perf_warmup=1_000, java_bound=8, settle=1.0, reuse=True)  # fmt: skip
+QUICK = Scale(30_000, 10_000, 8_000, 50, 60_000, 500, 1.5, (3,), 1,
+              StateScale(100, 2_000, 4, 256, 30.0, together=True), 2_000, partitions=1_000,
+              startup_runs=1, perf_warmup=1_000, java_bound=5, settle=1.0, reuse=True)  # fmt: skip
 SECTIONS = ("startup", "groups", "load", "memory", "state", "producer-state")
 # Kafka's launcher sets this (the default waits 3 s for more members); samsa gets the same.
 SAME_AS_KAFKA = {"group.initial.rebalance.delay.ms": "0"}
@@ -361,8 +367,8 @@ def consumer_performance(bootstrap: str, topic: str, records: int, bound: int) -
         raise RuntimeError(f"no summary in ConsumerPerformance's output: {_first_error(out)}")
     row = {h.strip(): v.strip() for h, v in zip(lines[header], lines[header + 1], strict=True)}
     if int(row["data.consumed.in.nMsg"]) < records:
-        raise RuntimeError(f"{row['data.consumed.in.nMsg']} of {records} records read: "
-                           f"{_first_error(out)}")  # fmt: skip
+        raise RuntimeError(f"{row['data.consumed.in.nMsg']} of {records} records read "
+                           f"(none for {bound} s)")  # fmt: skip
     return float(row["fetch.nMsg.sec"])
 
 
@@ -465,7 +471,7 @@ def _running(scale: Scale, work: Path, sections: set[str], done: int) -> list[Ro
                 "kafka": stack.enter_context(KafkaBroker(work / "kafka")),
                 "tansu": stack.enter_context(TansuBroker()),
             }
-        time.sleep(2)
+        time.sleep(min(2.0, scale.settle))
         idle = Row("RSS idle", "MB", higher_is_better=False)
         for name, b in brokers.items():
             idle.values[name] = rss_mb(b.pid)
@@ -685,8 +691,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown sections {sorted(sections - set(SECTIONS))}")
     print(f"machine: {machine()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="samsa-peers-") as d:
-        rows = run(scale, Path(d), sections)
+    with timed("whole run"):
+        with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="samsa-peers-") as d:
+            rows = run(scale, Path(d), sections)
     print("\n| row | samsa | Kafka | Tansu | samsa/Kafka | samsa/Tansu |")
     print("|---|---|---|---|---|---|")
     for r in rows:
