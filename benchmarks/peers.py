@@ -308,7 +308,8 @@ _PERF_JVM = ["-Xmx512m", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
 # fails its rows within these bounds instead of the producer's default 120 s and a 60 s wait
 # for records; on a broker that answers, they are never approached.
 def _producer_bounds(seconds: int) -> list[str]:
-    return [f"delivery.timeout.ms={seconds * 1000}", f"request.timeout.ms={seconds * 750}"]
+    ms = seconds * 1000  # max.block.ms: send() waits that long for room in a full buffer
+    return [f"delivery.timeout.ms={ms}", f"request.timeout.ms={ms * 3 // 4}", f"max.block.ms={ms}"]
 
 
 def java_perf(tool: str, args: list[str]) -> str:
