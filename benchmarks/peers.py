@@ -244,6 +244,7 @@ class Workers:
     def produce_parallel(self, bootstrap: str, topic: str, each: int) -> tuple[int, float]:
         """``procs`` producers at once; (records, seconds from the first start to the last
         end)."""
+        self.start_line.reset()  # a producer that failed before the line left it broken
         got = self.pool.starmap(_produce_timed, [(bootstrap, topic, each, 100)] * self.procs,
                                 chunksize=1)  # fmt: skip
         return sum(n for n, _, _ in got), max(e for _, _, e in got) - min(s for _, s, _ in got)
