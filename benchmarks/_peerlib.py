@@ -6,11 +6,16 @@ import contextlib
 import os
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PARTITIONS = 3
+# Makes a broker for a section (a fresh one in this data dir, or one already running); Any
+# stands for _brokers.BrokerProcess.
+Starter = Callable[[Path], AbstractContextManager[Any]]
 
 
 @dataclass

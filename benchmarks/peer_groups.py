@@ -62,12 +62,14 @@ def assignment_seconds(bootstrap: str, topic: str, members: int, protocol: str,
             c.close()
 
 
-def group_rows(bootstraps: dict[str, str], sizes: tuple[int, ...], runs: int
+def group_rows(bootstraps: dict[str, str], sizes: tuple[int, ...], runs: int,
+               warm: tuple[str, ...] = PROTOCOLS
                ) -> list[tuple[str, dict[str, float], dict[str, str]]]:  # fmt: skip
-    """(label, {broker: median seconds}, {broker: note}) per protocol and group size."""
+    """(label, {broker: median seconds}, {broker: note}) per protocol and group size, after
+    one uncounted group of each protocol in ``warm``."""
     out = []
     for bs in bootstraps.values():  # not counted: Kafka creates __consumer_offsets on first use
-        for protocol in PROTOCOLS:
+        for protocol in warm:
             with contextlib.suppress(Exception):
                 create_topic(bs, f"grp-warm-{protocol}", 2)
                 assignment_seconds(bs, f"grp-warm-{protocol}", 1, protocol, timeout=60)

@@ -26,8 +26,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from _brokers import BrokerProcess, KafkaBroker, SamsaBroker
-from _peerlib import Row, create_topic, pipelined, rss_mb, wait_producer_id
+from _brokers import BrokerProcess
+from _peerlib import Row, Starter, create_topic, pipelined, rss_mb, wait_producer_id
 
 from samsa.client._connection import BlockingConnection
 from samsa.log.producer_state import (
@@ -138,14 +138,14 @@ def _jvm_live_heap_mb(pid: int) -> float:
     return int(m.group(1)) / 1024 if m else 0.0
 
 
-def producer_state_rows(producers: int, work: Path) -> list[Row]:
+def producer_state_rows(producers: int, work: Path, starters: dict[str, Starter]) -> list[Row]:
+    """RSS (and Kafka's live heap) growth per idempotent producer, on a broker of each of
+    ``starters``' samsa and Kafka (name: a function of a data dir that makes it)."""
     rss = Row(f"producer state, RSS growth per idempotent producer ({producers:,})", "B", False)
     heap = Row("producer state, live heap growth per producer (Kafka: after full GC)", "B", False)
     for name in ("samsa", "kafka"):
-        broker: BrokerProcess = (SamsaBroker(work / "pstate-samsa") if name == "samsa"
-                                 else KafkaBroker(work / "pstate-kafka"))  # fmt: skip
         try:
-            with broker as b:
+            with starters[name](work / f"pstate-{name}") as b:
                 assert b.pid is not None
                 create_topic(b.bootstrap, "pstate", 1)
                 wait_producer_id(b.port)
