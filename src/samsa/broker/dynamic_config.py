@@ -20,7 +20,6 @@ from samsa.broker.config import (
     SENSITIVE,
     BrokerConfig,
     ConfigError,
-    broker_setting,
     broker_settings,
     default_setting,
     setting_attr,
@@ -36,6 +35,7 @@ from samsa.broker.topic_config import (
     ConfigType,
     DescribedConfig,
     Synonym,
+    config_synonyms,
 )
 from samsa.log.durable import write_atomically
 
@@ -279,32 +279,20 @@ def _kafka_only(dynamic: DynamicBrokerConfigs, name: str) -> DescribedConfig:
 def broker_synonyms(
     dynamic: DynamicBrokerConfigs, static: BrokerConfig, name: str
 ) -> list[Synonym]:
-    """The levels that set broker setting ``name``, as Kafka's ConfigHelper lists them: level
-    by level (this broker's dynamic value, the cluster default, the static value, Kafka's
-    default), each over the keys of ``name``'s synonym group, then cut to start at ``name``
-    itself. So log.retention.ms set anywhere brings log.retention.hours=168 after it, and
-    log.retention.ms set nowhere lists nothing (the hours default comes before any of it)."""
-    names = _SYNONYM_GROUPS.get(name, (name,))
-    out = [
-        Synonym(n, level[n], source)
-        for level, source in (
-            (dynamic.broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
-            (dynamic.default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
-        )
-        for n in names
-        if n in level
-    ]
-    for n in names:
-        found = broker_setting(static, n)
-        if found is not None and not found[1]:
-            out.append(Synonym(n, found[0], ConfigSource.STATIC_BROKER_CONFIG))
-    for n in names:
-        default = _GROUP_DEFAULTS.get(n) if setting_attr(n) is None else default_setting(n)
-        if default is not None:  # as Kafka, a key whose default is null has no such synonym
-            out.append(Synonym(n, default, ConfigSource.DEFAULT_CONFIG))
-    while out and out[0].name != name:
-        out.pop(0)
-    return out
+    """The levels that set broker setting ``name`` over its synonym group, as Kafka's
+    ConfigHelper lists them (:func:`config_synonyms`): this broker's dynamic value, the
+    cluster default, the static value, Kafka's default."""
+    levels = (
+        (dynamic.broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (dynamic.default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+    )
+    return config_synonyms(
+        name,
+        _SYNONYM_GROUPS.get(name, (name,)),
+        levels,
+        static,
+        lambda n: _GROUP_DEFAULTS.get(n) if setting_attr(n) is None else default_setting(n),
+    )
 
 
 def _type(name: str) -> ConfigType:

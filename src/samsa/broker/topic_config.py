@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -645,6 +645,32 @@ class DescribedConfig:
     sensitive: bool = False
 
 
+def config_synonyms(
+    name: str,
+    names: Sequence[str],
+    levels: Iterable[tuple[Mapping[str, str], ConfigSource]],
+    static: BrokerConfig,
+    default_of: Callable[[str], str | None],
+) -> list[Synonym]:
+    """Kafka's ConfigHelper.configSynonyms: the broker keys ``names`` (one setting in several
+    units, most specific first) level by level: the dynamic ``levels``, the static settings
+    given, then each key's default where ``default_of`` has one; cut to start at ``name``.
+    So log.retention.ms set anywhere brings log.retention.hours=168 after it, and set nowhere
+    lists nothing (the hours default comes before any of it)."""
+    out = [Synonym(n, values[n], source) for values, source in levels for n in names if n in values]
+    for n in names:
+        found = broker_setting(static, n)
+        if found is not None and not found[1]:
+            out.append(Synonym(n, found[0], ConfigSource.STATIC_BROKER_CONFIG))
+    for n in names:
+        default = default_of(n)
+        if default is not None:  # as Kafka, a key whose default is null has no such synonym
+            out.append(Synonym(n, default, ConfigSource.DEFAULT_CONFIG))
+    while out and out[0].name != name:
+        out.pop(0)
+    return out
+
+
 def describe_topic_configs(
     broker: BrokerConfig,
     configs: Mapping[str, str],
@@ -664,24 +690,16 @@ def describe_topic_configs(
         synonyms: list[Synonym] = []
         if key.name in configs:
             synonyms.append(Synonym(key.name, configs[key.name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        for values, level in levels:
-            synonyms += [Synonym(n, values[n], level) for n in key.synonyms if n in values]
-        for name in key.synonyms:
-            found = broker_setting(broker, name)
-            if found is not None and not found[1]:
-                synonyms.append(Synonym(name, found[0], ConfigSource.STATIC_BROKER_CONFIG))
         if key.synonyms:
-            synonyms.append(
-                Synonym(key.synonyms[-1], key.default_synonym_value, ConfigSource.DEFAULT_CONFIG)
+            # Kafka's default sits on the last broker key, in its own unit.
+            last, default = key.synonyms[-1], key.default_synonym_value
+            synonyms += config_synonyms(
+                key.synonyms[0],
+                key.synonyms,
+                levels,
+                broker,
+                lambda n, last=last, default=default: default if n == last else None,
             )
-            # As Kafka's ConfigHelper, the broker synonyms start at the first one set under the
-            # key's primary name: retention.ms lists log.retention.hours=168 only after some
-            # log.retention.ms, and no synonym at all when none is set.
-            own = 1 if key.name in configs else 0
-            inherited = synonyms[own:]
-            while inherited and inherited[0].name != key.synonyms[0]:
-                inherited.pop(0)
-            synonyms[own:] = inherited
         # A key without a broker synonym has no synonyms at all when the topic has no value.
         source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         value = synonyms[0].value if source != ConfigSource.DEFAULT_CONFIG else key.default
