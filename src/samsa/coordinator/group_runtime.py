@@ -143,7 +143,7 @@ class GroupCoordinatorRuntime:
     def loading(self) -> ErrorCode:
         """What spans every group (ListGroups) answers: COORDINATOR_LOAD_IN_PROGRESS until
         every partition is replayed, as Kafka's ListGroups while a shard loads."""
-        return ErrorCode.NONE if self.runtime.loaded else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return self.runtime.gate_all()
 
     def marker_gate(self, topic: str, partition: int) -> ErrorCode:
         """A marker may be written to ``topic``-``partition`` (NONE) unless it is a partition

@@ -224,6 +224,11 @@ class CoordinatorRuntime(Generic[RecT]):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
 
+    def gate_all(self) -> ErrorCode:
+        """:meth:`gate` for what spans every partition (listings): NONE once all are
+        replayed, else COORDINATOR_LOAD_IN_PROGRESS (a listing would miss the loading ones)."""
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.loading else ErrorCode.NONE
+
     @property
     def loaded(self) -> bool:
         """Every partition is replayed (what spans them all, timers and listings, may run)."""

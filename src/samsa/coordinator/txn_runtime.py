@@ -325,6 +325,6 @@ class TransactionCoordinatorRuntime:
         duration_ms: int = -1,
         pattern: str | None = None,
     ) -> tuple[ErrorCode, list[str], list[TxnListing]]:
-        if not self.runtime.loaded:  # as Kafka: the listing would miss the loading ones
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
+        if loading := self.runtime.gate_all():  # as Kafka's ListTransactions
+            return loading, [], []
         return self.coordinator.list(states, producer_ids, duration_ms, pattern, self.clock())

@@ -19,6 +19,7 @@ from samsa.broker.handlers._base import (
     authorized,
     authorized_names,
     resolve_topic_ids,
+    topic_id_of,
     unknown_id,
 )
 from samsa.coordinator.offsets import FetchedOffset
@@ -121,10 +122,8 @@ def _topic_ids(
     topic deleted meanwhile has none and is left out."""
     ids: dict[str, uuid.UUID | None] = {t.name: t.topic_id for t in asked or ()}
     for f in fetched:
-        if f.topic not in ids:
-            topic = broker.topics.topics.get(f.topic)
-            if topic is not None:
-                ids[f.topic] = topic.topic_id
+        if f.topic not in ids and (topic_id := topic_id_of(broker, f.topic)) is not None:
+            ids[f.topic] = topic_id
     return ids
 
 
