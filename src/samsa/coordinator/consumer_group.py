@@ -45,6 +45,7 @@ from samsa.coordinator.consumer_group_records import (
     CurrentMemberAssignmentValue,
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
+    spelled_out,
 )
 
 LEAVE_EPOCH = -1  # a member leaving the group
@@ -95,13 +96,9 @@ class ConsumerMember:
             self.epochs,
         )
 
-    def epochs_of(self, assignment: Assignment) -> AssignmentEpochs:
-        """The assignment epochs of ``assignment``'s partitions, every one spelled out."""
-        return {
-            (tid, p): self.epochs.get((tid, p), self.member_epoch)
-            for tid, parts in assignment.items()
-            for p in parts
-        }
+    def epochs_of(self, *assignments: Assignment) -> AssignmentEpochs:
+        """The assignment epochs of ``assignments``' partitions, every one spelled out."""
+        return spelled_out(self.epochs, self.member_epoch, *assignments)
 
     def assignment_epoch(self, topic_id: uuid.UUID, partition: int) -> int | None:
         """The epoch the member was given the partition at, None if it does not own it."""

@@ -477,7 +477,7 @@ class ConsumerGroups:
                 member.state,
                 member.assigned,
                 member.pending_revocation,
-                member.epochs_of(member.assigned) | member.epochs_of(member.pending_revocation),
+                member.epochs_of(member.assigned, member.pending_revocation),
             )
             self._emit(
                 _key(CURRENT_ASSIGNMENT_TYPE, group.group_id, member.member_id),

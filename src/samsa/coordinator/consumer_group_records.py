@@ -60,6 +60,19 @@ Assignment = dict[uuid.UUID, frozenset[int]]
 AssignmentEpochs = dict[tuple[uuid.UUID, int], int]
 
 
+def spelled_out(
+    epochs: AssignmentEpochs, member_epoch: int, *assignments: Assignment
+) -> AssignmentEpochs:
+    """The assignment epoch of every partition of ``assignments``, the missing ones at
+    ``member_epoch``."""
+    return {
+        (tid, p): epochs.get((tid, p), member_epoch)
+        for assignment in assignments
+        for tid, parts in assignment.items()
+        for p in parts
+    }
+
+
 class ConsumerRecordFormatError(ValueError):
     """A consumer group record we cannot read."""
 
@@ -255,12 +268,9 @@ def encode_consumer_value(value: ConsumerGroupValue) -> bytes:
         out += _I32.pack(value.previous_member_epoch)
         out += _I8.pack(value.state)
         # Every partition's epoch is written, defaulting to the member epoch as a reader does.
-        epochs = {
-            (tid, p): value.epochs.get((tid, p), value.member_epoch)
-            for assignment in (value.assigned, value.pending_revocation)
-            for tid, parts in assignment.items()
-            for p in parts
-        }
+        epochs = spelled_out(
+            value.epochs, value.member_epoch, value.assigned, value.pending_revocation
+        )
         _partitions(out, value.assigned, epochs)
         _partitions(out, value.pending_revocation, epochs)
     else:
