@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 READY = re.compile(r"samsa broker ready on 127\.0\.0\.1:(\d+)")
+_LOAD_OVER = re.compile(r"coordinators loaded in|replaying the coordinators failed")
 
 
 class BrokerProcess:
@@ -36,7 +37,12 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = 30.0, *, loaded: bool = True) -> BrokerProcess:
+        """Start the broker; return once it serves (its "ready" line) and, with ``loaded``,
+        once its coordinators have replayed their topics too (a broker serves while they
+        load, answering COORDINATOR_LOAD_IN_PROGRESS for their APIs meanwhile, which a test
+        of that sets ``loaded=False`` to see)."""
+        first_line = len(self.log)
         cmd = [
             sys.executable,
             *self.launcher,
@@ -76,6 +82,11 @@ class BrokerProcess:
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError("broker did not start:\n" + "\n".join(self.log[-30:]))
+        # The load ends loaded, or failed (the broker then stops), or the process is gone.
+        while loaded and proc.poll() is None and time.monotonic() < deadline:
+            if any(_LOAD_OVER.search(line) for line in self.log[first_line:]):
+                break
+            time.sleep(0.01)
         return self
 
     def kill(self) -> None:

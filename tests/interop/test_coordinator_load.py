@@ -97,7 +97,7 @@ def test_restart_serves_while_coordinators_load_and_clients_resume(broker_factor
             assert error == 0
     broker.stop()
     port = broker.port
-    broker.start()  # returns once the port is open: the replay has just begun
+    broker.start(loaded=False)  # returns once the port is open: the replay has just begun
     assert broker.port == port
     with BlockingConnection("127.0.0.1", port, timeout=10) as c:
         # (b) the coordinators' APIs of a loading partition: COORDINATOR_LOAD_IN_PROGRESS
