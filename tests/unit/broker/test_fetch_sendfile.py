@@ -63,7 +63,9 @@ def _run(
                 if isinstance(appended, asyncio.Future):  # checked in a worker thread
                     await appended
             for i in range(5):  # small batches: copied
-                broker.append(small, validate_produce_batch(_batch(3, 10, i)))
+                appended = broker.append(small, validate_produce_batch(_batch(3, 10, i)))
+                if isinstance(appended, asyncio.Future):  # the loop's turn had no time left
+                    await appended
             assert len(big.log._segments) >= 4
             await asyncio.wait_for(body(server), 60)
         finally:
