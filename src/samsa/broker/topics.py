@@ -2,7 +2,9 @@
 
 Each partition is a directory ``<topic>-<partition>`` under the data directory holding its
 segments, like Kafka. Each also holds ``partition.metadata`` with the topic id, again like
-Kafka, so that topic ids survive restarts without a separate catalogue.
+Kafka, so that topic ids survive restarts without a separate catalogue. The partitions'
+recovery points and the clean-shutdown marker are the data directory's, shared
+(:class:`samsa.log.log.LogDir`): a clean stop closes the logs, then writes both once.
 
 A topic appears whole or not at all. Creation builds every partition directory (with its
 ``partition.metadata``) in a staging directory ``<topic id>.creating``, then renames them
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from samsa.broker.topic_config import InvalidConfigError, parse_topic_configs
 from samsa.log.durable import fsync_dir, write_durably
-from samsa.log.log import AppendResult, Log, LogConfig
+from samsa.log.log import AppendResult, Log, LogConfig, LogDir
 from samsa.protocol.errors import ErrorCode
 
 log = logging.getLogger("samsa.topics")
@@ -143,11 +145,13 @@ class TopicManager:
         self.internal_segment_bytes = internal_segment_bytes or {}
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[uuid.UUID, Topic] = {}
+        self.log_dir = LogDir(data_dir)
         # Why the data directory went offline (a failed fsync); None while it serves.
         self.offline: str | None = None
 
     def load(self, now_ms: int) -> None:
         """Open every partition found in the data directory (recovering each log)."""
+        self.log_dir.begin_load()
         self._remove_leftovers()
         found: dict[str, dict[int, Path]] = {}
         for entry in sorted(self.data_dir.iterdir()):
@@ -173,8 +177,10 @@ class TopicManager:
             for i in indexes:
                 if _read_topic_id(dirs[i]) is None:
                     _write_topic_id(dirs[i], topic_id)
-                partitions.append(Partition(name, i, Log.open(dirs[i], config, now_ms)))
+                plog = self.log_dir.open_log(dirs[i], config, now_ms)
+                partitions.append(Partition(name, i, plog))
             self._add(Topic(name, topic_id, partitions, configs))
+        self.log_dir.end_load()
         log.info("loaded %d topics from %s", len(self.topics), self.data_dir)
 
     def _log_config(self, name: str, configs: dict[str, str]) -> LogConfig:
@@ -226,10 +232,11 @@ class TopicManager:
             fsync_dir(self.data_dir)
             staging.rmdir()
             for directory in final:
-                opened.append(Log.open(directory, config, now_ms))
+                opened.append(self.log_dir.open_log(directory, config, now_ms))
         except OSError as exc:
             for plog in opened:
                 _close_files(plog)
+                self.log_dir.forget(plog)
             self._undo_create(staging, final, topic_id)
             log.error("cannot create topic %s in %s: %s", name, self.data_dir, exc)
             raise TopicError(
@@ -309,6 +316,7 @@ class TopicManager:
         self.topics_by_id.pop(topic.topic_id, None)
         for p, (_directory, doomed) in zip(topic.partitions, moved, strict=True):
             _close_files(p.log)  # nothing of a deleted topic needs flushing
+            self.log_dir.forget(p.log)
             shutil.rmtree(doomed, ignore_errors=True)
             p.notify()
         with contextlib.suppress(OSError):
@@ -375,7 +383,7 @@ class TopicManager:
                     _write_topic_configs(staging, topic.configs)
                 os.rename(staging, directory)
                 fsync_dir(self.data_dir)
-                plog = Log.open(directory, config, now_ms)
+                plog = self.log_dir.open_log(directory, config, now_ms)
             except OSError as exc:
                 shutil.rmtree(staging, ignore_errors=True)
                 log.error("cannot add partition %d to topic %s: %s", i, name, exc)
@@ -427,11 +435,13 @@ class TopicManager:
             yield from t.partitions
 
     def close(self, now_ms: int) -> list[tuple[Partition, OSError]]:
-        """Close every partition cleanly (flush, snapshot, clean-shutdown marker); the ones
-        that failed are returned, with their files closed all the same. Partitions close
-        in CLOSE_THREADS threads, as Kafka's shutdown threads close its logs: nearly all of
-        a close is fsyncs, which release the GIL, so one partition's wait for the disk does
-        not hold up the next."""
+        """Close every partition cleanly (flush what is unflushed, snapshot), then write the
+        data directory's checkpoint and clean-shutdown marker, which names the partitions
+        closed cleanly; the ones that failed are returned, with their files closed all the
+        same (all of them if the marker could not be written). Partitions close in
+        CLOSE_THREADS threads, as Kafka's shutdown threads close its logs: nearly all of a
+        close is fsyncs, which release the GIL, so one partition's wait for the disk does not
+        hold up the next."""
 
         def close_one(p: Partition) -> tuple[Partition, OSError] | None:
             try:
@@ -448,7 +458,14 @@ class TopicManager:
             workers = min(CLOSE_THREADS, len(partitions))
             with ThreadPoolExecutor(workers, thread_name_prefix="samsa-close") as pool:
                 results = list(pool.map(close_one, partitions))
-        return [r for r in results if r is not None]
+        failures = [r for r in results if r is not None]
+        failed = {p for p, _ in failures}
+        try:
+            self.log_dir.close([p.log for p in partitions if p not in failed])
+        except OSError as exc:
+            log.error("cannot write the checkpoint of %s: %s", self.data_dir, exc)
+            return [(p, exc) for p in partitions]
+        return failures
 
     def abandon(self) -> None:
         """Close every partition's files without writing anything (an offline directory):

@@ -8,9 +8,18 @@ kernel before the append returned), but only data below the *recovery point* is 
 been fsynced; after a power loss the tail of any later segment may hold a torn batch, garbage or
 zeros. Index files are written lazily and are never trusted over the log.
 
-1. A ``clean-shutdown`` marker (written by ``Log.close`` after everything was flushed, holding
-   the log end offset) is read and removed, durably, before anything else: a crash from now on
-   must not look clean.
+1. Where the partition stands: its recovery point and, after a clean stop, the log end offset
+   it was closed at. A broker's partitions share their data directory's files, as Kafka's
+   log dirs do (:class:`samsa.log.log.LogDir`): one ``recovery-point-offset-checkpoint`` of
+   ``topic partition offset`` lines, and one ``clean-shutdown`` marker of the same format,
+   written once every partition was closed, naming each partition closed cleanly and its log
+   end offset. The marker is read and removed, durably, before any partition is opened: a
+   crash from now on must not look clean. A partition the marker does not name (created since,
+   or whose close failed) is recovered; one the checkpoint does not name is scanned from its
+   first segment. A log opened on its own (a tool, a test) keeps both files in its own
+   directory, in the one-offset format samsa 0.1.0 used for every partition; a broker
+   still reads such files, takes the lower of the two recovery points (either is safe) and
+   removes them once the data directory's checkpoint holds the partition.
 2. A cleaning the crash interrupted is settled (Kafka's ``.cleaned``/``.swap`` recovery, see
    :mod:`samsa.log.cleaner`): a ``<base>-<end>.log.cleaned`` file is removed (the old segments
    are whole), a ``<base>-<end>.log.swap`` file was committed, so the segments of
@@ -20,7 +29,7 @@ zeros. Index files are written lazily and are never trusted over the log.
 3. Clean shutdown: the active segment (what recovery would scan: a clean close checkpoints
    the recovery point at the log end) has every batch's CRC-32C checked, read-only, and its
    tail is walked from its last index entry to find the log end offset; if a check fails or
-   the end disagrees with the marker, fall through to recovery (4).
+   the end disagrees with the marker's, fall through to recovery (4).
 4. Unclean: every segment from the one holding the recovery point on is scanned with CRC
    checks (Kafka's "unflushed segments"). At the first bad batch the segment is truncated
    there, with a warning that says how many bytes and why, and all later segments are deleted:
@@ -68,6 +77,8 @@ from samsa.protocol.records import (
 
 log = logging.getLogger(__name__)
 
+# The same names serve the data directory's shared files (offsets of many partitions) and
+# those of a log opened on its own, in its directory (one offset).
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 _CHECKPOINT_VERSION = 0
@@ -89,6 +100,8 @@ class LoadReport:
     snapshot_offset: int | None = None  # producer-state snapshot loaded, if any
     replayed_batches: int = 0  # producer batches replayed after the snapshot
     corrupt_batches: int = 0  # batches the producer-state replay did not believe
+    # The directory held a recovery point or marker of its own (samsa 0.1.0's layout).
+    own_files: bool = False
 
     @property
     def lost_records(self) -> bool:
@@ -128,12 +141,57 @@ def read_offset_file(path: Path) -> int | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class SharedState:
+    """What the data directory's files say of one partition; None where they do not name it."""
+
+    recovery_point: int | None = None
+    clean_end: int | None = None  # the log end offset the clean-shutdown marker vouches for
+
+
+def read_offsets_checkpoint(path: Path) -> dict[str, int]:
+    """Kafka's offset checkpoint file (version ``0``, a count, ``topic partition offset``
+    lines) as {partition directory name: offset}; empty if missing. An unreadable one (a torn
+    write cannot make one: see :func:`write_offsets_checkpoint`) is ignored with a warning,
+    which only costs recovery scans."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+    try:
+        if not lines or int(lines[0]) != _CHECKPOINT_VERSION:
+            raise ValueError(f"version {lines[0] if lines else 'missing'}")
+        count = int(lines[1]) if len(lines) > 1 else -1
+        if count != len(lines) - 2:
+            raise ValueError(f"{len(lines) - 2} entries where the count line says {count}")
+        offsets: dict[str, int] = {}
+        for line in lines[2:]:
+            topic, partition, offset = line.split(" ")
+            if int(partition) < 0 or int(offset) < 0:
+                raise ValueError(f"negative number in {line!r}")
+            offsets[f"{topic}-{int(partition)}"] = int(offset)
+        return offsets
+    except ValueError as exc:
+        log.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+
+
+def write_offsets_checkpoint(path: Path, offsets: dict[str, int]) -> None:
+    """Replace ``path`` with ``offsets`` (keyed by ``<topic>-<partition>``) in Kafka's format:
+    written to a ``.tmp``, fsynced, renamed, the directory fsynced, so a crash leaves the old
+    file or the new one."""
+    lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
+    for name, offset in offsets.items():
+        topic, _, partition = name.rpartition("-")
+        lines.append(f"{topic} {partition} {offset}")
+    write_durably(path, "\n".join(lines) + "\n")
+
+
 def write_recovery_point(directory: Path, offset: int) -> None:
     write_durably(directory / RECOVERY_POINT_FILE, f"{_CHECKPOINT_VERSION}\n{offset}\n")
-
-
-def read_recovery_point(directory: Path) -> int:
-    return read_offset_file(directory / RECOVERY_POINT_FILE) or 0
 
 
 def write_clean_shutdown(directory: Path, log_end_offset: int) -> None:
@@ -387,17 +445,28 @@ def load_log(
     index_interval_bytes: int,
     producer_id_expiration_ms: int,
     now_ms: int,
+    shared: SharedState | None = None,
 ) -> LoadedLog:
-    """Open (creating if needed) the partition directory and return its recovered state."""
+    """Open (creating if needed) the partition directory and return its recovered state.
+    ``shared``: what the data directory's files say of it (None: a log opened on its own,
+    whose files are in its directory)."""
     directory.mkdir(parents=True, exist_ok=True)
     report = LoadReport()
-    clean_leo = _take_clean_shutdown(directory)
+    own_clean = _take_clean_shutdown(directory)
+    own_point = read_offset_file(directory / RECOVERY_POINT_FILE)
+    if shared is None:
+        clean_leo, checkpoint = own_clean, own_point or 0
+    else:
+        report.own_files = own_clean is not None or own_point is not None
+        clean_leo = shared.clean_end if shared.clean_end is not None else own_clean
+        # Each was true when written: the lower one is safe whichever is newer.
+        known = [p for p in (shared.recovery_point, own_point) if p is not None]
+        checkpoint = min(known, default=0)
     report.clean_shutdown = clean_leo is not None
     segments: list[LogSegment] = []
     try:
         for base in _list_segments(directory):
             segments.append(LogSegment.open(directory, base, index_interval_bytes))
-        checkpoint = read_recovery_point(directory)
         needs_recovery = clean_leo is None
         if not needs_recovery and segments:
             active = segments[-1]

@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 A partition is a directory of segments ``<20-digit base offset>.log``, each with a sparse offset
-index and time index, plus producer-state snapshots ``<offset>.snapshot``, a recovery-point
-checkpoint and, between a clean close and the next open, a clean-shutdown marker.
+index and time index, plus producer-state snapshots ``<offset>.snapshot``. Its recovery point
+and, between a clean close and the next open, its clean-shutdown marker are kept, as in Kafka,
+in files its data directory's partitions share (:class:`LogDir`); a log opened on its own keeps
+them in its directory.
 
 Append (event-loop thread): size check; producer-state ``prepare_update`` for batches with a
 producer id, which may answer "duplicate" (original offsets, nothing written) or an error
@@ -16,10 +18,12 @@ producer-state ``update``. A failed write is cut back off the file, so a batch i
 
 Flush (any thread, usually a worker): under the lock it only notes the log end offset, the
 segments written since the last flush and their pending index bytes; the fsyncs happen outside
-the lock while appends go on. The recovery point becomes that offset. Its checkpoint file only
+the lock while appends go on. The recovery point becomes that offset. Its checkpoint only
 matters at segment granularity (recovery rescans from the segment holding it), so it is written,
 after syncing the indexes of the segments it moves past, only when it enters a new segment, and
-on close: fsync-per-append costs one ``fdatasync``.
+after close: fsync-per-append costs one ``fdatasync``. A close with nothing appended since the
+last flush fsyncs nothing (Kafka's ``flush`` skips such a log too), and writes no producer-state
+snapshot if one is already at the log end.
 
 Read (event-loop thread): the segment holding the offset is found by bisection on base offsets,
 the batch holding it by the offset index plus a short header walk, the end by the byte budget,
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import shutil
 import struct
 import threading
@@ -50,12 +55,17 @@ import crc32c
 from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.index import INT32_MAX
 from samsa.log.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    RECOVERY_POINT_FILE,
     LoadReport,
+    SharedState,
     batch_append_of,
     complete_swap,
     load_log,
     read_offset_file,
+    read_offsets_checkpoint,
     write_clean_shutdown,
+    write_offsets_checkpoint,
     write_recovery_point,
 )
 from samsa.log.producer_state import AppendOrigin, Duplicate, ProducerStateManager, Rejected
@@ -84,6 +94,8 @@ _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 _JITTER = random.Random()  # segment.jitter.ms draws (not security relevant)
+# A data directory's partition: what its shared checkpoint's "topic partition" lines can name.
+_PARTITION_NAME = re.compile(r"^\S+-\d+$")
 
 
 def with_log_append_time(batch: RecordBatchView, now_ms: int) -> RecordBatchView:
@@ -209,14 +221,24 @@ class Log:
     """One partition's log. Appends and reads belong to one thread; ``flush`` may run on
     another."""
 
-    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        log_dir: LogDir | None = None,
+        shared: SharedState | None = None,
+    ) -> None:
         loaded = load_log(
             directory,
             index_interval_bytes=config.index_interval_bytes,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             now_ms=now_ms,
+            shared=shared if log_dir is not None else None,
         )
         self.directory = directory
+        # Owner of the shared checkpoint and marker; None: this log's own files (see close).
+        self._log_dir = log_dir
         self.config = config
         self.producer_state: ProducerStateManager = loaded.producer_state
         self.txn_index: TransactionIndex = loaded.txn_index
@@ -242,6 +264,12 @@ class Log:
         self._dir_dirty = loaded.created_segment
         # Base of the segment holding the checkpointed recovery point (see flush).
         self._checkpoint_base = self._segment_base(self.recovery_point)
+        # The offset of a producer-state snapshot known to be on disk at the log end, if any.
+        self._snapshot_end = (
+            loaded.log_end_offset
+            if loaded.report.snapshot_offset == loaded.log_end_offset
+            else None
+        )
         self._lock = threading.Lock()  # append/roll vs. flush bookkeeping
         self._flush_lock = threading.Lock()  # one flush at a time; close waits for it
         self._closed = False
@@ -598,9 +626,9 @@ class Log:
         with self._flush_lock:
             if self._closed:
                 return
-            self._flush_locked(force_checkpoint=False)
+            self._flush_locked(closing=False)
 
-    def _flush_locked(self, *, force_checkpoint: bool) -> None:
+    def _flush_locked(self, *, closing: bool) -> None:
         with self._lock:
             target = self.log_end_offset
             work = [(seg, seg.take_pending()) for seg in self._dirty]
@@ -619,32 +647,59 @@ class Log:
         if dir_dirty:
             fsync_dir(self.directory)  # new segment files must not vanish in a crash
         new_base = bases[max(bisect_right(bases, target) - 1, 0)]
-        if force_checkpoint or new_base != self._checkpoint_base:
+        if closing or new_base != self._checkpoint_base:
             # Recovery will no longer rescan the segments below new_base: their indexes too
             # must be durable before the checkpoint says so.
             for seg in segments:
-                if seg.index_unsynced and (seg.base_offset < new_base or force_checkpoint):
+                if seg.index_unsynced and (seg.base_offset < new_base or closing):
                     seg.fsync_indexes()
-            write_recovery_point(self.directory, target)
+            # Published only now: a shared checkpoint written by any thread reads it.
+            self.recovery_point = target
             self._checkpoint_base = new_base
+            if closing:
+                return  # the checkpoint is written once the log is closed (see close)
+            if self._log_dir is None:
+                write_recovery_point(self.directory, target)
+            else:
+                self._log_dir.checkpoint()
         self.recovery_point = target
 
+    def _unsynced(self) -> bool:
+        """Is anything not known to be on disk (appended, created or indexed since the last
+        flush)?"""
+        return bool(
+            self._dirty
+            or self._dir_dirty
+            or self.recovery_point != self.log_end_offset
+            or any(seg.index_unsynced for seg in self._segments)
+        )
+
     def close(self, now_ms: int) -> None:
-        """Flush, snapshot producer state at the log end, mark the shutdown clean."""
+        """Flush what is not on disk yet, snapshot producer state at the log end, close the
+        files. A log of a :class:`LogDir` leaves its recovery point and clean-shutdown marker
+        to :meth:`LogDir.close`, written once for all its logs; a log opened on its own
+        writes them in its directory."""
         with self._flush_lock:
             if self._closed:
                 return
             with self._lock:
                 self._closed = True  # no appends from here on
-                self._active.seal()  # as Kafka does: the time index records the max timestamp
-                if not self._active.dirty:
-                    self._active.dirty = True
-                    self._dirty.append(self._active)
-            self._flush_locked(force_checkpoint=True)
+                active = self._active
+                active.seal()  # as Kafka does: the time index records the max timestamp
+                if not active.dirty:  # (a dirty one's index bytes go with its flush)
+                    active.write_pending(active.take_pending())
+            if self._unsynced():
+                self._flush_locked(closing=True)
             end = self.log_end_offset
-            write_snapshot(self.directory, end, self.producer_state.entries())
-            delete_snapshots_below(self.directory, end)
-            write_clean_shutdown(self.directory, end)
+            # As Kafka's takeSnapshot: none if one is at the log end already, or the segments
+            # hold nothing to replay.
+            if end not in (self._snapshot_end, self._segments[0].base_offset):
+                write_snapshot(self.directory, end, self.producer_state.entries())
+                self._snapshot_end = end
+                delete_snapshots_below(self.directory, end)
+            if self._log_dir is None:
+                write_recovery_point(self.directory, end)
+                write_clean_shutdown(self.directory, end)
             self._close_files()
 
     def _close_files(self) -> None:
@@ -657,6 +712,8 @@ class Log:
         """Close without flushing and remove the partition directory."""
         with self._flush_lock:
             self._close_files()
+        if self._log_dir is not None:
+            self._log_dir.forget(self)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def apply_retention(self, now_ms: int) -> int:
@@ -770,3 +827,96 @@ class Log:
         expired = self.producer_state.remove_expired_producers(now_ms)
         if expired:
             log.info("%s: expired %d producer(s)", self.directory, len(expired))
+
+
+class LogDir:
+    """The files a data directory's partitions share, as a Kafka log dir's: one recovery-point
+    checkpoint for all of them (Kafka's ``recovery-point-offset-checkpoint`` format) and one
+    clean-shutdown marker, so a clean stop of N idle partitions writes two small files, not 2N
+    (what the loader makes of them: :mod:`samsa.log.loader`).
+
+    :meth:`begin_load` takes the marker (read, then durably removed) and reads the checkpoint;
+    the partitions found are opened with :meth:`open_log`, and :meth:`end_load` forgets what
+    the files said of the partitions not opened and rewrites the checkpoint. From then on it
+    is rewritten whenever a log's recovery point enters a new segment (flush, in the flushing
+    thread), and by :meth:`close` once the logs are closed, followed by the marker. A log's
+    recovery point is only published once what it covers is durable, so a checkpoint written
+    by any thread at any time is safe to recover from."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._logs: dict[str, Log] = {}
+        self._lock = threading.Lock()  # one checkpoint write at a time; guards _logs
+        # What the files said at start-up, for the partitions not opened yet (None: loaded).
+        self._loading: dict[str, SharedState] | None = None
+        # The names the checkpoint on disk holds: a new partition of one of them must not
+        # inherit the recovery point of the partition it replaces.
+        self._on_disk: set[str] = set()
+
+    def begin_load(self) -> None:
+        marker = self.path / CLEAN_SHUTDOWN_FILE
+        clean = read_offsets_checkpoint(marker)
+        if marker.exists():
+            # Before any partition is opened: a crash from now on must not look clean.
+            marker.unlink()
+            fsync_dir(self.path)
+        points = read_offsets_checkpoint(self.path / RECOVERY_POINT_FILE)
+        self._on_disk = set(points)
+        self._loading = {
+            name: SharedState(points.get(name), clean.get(name))
+            for name in points.keys() | clean.keys()
+        }
+
+    def end_load(self) -> None:
+        """Start-up is over: nothing the files said applies to a partition made from now on,
+        and the checkpoint holds exactly the open partitions. Then the recovery-point files
+        of samsa 0.1.0's layout, now in the checkpoint, are removed."""
+        self._loading = None
+        self.checkpoint()
+        with self._lock:
+            migrated = [plog for plog in self._logs.values() if plog.load_report.own_files]
+        for plog in migrated:
+            # Not fsynced: should the file come back, the loader takes the lower point.
+            (plog.directory / RECOVERY_POINT_FILE).unlink(missing_ok=True)
+        if migrated:
+            log.info(
+                "%s: %d partitions' checkpoints moved to the directory's", self.path, len(migrated)
+            )
+
+    def open_log(self, directory: Path, config: LogConfig, now_ms: int) -> Log:
+        """Open (or create) the partition in ``directory``, a ``<topic>-<partition>`` child
+        of this data directory."""
+        name = directory.name
+        if directory.parent != self.path or not _PARTITION_NAME.match(name):
+            raise ValueError(f"{directory} is not a <topic>-<partition> directory of {self.path}")
+        loading = self._loading
+        shared = loading.pop(name, None) if loading is not None else None
+        plog = Log(directory, config, now_ms, self, shared or SharedState())
+        with self._lock:
+            self._logs[name] = plog
+            stale = loading is None and name in self._on_disk
+        if stale:
+            self.checkpoint()
+        return plog
+
+    def forget(self, plog: Log) -> None:
+        """``plog`` is gone (deleted): later checkpoints leave it out."""
+        with self._lock:
+            if self._logs.get(plog.directory.name) is plog:
+                del self._logs[plog.directory.name]
+
+    def checkpoint(self) -> None:
+        """Write every open log's recovery point, durably (OSError if that fails)."""
+        with self._lock:
+            points = {name: plog.recovery_point for name, plog in self._logs.items()}
+            write_offsets_checkpoint(self.path / RECOVERY_POINT_FILE, points)
+            self._on_disk = set(points)
+
+    def close(self, closed: list[Log]) -> None:
+        """After the logs are closed: the checkpoint, then the marker naming ``closed``, the
+        logs closed cleanly, with their log end offsets (only those are opened as clean)."""
+        self.checkpoint()
+        write_offsets_checkpoint(
+            self.path / CLEAN_SHUTDOWN_FILE,
+            {plog.directory.name: plog.log_end_offset for plog in closed},
+        )
