@@ -664,16 +664,6 @@ class Log:
                 self._log_dir.checkpoint()
         self.recovery_point = target
 
-    def _unsynced(self) -> bool:
-        """Is anything not known to be on disk (appended, created or indexed since the last
-        flush)?"""
-        return bool(
-            self._dirty
-            or self._dir_dirty
-            or self.recovery_point != self.log_end_offset
-            or any(seg.index_unsynced for seg in self._segments)
-        )
-
     def close(self, now_ms: int) -> None:
         """Flush what is not on disk yet, snapshot producer state at the log end, close the
         files. A log of a :class:`LogDir` leaves its recovery point and clean-shutdown marker
@@ -688,7 +678,10 @@ class Log:
                 active.seal()  # as Kafka does: the time index records the max timestamp
                 if not active.dirty:  # (a dirty one's index bytes go with its flush)
                     active.write_pending(active.take_pending())
-            if self._unsynced():
+            # Nothing appended since the last flush: nothing to sync, as Kafka's flush skips
+            # such a log. What sealing or creating a segment wrote without records needs no
+            # fsync either: a clean open checks the active segment, rebuilding bad indexes.
+            if self._dirty or self.recovery_point != self.log_end_offset:
                 self._flush_locked(closing=True)
             end = self.log_end_offset
             # As Kafka's takeSnapshot: none if one is at the log end already, or the segments
