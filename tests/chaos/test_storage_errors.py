@@ -229,7 +229,7 @@ def test_failed_fsync_takes_the_data_directory_offline(tmp_path: Path, monkeypat
         with pytest.raises(ShutdownError, match="went offline"):
             tb.stop()
     # Nothing was written at shutdown: the next start recovers the logs.
-    assert [d.name for d in tmp_path.glob("f-*/clean-shutdown")] == []
+    assert not (tmp_path / "clean-shutdown").exists()
     assert len(list(tmp_path.glob("f-*"))) == 2
 
 
@@ -329,7 +329,7 @@ def test_leftovers_of_interrupted_creation_and_deletion_are_removed_at_start(
         loaded = TopicManager(tmp_path, LogConfig())
         loaded.load(0)
     assert set(loaded.topics) == {"kept"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept-0", "kept-1"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["kept-0", "kept-1"]
     messages = [r.getMessage() for r in caplog.records]
     assert any("interrupted topic creation" in m and "half-2, half-3" in m for m in messages)
     assert any("interrupted topic deletion" in m for m in messages)
