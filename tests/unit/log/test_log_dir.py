@@ -31,6 +31,15 @@ def reopen(data: Path, *names: str, config: LogConfig = SMALL) -> tuple[LogDir, 
     return log_dir, logs
 
 
+def filled(data: Path, names: tuple[str, ...], batches: int) -> tuple[LogDir, dict[str, Log]]:
+    """A new data directory whose partitions hold ``batches`` batches of 10 records each."""
+    data.mkdir()
+    log_dir, logs = reopen(data, *names)
+    for lg in logs.values():
+        fill(lg, batches)
+    return log_dir, logs
+
+
 def close_all(log_dir: LogDir, logs: dict[str, Log]) -> None:
     for lg in logs.values():
         lg.close(NOW)
@@ -63,9 +72,7 @@ def test_an_unreadable_checkpoint_is_ignored_with_a_warning(
 
 def test_a_torn_tmp_file_is_ignored(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    data.mkdir()
-    log_dir, logs = reopen(data, "t-0")
-    fill(logs["t-0"], 12)  # segments at 0, 50, 100
+    log_dir, logs = filled(data, ("t-0",), 12)  # segments at 0, 50, 100
     logs["t-0"].flush()  # the recovery point enters segment 100: checkpointed
     # The next write was cut short before its rename: only the .tmp is damaged.
     (data / (RECOVERY_POINT_FILE + ".tmp")).write_text("0\n1\nt 0 9")
@@ -81,10 +88,8 @@ def test_a_partition_missing_from_the_checkpoint_is_scanned_from_its_first_segme
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    data.mkdir()
-    log_dir, logs = reopen(data, "t-0", "t-1")
+    log_dir, logs = filled(data, ("t-0", "t-1"), 12)
     for lg in logs.values():
-        fill(lg, 12)
         lg.flush()
         crash(lg)
     write_offsets_checkpoint(data / RECOVERY_POINT_FILE, {"t-1": 120})  # t-0 left out
@@ -99,10 +104,7 @@ def test_a_partition_missing_from_the_checkpoint_is_scanned_from_its_first_segme
 
 def test_clean_stop_writes_two_files_then_opens_without_a_scan(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    data.mkdir()
-    log_dir, logs = reopen(data, "t-0", "t-1", "u-0")
-    for lg in logs.values():
-        fill(lg, 12)
+    log_dir, logs = filled(data, ("t-0", "t-1", "u-0"), 12)
     close_all(log_dir, logs)
     assert sorted(p.name for p in data.glob("*/" + RECOVERY_POINT_FILE)) == []
     assert sorted(p.name for p in data.glob("*/" + CLEAN_SHUTDOWN_FILE)) == []
@@ -126,10 +128,7 @@ def test_clean_stop_writes_two_files_then_opens_without_a_scan(tmp_path: Path) -
 
 def test_the_marker_vouches_only_for_the_partitions_it_names(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    data.mkdir()
-    log_dir, logs = reopen(data, "t-0", "t-1", "t-2")
-    for lg in logs.values():
-        fill(lg, 7)
+    log_dir, logs = filled(data, ("t-0", "t-1", "t-2"), 7)
     for lg in logs.values():
         lg.close(NOW)
     log_dir.close([logs["t-0"], logs["t-2"]])  # t-1's close failed
@@ -159,13 +158,10 @@ def test_an_idle_clean_stop_fsyncs_the_same_for_any_number_of_partitions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restarted: bool
 ) -> None:
     def fsyncs_of_a_clean_stop(count: int) -> int:
+        names = tuple(f"t-{i}" for i in range(count))
         data = tmp_path / f"d{count}"
-        data.mkdir()
-        names = [f"t-{i}" for i in range(count)]
-        log_dir, logs = reopen(data, *names)
+        log_dir, logs = filled(data, names, 2 if restarted else 0)
         if restarted:
-            for lg in logs.values():
-                fill(lg, 2)
             close_all(log_dir, logs)
             log_dir, logs = reopen(data, *names)  # nothing appended since
         calls: list[int] = []
