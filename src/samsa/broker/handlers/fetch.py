@@ -228,6 +228,7 @@ def _read_all(
                     min_one_batch=total == 0,
                     max_offset=plog.last_stable_offset if read_committed else None,
                     zero_copy_min=zero_copy_min,
+                    whole_batches=False,  # Kafka's byte slice: its sizes and min_bytes test
                 )
             except OffsetOutOfRangeError:
                 # As Kafka: no offsets with the error (the consumer asks ListOffsets to reset).
