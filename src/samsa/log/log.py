@@ -558,6 +558,28 @@ class Log:
             raise
         return ReadResult(chunks, total, end, log_start, self.last_stable_offset)
 
+    def bytes_to_end(self, offset: int, max_offset: int | None = None) -> int | None:
+        """What Kafka's DelayedFetch counts for a parked Fetch at ``offset``: the bytes from
+        the batch holding it to the high watermark (or ``max_offset``) when both are in one
+        segment, 0 when there is nothing, None when ``offset`` is past that end or in an older
+        segment than it (Kafka answers such a Fetch at once: the size is not worth measuring
+        across files)."""
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset > limit:
+            return None
+        if offset == limit:
+            return 0
+        bases = self._bases
+        i = max(bisect_right(bases, offset) - 1, 0)
+        if bisect_right(bases, limit) - 1 > i:
+            return None
+        seg = self._segments[i]
+        found = seg.translate(offset)
+        if found is None:
+            return 0
+        at_limit = seg.translate(limit)
+        return (at_limit[0] if at_limit is not None else seg.size) - found[0]
+
     @staticmethod
     def _read_run(seg: LogSegment, start: int, n: int, zero_copy_min: int) -> bytes | FileSlice:
         if zero_copy_min and n >= zero_copy_min:

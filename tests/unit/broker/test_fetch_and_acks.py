@@ -138,6 +138,29 @@ def test_min_bytes_counts_a_cut_batch(conn: BlockingConnection, topic: str) -> N
     assert len(resp.responses[0].partitions[0].records) == want
 
 
+def test_min_bytes_is_measured_as_kafkas_delayed_fetch(
+    conn: BlockingConnection, topic: str
+) -> None:
+    """A Fetch short of min_bytes is answered at once when the bytes up to the partitions'
+    ends, each counted up to partition_max_bytes but not max_bytes, reach min_bytes (Kafka's
+    DelayedFetch.tryComplete runs as the request is parked)."""
+    batch = idempotent_batch(-1, -1, -1, 10, value=b"v" * 100)
+    produce_one(conn, topic, 0, batch)
+    produce_one(conn, topic, 0, batch)
+    size = len(batch)
+    start = time.monotonic()
+    resp = _fetch(conn, {(topic, 0): 0}, max_bytes=size, min_bytes=2 * size, max_wait_ms=10_000)
+    assert time.monotonic() - start < 5
+    assert len(resp.responses[0].partitions[0].records) == size
+    # Counted up to partition_max_bytes: short of min_bytes, it waits for max_wait.
+    start = time.monotonic()
+    resp = _fetch(
+        conn, {(topic, 0): 0}, partition_max_bytes=size, min_bytes=2 * size, max_wait_ms=300
+    )
+    assert 0.25 < time.monotonic() - start < 5
+    assert len(resp.responses[0].partitions[0].records) == size
+
+
 def test_offset_out_of_range(conn: BlockingConnection, topic: str) -> None:
     produce_one(conn, topic, 0, idempotent_batch(-1, -1, -1, 2))
     resp = _fetch(conn, {(topic, 0): 3})

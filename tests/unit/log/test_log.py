@@ -355,6 +355,22 @@ def test_fetch_reads_are_kafkas_byte_slices(small: Log) -> None:
     assert joined(small.read(0, 10**9, max_offset=25, whole_batches=False)) == data[: 2 * size]
 
 
+def test_bytes_to_end_as_kafkas_delayed_fetch(small: Log) -> None:
+    """The bytes a parked Fetch at an offset could read, Kafka's DelayedFetch measure: from
+    the batch holding it to the end in one segment; None from an older segment or past the
+    end (Kafka answers at once), 0 at the end."""
+    batches = fill(small, 23)
+    size = len(batches[0])
+    last_base = small.segments[-1].base_offset
+    assert small.bytes_to_end(230) == 0
+    assert small.bytes_to_end(last_base) == small.segments[-1].size
+    assert small.bytes_to_end(last_base + 5) == small.segments[-1].size  # its batch's start
+    assert small.bytes_to_end(last_base + 10, max_offset=last_base + 20) == size
+    assert small.bytes_to_end(0) is None  # an older segment
+    assert small.bytes_to_end(0, max_offset=20) == 2 * size
+    assert small.bytes_to_end(21, max_offset=20) is None  # past the end (the LSO)
+
+
 def test_read_sees_appends_after_a_reopen(tmp_path: Path) -> None:
     config = LogConfig(segment_bytes=6000, index_interval_bytes=2000)
     lg = Log.open(tmp_path / "t-0", config, NOW)
