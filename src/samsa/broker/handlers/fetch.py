@@ -1,10 +1,14 @@
-"""Fetch: whole batches straight from the log, with long polling.
+"""Fetch: record bytes straight from the log, with long polling, as Kafka's ReplicaManager.
 
-On connections that can (plain sockets), runs of batches of ``ZERO_COPY_MIN`` bytes or more
-stay in the segment files as pinned slices that the server sends with ``os.sendfile``; other
-record bytes go from ``os.pread`` into the response pieces without another copy. When less
-than ``min_bytes`` is available the request waits (up to ``max_wait``) for an append to any
-of its partitions, then reads again. Fetch sessions (KIP-227, broker/fetch_session.py):
+Each partition gets what Kafka's LogSegment.read gives: the bytes of one segment from the
+fetch offset's batch, up to the partition's limit or what is left of ``max_bytes`` (cut inside
+a batch if need be, the first batch whole). On connections that can (plain sockets), reads of
+``ZERO_COPY_MIN`` bytes or more stay in the segment files as pinned slices that the server
+sends with ``os.sendfile``; other record bytes go from ``os.pread`` into the response pieces
+without another copy. A request short of ``min_bytes`` is parked unless Kafka's DelayedFetch
+would complete it (:func:`_can_complete`); it waits (up to ``max_wait``) for an append to any
+of its partitions, checks again and, once complete, reads again. Fetch sessions (KIP-227,
+broker/fetch_session.py):
 incremental requests fetch every partition of their session and are answered with the
 partitions that have news only.
 """
