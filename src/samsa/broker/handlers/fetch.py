@@ -156,9 +156,10 @@ async def _long_poll(
 def _can_complete(
     broker: Broker, request: Any, topics: list[tuple[TopicKey, Sequence[Any]]]
 ) -> bool:
-    """Kafka's DelayedFetch.tryComplete: a partition gone, or whose fetch offset is past its
-    end or in an older segment than it, answers the Fetch; else the bytes to each partition's
-    end, counted up to its partition_max_bytes (not max_bytes), must reach min_bytes."""
+    """Kafka's DelayedFetch.tryComplete: a partition gone or unreadable, or whose fetch offset
+    is past its end or in an older segment than it, answers the Fetch; else the bytes to each
+    partition's end, counted up to its partition_max_bytes (not max_bytes), must reach
+    min_bytes."""
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     ready = 0
     for key, requested in topics:
@@ -169,7 +170,10 @@ def _can_complete(
                 return True
             plog = partition.log
             end = plog.last_stable_offset if read_committed else None
-            available = plog.bytes_to_end(req.fetch_offset, end)
+            try:
+                available = plog.bytes_to_end(req.fetch_offset, end)
+            except (OSError, CorruptSegmentError):
+                return True  # the read answers the partition's error, as Kafka's
             if available is None:
                 return True
             ready += min(available, req.partition_max_bytes)
