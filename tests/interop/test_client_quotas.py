@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from tests._broker import BrokerProcess
+from _broker import BrokerProcess
 
 from samsa.client import Admin, ClientQuotaEntity, ClientQuotaFilterComponent
 from samsa.protocol.errors import ErrorCode
