@@ -193,8 +193,15 @@ class GroupCoordinator:
         return encode_key(record.key), encode_value(record.value)
 
     def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
+        """Replay one stored batch: the offset store holds plain commits back and hands out,
+        in log order, what takes effect (``OffsetStore.load_batch``)."""
         for offset, record in self.offsets.load_batch(partition, batch):
-            self._apply(record, now_ms, offset, loading=True)
+            self.load_record(record, now_ms, offset)
+
+    def load_record(self, record: CoordinatorRecord, now_ms: int, log_offset: int) -> None:
+        """Apply one record read at start-up, at its log offset (a group restored as it was
+        stored, not driven as a live one)."""
+        self._apply(record, now_ms, log_offset, loading=True)
 
     def load_damaged(self, partition: int, what: str) -> None:
         """Every record holds a key's whole state: what was skipped is only lost."""
@@ -663,6 +670,9 @@ class GroupCoordinator:
         """Nothing to prepare: a group's records are all in its own partition."""
 
     def end_load(self, partition: int, now_ms: int = 0) -> list[CoordinatorRecord]:
+        """The partition is read: the plain commits its run still holds take effect."""
+        for offset, record in self.offsets.end_load(partition):
+            self.load_record(record, now_ms, offset)
         return []
 
     def replay(self, record: CoordinatorRecord, now_ms: int, log_offset: int | None = None) -> None:

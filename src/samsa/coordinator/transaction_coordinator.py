@@ -205,11 +205,11 @@ class TransactionCoordinator:
         return encode_key(record.transactional_id), value
 
     def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
-        for rec in batch.records:
-            if rec.key is None:
+        for key, value in zip(batch.keys, batch.values, strict=True):
+            if key is None:
                 continue
             try:
-                record = TxnRecord(decode_key(rec.key), decode_value(rec.value))
+                record = TxnRecord(decode_key(key), decode_value(value))
             except (TxnRecordFormatError, ValueError) as exc:
                 log.error("a %s record is unreadable, not applied: %s", TXN_TOPIC, exc)
                 self.load_damaged(partition, str(exc))
