@@ -186,6 +186,16 @@ class OffsetStore:
                 out.append(FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata))
         return out
 
+    def state(self) -> dict[str, object]:
+        """Everything the store holds (tests compare two replays by it): committed offsets,
+        the log offset of each, staged transactional records and the pending counts."""
+        return {
+            "committed": {g: dict(sorted(v.items())) for g, v in sorted(self._committed.items())},
+            "positions": dict(sorted(self._positions.items())),
+            "staged": {k: list(v) for k, v in sorted(self._staged.items())},
+            "pending": dict(sorted(self._pending.items())),
+        }
+
     def is_pending(self, group_id: str, topic: str, partition: int) -> bool:
         return (group_id, topic, partition) in self._pending
 
