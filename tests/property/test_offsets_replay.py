@@ -211,7 +211,10 @@ def test_collapsed_replay_leaves_what_one_by_one_replay_leaves(
     c.offsets.max_run_keys = max_run_keys
     c.begin_load(PARTITION)
     for batch in batches:
-        c.load_batch(PARTITION, batch, NOW)
+        for _ in c.load_batch(PARTITION, batch, NOW):
+            pass
+    for _ in c.load_held(PARTITION, NOW):
+        pass
     c.end_load(PARTITION, NOW)
     assert _state(c) == _state(oracle)
     # and what is still staged is decided the same way afterwards

@@ -23,6 +23,14 @@ partition, so a later COMMIT marker does not bring a deleted offset back.
 Start-up reads each partition the same way (:meth:`OffsetStore.load_batch`): records of a
 transactional batch wait for their producer's marker further on, and those still undecided
 at the end stay staged, so a transaction committed after the restart still makes them visible.
+Plain commits, nearly all of a log, are not replayed one by one: a run of them (up to the next
+marker, transactional batch, record of another kind, or the partition's end) keeps only the
+last record of each key, and only those are decoded and replayed, in log order. Each record
+holds its key's whole state, so that leaves what replaying every record leaves; what the
+earlier ones did besides (a tombstone dropping the key's pending transactional offsets, a
+commit making its group one storing offsets) is redone for the key. A value that cannot be
+read is skipped as before (told by its bytes for version 3 without metadata, decoded else).
+A run holds at most :data:`MAX_RUN_KEYS` keys (then it is replayed and a new one begins).
 Live markers reach :meth:`OffsetStore.replay_marker` through the marker listener the group
 runtime registers.
 
@@ -195,6 +203,12 @@ class OffsetStore:
             "staged": {k: list(v) for k, v in sorted(self._staged.items())},
             "pending": dict(sorted(self._pending.items())),
         }
+
+    def held(self, partition: int) -> int:
+        """Keys whose plain commits start-up holds back for ``partition`` (at most
+        :attr:`max_run_keys`)."""
+        run = self._runs.get(partition)
+        return 0 if run is None else len(run.last)
 
     def is_pending(self, group_id: str, topic: str, partition: int) -> bool:
         return (group_id, topic, partition) in self._pending

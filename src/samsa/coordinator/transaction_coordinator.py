@@ -204,7 +204,7 @@ class TransactionCoordinator:
         value = None if record.value is None else encode_value(record.value)
         return encode_key(record.transactional_id), value
 
-    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
+    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> Iterable[None]:
         for key, value in zip(batch.keys, batch.values, strict=True):
             if key is None:
                 continue
@@ -217,6 +217,11 @@ class TransactionCoordinator:
             self._apply(record, loading=True)
             self._seen.setdefault(partition, set()).add(record.transactional_id)
             self._uncertain.get(partition, set()).discard(record.transactional_id)  # newer
+        return ()
+
+    def load_held(self, partition: int, now_ms: int) -> Iterable[None]:
+        """Nothing is held back: each record is applied as it is read."""
+        return ()
 
     def load_damaged(self, partition: int, what: str) -> None:
         self._uncertain.setdefault(partition, set()).update(self._seen.get(partition, ()))
