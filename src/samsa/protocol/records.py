@@ -552,7 +552,7 @@ def record_columns(
     """The offsets, keys and values of a batch's records (decompressing it), checked as
     :func:`decode_records` checks them (the same batches raise ValueError), but with no
     object per record and headers only checked: what a replay of key/value records needs
-    (the coordinators' start-up reads millions). Varints of one byte are read inline."""
+    (the coordinators' start-up reads millions). Short varints are read inline."""
     start = view.pos + HEADER_SIZE
     data = decompress(view.compression, memoryview(view.buf)[start : view.pos + view.size])
     size = len(data)
@@ -567,6 +567,10 @@ def record_columns(
             if b < 0x80:
                 rec_end = pos + 1 + ((b >> 1) ^ -(b & 1))
                 pos += 2  # and the attributes
+            elif data[pos + 1] < 0x80:  # two bytes: records of 64-8191 bytes
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                rec_end = pos + 2 + ((z >> 1) ^ -(z & 1))
+                pos += 3
             else:
                 length, pos = _read_varint(data, pos)
                 rec_end = pos + length
@@ -579,6 +583,10 @@ def record_columns(
             if b < 0x80:
                 delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes: records 64-8191 of a batch
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                delta = (z >> 1) ^ -(z & 1)
+                pos += 2
             else:
                 delta, pos = _read_varint(data, pos)
             b = data[pos]
