@@ -254,6 +254,9 @@ def _read(read: Any, view: RecordBatchView) -> Any:
     st.sampled_from([Compression.NONE, Compression.NONE, Compression.GZIP, Compression.LZ4]),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
 )
+# offset deltas past 63 take two bytes
+@example([NewRecord(b"v", b"k", 5) for _ in range(70)], Compression.NONE, [])
+@example([NewRecord(b"v", b"k", 5) for _ in range(70)], Compression.NONE, [(700, 0x80)])
 def test_record_columns_reads_what_decode_records_reads(
     recs: list[NewRecord], codec: int, flips: list[tuple[int, int]]
 ) -> None:
