@@ -555,7 +555,6 @@ def record_columns(
     (the coordinators' start-up reads millions). Short varints are read inline."""
     start = view.pos + HEADER_SIZE
     data = decompress(view.compression, memoryview(view.buf)[start : view.pos + view.size])
-    size = len(data)
     base = view.base_offset
     offsets: list[int] = []
     keys: list[bytes | None] = []
@@ -589,32 +588,8 @@ def record_columns(
                 pos += 2
             else:
                 delta, pos = _read_varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                n, pos = _read_varint(data, pos)
-            if n < 0:
-                key = None
-            elif pos + n > size:
-                raise ValueError("truncated record field")
-            else:
-                key = data[pos : pos + n]
-                pos += n
-            b = data[pos]
-            if b < 0x80:
-                n = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                n, pos = _read_varint(data, pos)
-            if n < 0:
-                value = None
-            elif pos + n > size:
-                raise ValueError("truncated record field")
-            else:
-                value = data[pos : pos + n]
-                pos += n
+            key, pos = _nullable_bytes(data, pos)
+            value, pos = _nullable_bytes(data, pos)
             if data[pos]:
                 pos = _check_headers(data, pos)
             else:
@@ -627,6 +602,20 @@ def record_columns(
     except IndexError:  # a varint past the end
         raise ValueError("truncated varint") from None
     return offsets, keys, values
+
+
+def _nullable_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    """:func:`_read_nullable` over bytes, a length of one byte read inline."""
+    b = data[pos]
+    if b >= 0x80:
+        return _read_nullable(data, pos)
+    n = (b >> 1) ^ -(b & 1)
+    if n < 0:
+        return None, pos + 1
+    end = pos + 1 + n
+    if end > len(data):
+        raise ValueError("truncated record field")
+    return data[pos + 1 : end], end
 
 
 def _check_headers(data: bytes, pos: int) -> int:
