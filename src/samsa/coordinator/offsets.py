@@ -305,14 +305,19 @@ class OffsetStore:
             run = self._runs[partition] = _Run()
         last = run.last
         for offset, key, value in batch.rows():
-            if key is None:
-                continue
-            if len(key) < 2 or key[0] or key[1] > 1:  # not an offset commit (key version 0/1)
-                yield from self._end_run(partition)
-                yield from _decoded([(offset, key, value)])
-                run = self._runs[partition] = _Run()
-                last = run.last
-                continue
+            if key not in last:  # a key new to the run: is it an offset commit's, is there room
+                if key is None:
+                    continue
+                if len(key) < 2 or key[0] or key[1] > 1:  # not key version 0/1: another kind
+                    yield from self._end_run(partition)
+                    yield from _decoded([(offset, key, value)])
+                    run = self._runs[partition] = _Run()
+                    last = run.last
+                    continue
+                if len(last) >= self.max_run_keys:
+                    yield from self._end_run(partition)
+                    run = self._runs[partition] = _Run()
+                    last = run.last
             if value is None:
                 prior = last.get(key)
                 if prior is not None and prior[1] is not None:
@@ -325,10 +330,6 @@ class OffsetStore:
                 log.warning("skipping %s record at %d: unreadable value", OFFSETS_TOPIC, offset)
                 continue
             last[key] = (offset, value)
-            if len(last) >= self.max_run_keys:
-                yield from self._end_run(partition)
-                run = self._runs[partition] = _Run()
-                last = run.last
 
     def end_load(self, partition: int) -> Iterator[Positioned]:
         """``partition`` is read to its end: what its run still holds."""
