@@ -1,7 +1,7 @@
 """Start-up replay of ``__consumer_offsets`` collapses each run of plain offset commits to the
 last record of every key (``OffsetStore.load_batch``) and reads stored batches as columns
 (``record_columns``). Both must leave exactly what reading every record did: random logs of
-commits (v0, v1, v3 values, legacy v0 keys, keys with trailing bytes), tombstones, unreadable
+commits (v0-v4 values, legacy v0 keys, keys with trailing bytes), tombstones, unreadable
 keys and values, transactional commits with COMMIT/ABORT markers (some never decided), and
 classic and consumer group records, replayed through the one-by-one path (the oracle below,
 the code before runs) and the new one, runs cut at any size, give the same coordinator."""
@@ -74,6 +74,9 @@ def _value(version: int, offset: int, metadata: str) -> bytes:
     if version == 3:
         return encode_offset_value(OffsetCommitValue(offset, metadata, NOW + offset, offset % 3))
     meta = metadata.encode()
+    if version == 4:  # flexible: compact metadata, no tagged fields
+        head = struct.pack(">hqiB", 4, offset, -1, len(meta) + 1)
+        return head + meta + struct.pack(">qB", NOW, 0)
     out = struct.pack(">hqh", version, offset, len(meta)) + meta + struct.pack(">q", NOW)
     return out + struct.pack(">q", NOW + 50) if version == 1 else out
 
@@ -93,7 +96,7 @@ commit_rows = st.builds(
     st.sampled_from(["g1", "g2", "c1"]),
     st.integers(0, 1),
     st.sampled_from(["v1", "v1", "v1", "v0", "trailing"]),
-    st.sampled_from([3, 3, 3, 1, 0, 2]),
+    st.sampled_from([3, 3, 3, 1, 0, 2, 4]),
     st.integers(0, 1_000),
     st.sampled_from(["", "", "m", "é"]),
 )

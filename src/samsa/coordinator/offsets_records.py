@@ -8,7 +8,8 @@ UTF-8 strings (-1 for null), int32-length bytes, int32-count arrays, big-endian 
 
 - key version 1, OffsetCommitKey ``(group, topic, partition)``; value OffsetCommitValue, which
   we write in version 3 ``(offset, leader_epoch, metadata, commit_timestamp)`` and read in
-  versions 0-3 (v1 adds ``expire_timestamp`` after the commit timestamp; v2 drops it).
+  versions 0-4 (v1 adds ``expire_timestamp`` after the commit timestamp; v2 drops it; v4 is
+  flexible: a compact metadata string, then tagged fields, the topic id among them).
 - key version 2, GroupMetadataKey ``(group)``; value GroupMetadataValue, which we write in
   version 3 ``(protocol_type, generation, protocol, leader, current_state_timestamp, members)``
   and read in versions 0-3 (v1 adds the members' rebalance timeout, v2 the state timestamp,
@@ -161,6 +162,31 @@ class _Reader:
         n = self.i32()
         return b"" if n < 0 else self._take(n)
 
+    def uvarint(self) -> int:
+        n = shift = 0
+        while True:
+            b = self._take(1)[0]
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+            if shift > 28:
+                raise RecordFormatError("varint too long")
+
+    def compact_str(self) -> str:
+        n = self.uvarint()  # length + 1; 0 is null
+        if not n:
+            raise RecordFormatError("null where a string is required")
+        try:
+            return self._take(n - 1).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError(f"string is not UTF-8: {exc}") from None
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # the tag
+            self._take(self.uvarint())
+
 
 # --- keys ---------------------------------------------------------------------------------------
 
@@ -222,13 +248,15 @@ def decode_offset_value(data: bytes) -> OffsetCommitValue:
             return OffsetCommitValue(offset, metadata, _I64.unpack_from(data, end)[0], leader_epoch)
     r = _Reader(data)
     version = r.i16()
-    if not 0 <= version <= 3:
+    if not 0 <= version <= 4:
         raise RecordFormatError(f"unsupported OffsetCommitValue version {version}")
     offset = r.i64()
     leader_epoch = r.i32() if version >= 3 else -1
-    metadata = r.str()
+    metadata = r.compact_str() if version >= 4 else r.str()
     commit_ts = r.i64()
     expire_ts = r.i64() if version == 1 else -1
+    if version >= 4:
+        r.skip_tags()  # the topic id (tag 0): offsets are kept by topic name
     return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch, expire_ts)
 
 
@@ -267,7 +295,7 @@ def encode_group_value(value: GroupMetadataValue) -> bytes:
 def decode_group_value(data: bytes) -> GroupMetadataValue:
     r = _Reader(data)
     version = r.i16()
-    if not 0 <= version <= 3:
+    if not 0 <= version <= 4:
         raise RecordFormatError(f"unsupported GroupMetadataValue version {version}")
     protocol_type = r.str()
     generation = r.i32()
