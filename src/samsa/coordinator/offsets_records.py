@@ -36,6 +36,7 @@ from samsa.coordinator.consumer_group_records import (
     encode_consumer_key,
     encode_consumer_value,
 )
+from samsa.protocol.framing import FrameError, read_uvarint, skip_tagged_fields
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -162,19 +163,11 @@ class _Reader:
         n = self.i32()
         return b"" if n < 0 else self._take(n)
 
-    def uvarint(self) -> int:
-        n = shift = 0
-        while True:
-            b = self._take(1)[0]
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint too long")
-
     def compact_str(self) -> str:
-        n = self.uvarint()  # length + 1; 0 is null
+        try:
+            n, self.pos = read_uvarint(self.buf, self.pos)  # length + 1; 0 is null
+        except FrameError as exc:
+            raise RecordFormatError(str(exc)) from None
         if not n:
             raise RecordFormatError("null where a string is required")
         try:
@@ -183,9 +176,10 @@ class _Reader:
             raise RecordFormatError(f"string is not UTF-8: {exc}") from None
 
     def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # the tag
-            self._take(self.uvarint())
+        try:
+            self.pos = skip_tagged_fields(self.buf, self.pos)
+        except FrameError as exc:
+            raise RecordFormatError(str(exc)) from None
 
 
 # --- keys ---------------------------------------------------------------------------------------
