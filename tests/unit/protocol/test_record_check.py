@@ -371,3 +371,33 @@ def test_zstd_streams_never_share_a_decompression_context() -> None:
     assert b"".join(inflate(Compression.ZSTD, cctx.compress(two), 1 << 30)) == two
     assert head + b"".join(first) == one
     assert b"".join(inflate(Compression.ZSTD, cctx.compress(one), 1 << 30)) == one
+
+
+def test_a_five_byte_int_loses_its_high_bits_as_in_java(walker: str) -> None:
+    """Java's ByteUtils.readVarint keeps 32 bits of a five-byte varint: a length or offset
+    delta whose fifth byte carries more (0x70 here) is the value of its low 32 bits, as Kafka
+    4.4 reads it (checked with its ByteUtils: [0x94, 0x80, 0x80, 0x80, 0x70] is 10)."""
+    fat = bytes([0x80, 0x80, 0x80, 0x70])  # four more bytes, adding only bits 32..34
+    record = encode_record(0, 0, b"k", b"v")  # length, attributes, ts delta, offset delta 0
+    body = record[1:]
+    wide = bytes([record[0] | 0x80]) + fat + body[:2] + bytes([body[2] | 0x80]) + fat + body[3:]
+    wide = bytes([(len(wide) - 5) * 2 | 0x80]) + fat + wide[5:]  # its body grew by 4
+    summary = check_records(_raw_batch(wide, 1), RecordRules(), 1 << 20)
+    assert summary.count == 1 and summary.error == ErrorCode.NONE
+
+
+def test_record_errors_are_listed_in_batch_order(walker: str) -> None:
+    """As Kafka's LogValidator lists them: one error a record, the key's first, by index."""
+    records = [
+        NewRecord(key=b"a", value=b"v", timestamp=5),  # out of the window
+        NewRecord(key=None, value=b"v", timestamp=1000),  # no key on a compacted topic
+        NewRecord(key=None, value=b"v", timestamp=5),  # both: the key is reported
+        NewRecord(key=b"d", value=b"v", timestamp=1000),
+    ]
+    view = RecordBatchView(build_batch(records, now_ms=1000))
+    rules = RecordRules(need_key=True, partition="t-0", min_timestamp=900, max_timestamp=1100)
+    summary = check_records(view, rules, 1 << 20)
+    assert [i for i, _ in summary.record_errors] == [0, 1, 2]
+    assert summary.record_errors[0][1].startswith("Timestamp 5 of message with offset 0")
+    assert summary.record_errors[2][1].startswith("Compacted topic cannot accept")
+    assert summary.error == ErrorCode.INVALID_TIMESTAMP and summary.error_count == 3
