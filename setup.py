@@ -12,7 +12,6 @@ setup(
         Extension(
             "samsa.protocol._records",
             sources=["src/samsa/protocol/_records.c"],
-            extra_compile_args=["-O2", "-std=c11"],
             optional=True,
         )
     ]

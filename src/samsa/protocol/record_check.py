@@ -633,6 +633,17 @@ class RecordChecker:
             shift += 7
         return None
 
+    def read_in_place(self, buf: bytes | memoryview, start: int, end: int) -> None:
+        """Instead of :meth:`feed`: all the records, uncompressed in ``buf[start:end]``, read
+        by the C walker where they lie (nothing copied, whatever their sizes)."""
+        walk = type(self).walk
+        assert walk is not None
+        self.summary.inflated_bytes += end - start
+        if self._reads_left is not None and (end - start) >> _C_COST_SHIFT > self._reads_left:
+            raise Unfinished(self._give_up)
+        if self._walk_in_c(walk, buf, start, end) < end:  # fewer records than declared
+            raise _invalid("Found invalid record structure: the records end inside a record")
+
     def finish(self) -> RecordsSummary:
         if self._big is not None:
             self._feed_big(None)  # raises: the stream ended inside the long record
@@ -689,7 +700,7 @@ class RecordChecker:
         self.summary.count += len(starts)
         return used
 
-    def _walk_in_c(self, walk: _Walk, buf: bytes, pos: int, end: int) -> int:
+    def _walk_in_c(self, walk: _Walk, buf: bytes | memoryview, pos: int, end: int) -> int:
         first = self.summary.count
         room = max(self.declared - first, 0)  # a negative count declared: no record fits
         try:
@@ -1011,8 +1022,13 @@ def check_records(
     whole; per-record refusals are in the summary's ``record_errors`` and ``error``.
     Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
     checker = RecordChecker(view, rules, give_up)
-    body = view.buf[view.pos + HEADER_SIZE : view.pos + view.size]  # one copy for bytes
-    if view.compression == Compression.NONE and len(body) <= limit:
+    start, end = view.pos + HEADER_SIZE, view.pos + view.size
+    plain = view.compression == Compression.NONE and end - start <= limit
+    if plain and sink is None and checker.walk is not None:
+        checker.read_in_place(view.buf, start, end)
+        return checker.finish()
+    body = view.buf[start:end]  # one copy for bytes
+    if plain:
         # Nothing to inflate: ``give_up`` bounds the reading alone (RecordChecker._spend).
         plain = body if type(body) is bytes else bytes(body)
         chunks: Iterator[bytes] | tuple[bytes] = (plain,)  # inflate's answer, sooner
