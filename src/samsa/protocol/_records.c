@@ -45,20 +45,20 @@ typedef struct {
     int64_t read;     /* PAYLOAD: bytes its fields took (-1: more than it holds) */
 } fault_t;
 
-/* An int varint at *p, before end: 1 with *out set and *p advanced, 0 if cut by end, -1 if
- * longer than 5 bytes. */
+/* The bits of a varint of at most max bytes at *p, before end: 1 with *raw set and *p
+ * advanced, 0 if cut by end, -1 if longer than max bytes. */
 static inline int
-read_varint(const uint8_t **p, const uint8_t *end, int32_t *out)
+read_raw(const uint8_t **p, const uint8_t *end, int max, uint64_t *raw)
 {
     const uint8_t *q = *p;
-    uint32_t raw = 0;
-    for (int shift = 0; shift < 35; shift += 7) {
+    uint64_t v = 0;
+    for (int i = 0; i < max; i++) {
         if (q >= end)
             return 0;
         uint8_t b = *q++;
-        raw |= (uint32_t)(b & 0x7F) << shift; /* the 5th byte's high bits fall off, as in Java */
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
         if (b < 0x80) {
-            *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1)));
+            *raw = v;
             *p = q;
             return 1;
         }
@@ -67,22 +67,22 @@ read_varint(const uint8_t **p, const uint8_t *end, int32_t *out)
 }
 
 static inline int
+read_varint(const uint8_t **p, const uint8_t *end, int32_t *out)
+{
+    uint64_t raw = 0;
+    int got = read_raw(p, end, 5, &raw);
+    uint32_t v = (uint32_t)raw; /* a fifth byte's bits past 32 fall off, as in Java's int */
+    *out = (int32_t)((v >> 1) ^ (0u - (v & 1)));
+    return got;
+}
+
+static inline int
 read_varlong(const uint8_t **p, const uint8_t *end, int64_t *out)
 {
-    const uint8_t *q = *p;
-    uint64_t raw = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (q >= end)
-            return 0;
-        uint8_t b = *q++;
-        raw |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *out = (int64_t)((raw >> 1) ^ (0u - (raw & 1)));
-            *p = q;
-            return 1;
-        }
-    }
-    return -1;
+    uint64_t v = 0;
+    int got = read_raw(p, end, 10, &v);
+    *out = (int64_t)((v >> 1) ^ (0u - (v & 1)));
+    return got;
 }
 
 typedef struct {
@@ -277,6 +277,7 @@ PyDoc_STRVAR(walk_doc,
 static PyObject *
 walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    (void)self;
     if (nargs != 5 && nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "walk() takes 5 or 7 arguments");
         return NULL;

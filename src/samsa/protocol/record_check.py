@@ -27,7 +27,7 @@ record and without the inflated records in memory:
   records laid out alike are compared a byte column at a time; the others are found by
   guessing every record as long as the last one known (a short Python walk where sizes keep
   changing), then every field of all of them is read at once. Both paths give the same
-  verdicts (tests/property/test_record_check.py). Key and value bytes are only skipped. A
+  verdicts (tests/property/test_record_walker.py). Key and value bytes are only skipped. A
   record longer than two chunks is read field by field as it streams, never gathered.
 - ``give_up`` (the event loop's try) bounds both the inflation and the reading: Unfinished
   once either passes it, not a verdict; the caller checks again in a worker thread.
@@ -1023,12 +1023,12 @@ def check_records(
     Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
     checker = RecordChecker(view, rules, give_up)
     start, end = view.pos + HEADER_SIZE, view.pos + view.size
-    plain = view.compression == Compression.NONE and end - start <= limit
-    if plain and sink is None and checker.walk is not None:
+    uncompressed = view.compression == Compression.NONE and end - start <= limit
+    if uncompressed and sink is None and checker.walk is not None:
         checker.read_in_place(view.buf, start, end)
         return checker.finish()
     body = view.buf[start:end]  # one copy for bytes
-    if plain:
+    if uncompressed:
         # Nothing to inflate: ``give_up`` bounds the reading alone (RecordChecker._spend).
         plain = body if type(body) is bytes else bytes(body)
         chunks: Iterator[bytes] | tuple[bytes] = (plain,)  # inflate's answer, sooner
