@@ -92,18 +92,22 @@ typedef struct {
     int64_t null_keys;
 } walked_t;
 
+#define FAIL(kind, v)                                                                         \
+    do {                                                                                      \
+        f->fault = (kind);                                                                    \
+        f->value = (v);                                                                       \
+        return -1;                                                                            \
+    } while (0)
+
 /* A field's varint within the record: a varint cut by the record's end is a payload fault. */
 #define FIELD(reader, var)                                                                    \
     do {                                                                                      \
         int got_ = reader(&p, rec_end, &(var));                                               \
-        if (got_ < 0) {                                                                       \
-            f->fault = VARINT_TOO_LONG;                                                       \
-            return -1;                                                                        \
-        }                                                                                     \
+        if (got_ < 0)                                                                         \
+            FAIL(VARINT_TOO_LONG, 0);                                                         \
         if (got_ == 0) {                                                                      \
-            f->fault = PAYLOAD;                                                               \
             f->read = -1;                                                                     \
-            return -1;                                                                        \
+            FAIL(PAYLOAD, 0);                                                                 \
         }                                                                                     \
     } while (0)
 
@@ -111,10 +115,8 @@ typedef struct {
 #define SKIP(n, what)                                                                         \
     do {                                                                                      \
         if ((n) > 0) {                                                                        \
-            if ((n) > rec_end - p) {                                                          \
-                f->fault = what;                                                              \
-                return -1;                                                                    \
-            }                                                                                 \
+            if ((n) > rec_end - p)                                                            \
+                FAIL(what, n);                                                                \
             p += (n);                                                                         \
         }                                                                                     \
     } while (0)
@@ -133,19 +135,14 @@ walk_records(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end, int64_t first, 
         int32_t length;
         f->record = first + i;
         int got = read_varint(&p, stop, &length);
-        if (got < 0) {
-            f->fault = VARINT_TOO_LONG;
-            return -1;
-        }
+        if (got < 0)
+            FAIL(VARINT_TOO_LONG, 0);
         if (got == 0) { /* the chunk ends inside the length: the caller keeps the tail */
             p = start;
             break;
         }
-        if (length < MIN_BODY) {
-            f->fault = RECORD_SIZE;
-            f->value = length;
-            return -1;
-        }
+        if (length < MIN_BODY)
+            FAIL(RECORD_SIZE, length);
         if (length > stop - p) { /* the rest of the record is in a later chunk */
             p = start;
             break;
@@ -156,33 +153,22 @@ walk_records(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end, int64_t first, 
         p++; /* attributes: Kafka does not look at a record's */
         FIELD(read_varlong, ts_delta);
         FIELD(read_varint, offset_delta);
-        if (offset_delta != first + i) {
-            f->fault = OFFSET_DELTA;
-            f->value = offset_delta;
-            return -1;
-        }
+        if (offset_delta != first + i)
+            FAIL(OFFSET_DELTA, offset_delta);
         FIELD(read_varint, key_len);
         SKIP(key_len, KEY_OVERRUN);
         FIELD(read_varint, value_len);
         SKIP(value_len, VALUE_OVERRUN);
         FIELD(read_varint, headers);
-        if (headers < 0) {
-            f->fault = HEADER_COUNT_NEGATIVE;
-            f->value = headers;
-            return -1;
-        }
-        if (2 * (int64_t)headers > rec_end - p) { /* a header takes two bytes at least */
-            f->fault = HEADER_COUNT_TOO_BIG;
-            return -1;
-        }
+        if (headers < 0)
+            FAIL(HEADER_COUNT_NEGATIVE, headers);
+        if (2 * (int64_t)headers > rec_end - p) /* a header takes two bytes at least */
+            FAIL(HEADER_COUNT_TOO_BIG, headers);
         for (int32_t h = 0; h < headers; h++) {
             int32_t n;
             FIELD(read_varint, n);
-            if (n < 0) {
-                f->fault = HEADER_KEY_NEGATIVE;
-                f->value = n;
-                return -1;
-            }
+            if (n < 0)
+                FAIL(HEADER_KEY_NEGATIVE, n);
             SKIP(n, HEADER_KEY_OVERRUN);
             FIELD(read_varint, n);
             SKIP(n, HEADER_VALUE_OVERRUN);
@@ -228,10 +214,14 @@ raise_fault(const fault_t *f)
                      (long long)f->record, (long long)f->value);
         break;
     case KEY_OVERRUN:
-        PyErr_Format(RecordError, "%skey length beyond its record", structure);
-        break;
     case VALUE_OVERRUN:
-        PyErr_Format(RecordError, "%svalue length beyond its record", structure);
+    case HEADER_KEY_OVERRUN:
+    case HEADER_VALUE_OVERRUN:
+        PyErr_Format(RecordError, "%s%s length beyond its record", structure,
+                     f->fault == KEY_OVERRUN            ? "key"
+                     : f->fault == VALUE_OVERRUN        ? "value"
+                     : f->fault == HEADER_KEY_OVERRUN   ? "header key"
+                                                        : "header value");
         break;
     case HEADER_COUNT_NEGATIVE:
         PyErr_Format(RecordError, "Found invalid number of record headers %lld",
@@ -243,12 +233,6 @@ raise_fault(const fault_t *f)
         break;
     case HEADER_KEY_NEGATIVE:
         PyErr_Format(RecordError, "Invalid negative header key size %lld", (long long)f->value);
-        break;
-    case HEADER_KEY_OVERRUN:
-        PyErr_Format(RecordError, "%sheader key length beyond its record", structure);
-        break;
-    case HEADER_VALUE_OVERRUN:
-        PyErr_Format(RecordError, "%sheader value length beyond its record", structure);
         break;
     case PAYLOAD:
         if (f->read < 0)
@@ -339,8 +323,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "samsa.protocol._records",
-    "Kafka v2 records walked in C (protocol/record_check.py's fast path).", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "samsa.protocol._records",
+    .m_doc = "Kafka v2 records walked in C (protocol/record_check.py's fast path).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC
