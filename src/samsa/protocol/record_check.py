@@ -88,7 +88,7 @@ _MIN_BODY = 6  # attributes, two deltas, key and value lengths, header count: a 
 _MAX_WALK = 4096  # records walked in Python in one go when guessing fails
 _BIG_RECORD = 2 * INFLATE_CHUNK  # longer records are read as they stream, never gathered
 _RUN_COST = 512  # a uniform run's fixed cost (~10 us), in bytes of the general path's reading
-# The C walker's bytes cost 1/32 of the numpy path's (at worst ~1 ns each, tiny records or
+# The C walker's bytes cost 1/32 of the numpy path's (at worst ~1.2 ns each, tiny records or
 # headers, against ~30-40 ns): what ``give_up`` is charged for them.
 _C_COST_SHIFT = 5
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
