@@ -18,7 +18,8 @@ export SAMSA_CACHE
 
 .PHONY: demo test bench bench-spark-connector cluster-check lint clean kafka spark-connector java
 
-$(STAMP): pyproject.toml
+# setup.py builds protocol/_records.c in place: a changed walker is rebuilt, never left stale.
+$(STAMP): pyproject.toml setup.py src/samsa/protocol/_records.c
 	@test -n "$(PY)" || { echo "Python 3.11 is needed (python3.11 or python3 on the PATH)"; exit 1; }
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

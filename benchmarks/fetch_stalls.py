@@ -11,11 +11,17 @@ rates, one read per broker says nothing about which is faster.
 
     python benchmarks/fetch_stalls.py                 # 600k records, 8 reads per broker
     python benchmarks/fetch_stalls.py --records 1200000 --reads 12
+    python benchmarks/fetch_stalls.py --before DIR    # and a samsa from another source tree
+
+The last line gives a two-sided Fisher exact test of samsa's stall count against Kafka's: with
+a few reads per broker, counts such as 12 of 19 against 8 of 19 (p = 0.33) are chance.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import statistics
 import sys
 import tempfile
@@ -73,22 +79,40 @@ def read(bootstrap: str, topic: str, records: int) -> tuple[float, float]:
     return records / (time.perf_counter() - start), gap
 
 
+def fisher_exact(a: int, n: int, b: int, m: int) -> float:
+    """Two-sided Fisher exact p-value of a of n against b of m (stalled reads)."""
+    k, total = a + b, n + m
+
+    def p(x: int) -> float:
+        return math.comb(n, x) * math.comb(m, k - x) / math.comb(total, k)
+
+    seen = p(a)
+    return min(
+        1.0, sum(p(x) for x in range(max(0, k - m), min(n, k) + 1) if p(x) <= seen * (1 + 1e-9))
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=600_000)
     ap.add_argument("--reads", type=int, default=8, help="reads per broker")
+    ap.add_argument("--before", type=Path, help="also a samsa broker run from this source tree")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="samsa-stalls-") as d:
         brokers = {"samsa": SamsaBroker(Path(d) / "samsa"), "kafka": KafkaBroker(Path(d) / "k")}
+        if args.before:
+            brokers["samsa-before"] = SamsaBroker(Path(d) / "before", src=args.before)
         try:
             for b in brokers.values():
                 b.start()
                 fill(b.bootstrap, "t", args.records)
             reads: dict[str, list[tuple[float, float]]] = {name: [] for name in brokers}
             for i in range(args.reads):
-                order = list(brokers) if i % 2 == 0 else list(reversed(brokers))
+                names = list(brokers)
+                order = names[i % len(names) :] + names[: i % len(names)]  # each leads in turn
                 for name in order:
                     rate, gap = read(brokers[name].bootstrap, "t", args.records)
                     reads[name].append((rate, gap))
@@ -103,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, rs in reads.items():
         stalled = sum(g >= STALL_S for _, g in rs)
         print(f"| {name} | {len(rs)} | {stalled} | {medians[name]:,.0f} |")
-    print(f"\nsamsa/Kafka, median: {medians['samsa'] / medians['kafka']:.2f}")
+    stalls = {name: sum(g >= STALL_S for _, g in rs) for name, rs in reads.items()}
+    for name in brokers:
+        if name != "kafka":
+            p = fisher_exact(stalls[name], len(reads[name]), stalls["kafka"], len(reads["kafka"]))
+            print(f"\n{name}/Kafka, median: {medians[name] / medians['kafka']:.2f}; stalls"
+                  f" {stalls[name]} against {stalls['kafka']}: Fisher p = {p:.2f}")  # fmt: skip
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -18,7 +18,7 @@ exit is timed (the clean stop with that state). The state is loaded with raw req
 ``BlockingConnection``), the same for both brokers.
 
 ``python benchmarks/peer_startup.py offsets`` runs one scenario's rows alone (samsa and Kafka,
-the full scale; ``--quick`` the small one).
+the full scale; ``--quick`` the small one; ``--commits 1000000`` a larger offsets state).
 """
 
 from __future__ import annotations
@@ -449,8 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="start-up with state, samsa and Kafka")
     ap.add_argument("scenarios", nargs="*", default=list(SCENARIOS), choices=SCENARIOS)
     ap.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    ap.add_argument("--commits", type=int, help="offset commits of the offsets state")
     args = ap.parse_args(argv)
     scale = dataclasses.replace(QUICK_STATE, together=False) if args.quick else StateScale()
+    if args.commits:
+        scale = dataclasses.replace(scale, commits=args.commits)
     print(f"machine: {machine()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with tempfile.TemporaryDirectory(prefix="samsa-startup-") as d:

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 from samsa.coordinator.ports import Appended, MarkerGate, MarkerListener, OnDamage, StoredBatch
 from samsa.coordinator.runtime import CoordinatorRuntime, CoordinatorShard, Outcome
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.records import NO_PRODUCER_ID, ControlType, Record
+from samsa.protocol.records import NO_PRODUCER_ID, ControlType
 
 RecT = TypeVar("RecT")
 R = TypeVar("R")
@@ -58,12 +58,20 @@ class MemoryLog:
         transactional: bool = False,
     ) -> Appended:
         base = self._ends.get((topic, partition), 0)
-        stored = [Record(base + i, 0, k, v) for i, (k, v) in enumerate(records)]
         self._add(
             topic,
             partition,
-            StoredBatch(base, producer_id, producer_epoch, transactional, None, stored),
-            len(stored),
+            StoredBatch(
+                base,
+                producer_id,
+                producer_epoch,
+                transactional,
+                None,
+                range(base, base + len(records)),
+                [k for k, _ in records],
+                [v for _, v in records],
+            ),
+            len(records),
         )
         self.entries += records
         return Appended(ErrorCode.NONE, base)
@@ -83,7 +91,7 @@ class MemoryLog:
         control = ControlType.COMMIT if commit else ControlType.ABORT
         base = self._ends.get((topic, partition), 0)
         self._add(
-            topic, partition, StoredBatch(base, producer_id, producer_epoch, True, control, []), 1
+            topic, partition, StoredBatch(base, producer_id, producer_epoch, True, control), 1
         )
         for listener in self._listeners:
             listener(topic, partition, producer_id, commit)

@@ -157,6 +157,7 @@ def test_empty_cleanup_policy(differential: Run) -> None:
     def scenario(s: Side) -> None:
         t = s.unique("t")
         create(s, "create-empty", _creatable(t, cleanup_policy=""))
+        s.wait_leaders(t, 1)  # Kafka's broker learns of the new topic a moment after answering
         describe_configs(s, "created", 2, t, ("cleanup.policy",))
         pid, epoch = producer(s)
         s.produce("write", {(t, 0): batch(pid, epoch, 0, 5)})

@@ -1,6 +1,7 @@
 """Differential scenarios of ListOffsets and Fetch: special timestamps and lookups by time,
-offsets out of range, byte limits (a whole first batch always, KIP-74), min_bytes long polls
-(whether the broker waited, not how long) and incremental fetch sessions (KIP-227)."""
+offsets out of range, byte limits (a whole first batch always, KIP-74; a cut last batch),
+min_bytes long polls (whether the broker waited, not how long) and incremental fetch sessions
+(KIP-227)."""
 
 from __future__ import annotations
 
@@ -152,6 +153,38 @@ def test_min_bytes_long_poll_waits_and_wakes(differential: Run) -> None:
         finally:
             timer.join()
         s.note("woken-before-max-wait", 0.4 <= waited < 10)
+
+    differential(scenario)
+
+
+def test_cut_batches_and_delayed_fetch(differential: Run) -> None:
+    """A partition's bytes are cut at the limits inside a batch, and the cut counts toward
+    min_bytes and against max_bytes; min_bytes is measured up to partition_max_bytes, not
+    max_bytes, before the broker parks a fetch (its raw record sizes are compared: the
+    records themselves are compared without a cut last batch)."""
+
+    def sizes(resp: Any) -> dict[int, int]:
+        return {int(p.partition_index): len(p.records or b"")
+                for t in resp.responses for p in t.partitions}  # fmt: skip
+
+    def scenario(s: Side) -> None:
+        t = topic(s, 2)
+        for i in range(3):
+            s.produce(f"big-{i}", {(t, 0): plain(i, size=400, value=b"a")})
+        s.produce("small", {(t, 1): plain(0)})
+        both = {(t, 0): 0, (t, 1): 0}
+        s.note("cut-at-partition-limit",
+               sizes(s.fetch("cut", both, partition_max_bytes=1000)))  # fmt: skip
+        s.note("cut-counts-against-max-bytes",
+               sizes(s.fetch("budget", both, max_bytes=700)))  # fmt: skip
+        start = time.monotonic()
+        resp = s.fetch("min-bytes-by-cut", {(t, 0): 0}, partition_max_bytes=700, min_bytes=700,
+                       max_wait_ms=10_000)  # fmt: skip
+        s.note("min-bytes-by-cut", (sizes(resp), time.monotonic() - start < 5))
+        start = time.monotonic()
+        resp = s.fetch("min-bytes-over-max-bytes", {(t, 0): 0}, max_bytes=500, min_bytes=1000,
+                       max_wait_ms=10_000)  # fmt: skip
+        s.note("min-bytes-over-max-bytes", (sizes(resp), time.monotonic() - start < 5))
 
     differential(scenario)
 

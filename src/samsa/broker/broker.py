@@ -661,10 +661,12 @@ class Broker:
 
 # A compressed batch up to _INLINE_CHECK_BYTES whose records inflate to _INLINE_INFLATE_BYTES
 # at most, or an uncompressed one up to _INLINE_PLAIN_BYTES whose records that many bytes'
-# worth of reading covers (a uniform run costs 1/256 of its bytes: 1 MB of them ~0.1 ms), is
-# checked on the event loop (~4 ms at worst: tiny records of varying sizes), and more in the
-# same turn of the loop while its checks took less than _INLINE_TURN_NS; a larger batch, or
-# one past that, goes to a worker thread.
+# worth of reading covers, is checked on the event loop, and more in the same turn of the loop
+# while its checks took less than _INLINE_TURN_NS; a larger batch, or one past that, goes to a
+# worker thread. With the C walker (protocol/_records.c, ~1.2 ns a byte at worst, charged 1/32
+# of a byte per byte) every uncompressed batch up to 2 MiB qualifies: ~2.5 ms at worst, tiny
+# records; without it numpy reads them (a uniform run charged 1/256 of its bytes, varying
+# sizes walked in Python: ~4 ms at worst).
 _INLINE_CHECK_BYTES = 64 * 1024
 _INLINE_INFLATE_BYTES = 128 * 1024
 _INLINE_PLAIN_BYTES = 2 * 1024 * 1024

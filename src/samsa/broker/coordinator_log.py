@@ -36,7 +36,7 @@ from samsa.protocol.records import (
     RecordBatchView,
     build_batch,
     control_type_of,
-    decode_records,
+    record_columns,
 )
 
 log = logging.getLogger("samsa.coordinator")
@@ -150,7 +150,7 @@ class CoordinatorLogs:
         for view in plog.verified_batches(damaged):
             try:
                 control = control_type_of(view) if view.is_control else None
-                records = [] if view.is_control else decode_records(view)
+                columns = ([], [], []) if view.is_control else record_columns(view)
             except ValueError as exc:
                 # Intact but not understood: as unusable as a corrupt one.
                 damaged(f"unreadable batch at offset {view.base_offset}: {exc}")
@@ -161,7 +161,7 @@ class CoordinatorLogs:
                 view.producer_epoch,
                 view.is_transactional,
                 control,
-                records,
+                *columns,
             )
         if plog.load_report.lost_records:
             on_damage("the log's tail was cut when it was opened")

@@ -125,14 +125,12 @@ class SharePartitions:
             for batch in self._store.read(
                 SHARE_STATE_TOPIC, p, lambda what, where=where: log.error("%s: %s", where, what)
             ):
-                for record in batch.records:
-                    if record.key is None:
+                for key, data in zip(batch.keys, batch.values, strict=True):
+                    if key is None:
                         continue
                     try:
-                        k = decode_key(bytes(record.key))
-                        value = (
-                            None if record.value is None else decode_snapshot(bytes(record.value))
-                        )
+                        k = decode_key(bytes(key))
+                        value = None if data is None else decode_snapshot(bytes(data))
                     except ShareStateFormatError as exc:
                         log.error("%s: skipped a record: %s", where, exc)
                         continue

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from samsa.coordinator.classic_group_coordinator import (
@@ -76,6 +76,7 @@ from samsa.coordinator.offsets import (
     FetchedOffset,
     OffsetStore,
     OffsetToCommit,
+    Positioned,
     TopicPartition,
 )
 from samsa.coordinator.offsets_records import (
@@ -101,6 +102,10 @@ S = GroupState
 E = ErrorCode
 
 log = logging.getLogger("samsa.coordinator")
+
+# Start-up replay pauses after this many records applied at once (a run of plain commits
+# ended: up to MAX_RUN_KEYS of them), so the runtime may yield to the event loop.
+LOAD_PAUSE = 256
 
 R = TypeVar("R")
 
@@ -192,9 +197,26 @@ class GroupCoordinator:
     def serialize(self, record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
         return encode_key(record.key), encode_value(record.value)
 
-    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
-        for offset, record in self.offsets.load_batch(partition, batch):
-            self._apply(record, now_ms, offset, loading=True)
+    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> Iterator[None]:
+        """Replay one stored batch as the result is iterated: the offset store holds plain
+        commits back and hands out, in log order, what takes effect (``OffsetStore.load_batch``;
+        a run it ends may be many records: the replay pauses every :data:`LOAD_PAUSE`)."""
+        return self._load(self.offsets.load_batch(partition, batch), now_ms)
+
+    def load_held(self, partition: int, now_ms: int) -> Iterator[None]:
+        """The partition is read: the plain commits its run still holds take effect."""
+        return self._load(self.offsets.end_load(partition), now_ms)
+
+    def _load(self, records: Iterable[Positioned], now_ms: int) -> Iterator[None]:
+        for count, (offset, record) in enumerate(records, 1):
+            self.load_record(record, now_ms, offset)
+            if not count % LOAD_PAUSE:
+                yield
+
+    def load_record(self, record: CoordinatorRecord, now_ms: int, log_offset: int) -> None:
+        """Apply one record read at start-up, at its log offset (a group restored as it was
+        stored, not driven as a live one)."""
+        self._apply(record, now_ms, log_offset, loading=True)
 
     def load_damaged(self, partition: int, what: str) -> None:
         """Every record holds a key's whole state: what was skipped is only lost."""

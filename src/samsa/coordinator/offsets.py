@@ -23,6 +23,14 @@ partition, so a later COMMIT marker does not bring a deleted offset back.
 Start-up reads each partition the same way (:meth:`OffsetStore.load_batch`): records of a
 transactional batch wait for their producer's marker further on, and those still undecided
 at the end stay staged, so a transaction committed after the restart still makes them visible.
+Plain commits, nearly all of a log, are not replayed one by one: a run of them (up to the next
+marker, transactional batch, record of another kind, or the partition's end) keeps only the
+last record of each key, and only those are decoded and replayed, in log order. Each record
+holds its key's whole state, so that leaves what replaying every record leaves; what the
+earlier ones did besides (a tombstone dropping the key's pending transactional offsets, a
+commit making its group one storing offsets) is redone for the key. A value that cannot be
+read is skipped as before (told by its bytes for version 3 without metadata, decoded else).
+A run holds at most :data:`MAX_RUN_KEYS` keys (then it is replayed and a new one begins).
 Live markers reach :meth:`OffsetStore.replay_marker` through the marker listener the group
 runtime registers.
 
@@ -43,7 +51,9 @@ from samsa.coordinator.offsets_records import (
     RecordFormatError,
     Value,
     decode_key,
+    decode_offset_value,
     decode_value,
+    offset_value_readable,
 )
 from samsa.coordinator.ports import StoredBatch
 from samsa.protocol.errors import ErrorCode
@@ -54,6 +64,9 @@ log = logging.getLogger("samsa.coordinator")
 OFFSETS_TOPIC = "__consumer_offsets"
 
 TopicPartition = tuple[str, int]
+
+# Keys a partition's run of plain commits holds at most while it loads (OffsetStore.load_batch).
+MAX_RUN_KEYS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +119,10 @@ class OffsetStore:
         # (offsets partition, producer id) -> staged transactional records, in commit order.
         self._staged: dict[tuple[int, int], list[Positioned]] = {}
         self._pending: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> n
+        # Start-up: each loading partition's plain commits not yet replayed (load_batch).
+        self._runs: dict[int, _Run] = {}
+        # A run is replayed once it holds this many keys: what it holds stays bounded.
+        self.max_run_keys = MAX_RUN_KEYS
 
     # -- building records ---------------------------------------------------------------------
 
@@ -176,6 +193,22 @@ class OffsetStore:
             else:
                 out.append(FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata))
         return out
+
+    def state(self) -> dict[str, object]:
+        """Everything the store holds (tests compare two replays by it): committed offsets,
+        the log offset of each, staged transactional records and the pending counts."""
+        return {
+            "committed": {g: dict(sorted(v.items())) for g, v in sorted(self._committed.items())},
+            "positions": dict(sorted(self._positions.items())),
+            "staged": {k: list(v) for k, v in sorted(self._staged.items())},
+            "pending": dict(sorted(self._pending.items())),
+        }
+
+    def held(self, partition: int) -> int:
+        """Keys whose plain commits start-up holds back for ``partition`` (at most
+        :attr:`max_run_keys`)."""
+        run = self._runs.get(partition)
+        return 0 if run is None else len(run.last)
 
     def is_pending(self, group_id: str, topic: str, partition: int) -> bool:
         return (group_id, topic, partition) in self._pending
@@ -253,25 +286,80 @@ class OffsetStore:
 
     def load_batch(self, partition: int, batch: StoredBatch) -> Iterator[Positioned]:
         """One stored batch of offsets partition ``partition`` at start-up: the records that
-        take effect here, with their log offsets, in order (plain records where they are,
-        transactional ones at their COMMIT marker); undecided ones are staged."""
+        take effect here, with their log offsets, in log order (transactional ones at their
+        COMMIT marker; undecided ones are staged). Plain offset commits are held in the
+        partition's run instead and come out, collapsed, before whatever must follow them:
+        a marker, a transactional batch, a record of another kind, :meth:`end_load`."""
         if batch.control is not None:
+            yield from self._end_run(partition)
             yield from self.replay_marker(
                 partition, batch.producer_id, batch.control == ControlType.COMMIT
             )
             return
-        decoded: list[Positioned] = []
-        for rec in batch.records:
-            if rec.key is None:
-                continue
-            try:
-                decoded.append((rec.offset, decode(rec.key, rec.value)))
-            except RecordFormatError as exc:
-                log.warning("skipping %s record at %d: %s", OFFSETS_TOPIC, rec.offset, exc)
         if batch.transactional and batch.producer_id >= 0:
-            self.stage(partition, batch.producer_id, decoded)
-        else:
-            yield from decoded
+            yield from self._end_run(partition)
+            self.stage(partition, batch.producer_id, _decoded(batch.rows()))
+            return
+        run = self._runs.get(partition)
+        if run is None:
+            run = self._runs[partition] = _Run()
+        last = run.last
+        for offset, key, value in batch.rows():
+            if key not in last:  # a key new to the run: is it an offset commit's, is there room
+                if key is None:
+                    continue
+                if len(key) < 2 or key[0] or key[1] > 1:  # not key version 0/1: another kind
+                    yield from self._end_run(partition)
+                    yield from _decoded([(offset, key, value)])
+                    run = self._runs[partition] = _Run()
+                    last = run.last
+                    continue
+                if len(last) >= self.max_run_keys:
+                    yield from self._end_run(partition)
+                    run = self._runs[partition] = _Run()
+                    last = run.last
+            if value is None:
+                prior = last.get(key)
+                if prior is not None and prior[1] is not None:
+                    run.committed_before[key] = prior
+                run.tombstoned.add(key)
+            elif not (
+                # v3 with no metadata (nearly every value) told inline; any other read in full
+                len(value) >= 24 and not value[0] and value[1] == 3 and not value[14] | value[15]
+            ) and not offset_value_readable(value):
+                log.warning("skipping %s record at %d: unreadable value", OFFSETS_TOPIC, offset)
+                continue
+            last[key] = (offset, value)
+
+    def end_load(self, partition: int) -> Iterator[Positioned]:
+        """``partition`` is read to its end: what its run still holds."""
+        return self._end_run(partition)
+
+    def _end_run(self, partition: int) -> Iterator[Positioned]:
+        """The plain commits held for ``partition``, the last of each key, in log order.
+
+        Replaying only the last record of a key leaves what replaying them all leaves: each
+        record holds the key's whole state and, read in log order, is always applied
+        (:meth:`replay`). What earlier ones also did is done here: a tombstone dropped the
+        key's pending transactional offsets; a commit made its group one storing offsets,
+        so a key ending in a tombstone replays its last commit before it."""
+        run = self._runs.pop(partition, None)
+        if run is None or not run.last:
+            return
+        for raw, (offset, value) in sorted(run.last.items(), key=_by_offset):
+            try:
+                key = decode_key(raw)
+            except RecordFormatError as exc:
+                log.warning("skipping %s records of a key: %s", OFFSETS_TOPIC, exc)
+                continue
+            assert isinstance(key, OffsetCommitKey)
+            if raw in run.tombstoned:
+                self._drop_pending((key.group, key.topic, key.partition))
+                committed = run.committed_before.get(raw)
+                if value is None and committed is not None:
+                    yield committed[0], CoordinatorRecord(key, decode_offset_value(committed[1]))
+            record = CoordinatorRecord(key, None if value is None else decode_offset_value(value))
+            yield offset, record
 
     def _drop_pending(self, k: tuple[str, str, int]) -> None:
         if k not in self._pending:
@@ -291,3 +379,35 @@ def _tp_key(record: CoordinatorRecord) -> tuple[str, str, int] | None:
     if isinstance(key, OffsetCommitKey):
         return (key.group, key.topic, key.partition)
     return None
+
+
+class _Run:
+    """The plain offset commits of a partition read at start-up and not yet replayed:
+    the last (log offset, value) of each key, by its bytes (two spellings of one key are
+    two entries, replayed in log order), and what earlier records of a key did that its
+    last does not say."""
+
+    __slots__ = ("committed_before", "last", "tombstoned")
+
+    def __init__(self) -> None:
+        self.last: dict[bytes, tuple[int, bytes | None]] = {}
+        self.tombstoned: set[bytes] = set()  # keys with a tombstone in the run
+        # key -> its last commit before a tombstone
+        self.committed_before: dict[bytes, tuple[int, bytes]] = {}
+
+
+def _by_offset(entry: tuple[bytes, tuple[int, bytes | None]]) -> int:
+    return entry[1][0]
+
+
+def _decoded(rows: Iterable[tuple[int, bytes | None, bytes | None]]) -> list[Positioned]:
+    """The records of ``rows`` one by one, those that cannot be read skipped (and said)."""
+    out: list[Positioned] = []
+    for offset, key, value in rows:
+        if key is None:
+            continue
+        try:
+            out.append((offset, decode(key, value)))
+        except RecordFormatError as exc:
+            log.warning("skipping %s record at %d: %s", OFFSETS_TOPIC, offset, exc)
+    return out

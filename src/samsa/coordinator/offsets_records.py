@@ -8,7 +8,8 @@ UTF-8 strings (-1 for null), int32-length bytes, int32-count arrays, big-endian 
 
 - key version 1, OffsetCommitKey ``(group, topic, partition)``; value OffsetCommitValue, which
   we write in version 3 ``(offset, leader_epoch, metadata, commit_timestamp)`` and read in
-  versions 0-3 (v1 adds ``expire_timestamp`` after the commit timestamp; v2 drops it).
+  versions 0-4 (v1 adds ``expire_timestamp`` after the commit timestamp; v2 drops it; v4 is
+  flexible: a compact metadata string, then tagged fields, the topic id among them).
 - key version 2, GroupMetadataKey ``(group)``; value GroupMetadataValue, which we write in
   version 3 ``(protocol_type, generation, protocol, leader, current_state_timestamp, members)``
   and read in versions 0-3 (v1 adds the members' rebalance timeout, v2 the state timestamp,
@@ -35,10 +36,14 @@ from samsa.coordinator.consumer_group_records import (
     encode_consumer_key,
     encode_consumer_value,
 )
+from samsa.protocol.framing import FrameError, read_uvarint, skip_tagged_fields
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+# OffsetCommitValue v3 up to its metadata: version, offset, leader epoch, metadata length.
+_V3_HEAD = struct.Struct(">hqih")
+_V3_MIN = _V3_HEAD.size + 8  # and an empty metadata, then the commit timestamp
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -158,6 +163,24 @@ class _Reader:
         n = self.i32()
         return b"" if n < 0 else self._take(n)
 
+    def compact_str(self) -> str:
+        try:
+            n, self.pos = read_uvarint(self.buf, self.pos)  # length + 1; 0 is null
+        except FrameError as exc:
+            raise RecordFormatError(str(exc)) from None
+        if not n:
+            raise RecordFormatError("null where a string is required")
+        try:
+            return self._take(n - 1).decode()
+        except UnicodeDecodeError as exc:
+            raise RecordFormatError(f"string is not UTF-8: {exc}") from None
+
+    def skip_tags(self) -> None:
+        try:
+            self.pos = skip_tagged_fields(self.buf, self.pos)
+        except FrameError as exc:
+            raise RecordFormatError(str(exc)) from None
+
 
 # --- keys ---------------------------------------------------------------------------------------
 
@@ -206,16 +229,41 @@ def encode_offset_value(value: OffsetCommitValue) -> bytes:
 
 
 def decode_offset_value(data: bytes) -> OffsetCommitValue:
+    # Version 3, what Kafka (since 2.1) and samsa write, read with two unpacks; the rest by
+    # the reader, which fails the same way on a value too short for its fields.
+    if len(data) >= _V3_MIN and data[0] == 0 and data[1] == 3:
+        _, offset, leader_epoch, n = _V3_HEAD.unpack_from(data)
+        end = _V3_HEAD.size + n
+        if n >= 0 and end + 8 <= len(data):
+            try:
+                metadata = data[_V3_HEAD.size : end].decode() if n else ""
+            except UnicodeDecodeError as exc:
+                raise RecordFormatError(f"string is not UTF-8: {exc}") from None
+            return OffsetCommitValue(offset, metadata, _I64.unpack_from(data, end)[0], leader_epoch)
     r = _Reader(data)
     version = r.i16()
-    if not 0 <= version <= 3:
+    if not 0 <= version <= 4:
         raise RecordFormatError(f"unsupported OffsetCommitValue version {version}")
     offset = r.i64()
     leader_epoch = r.i32() if version >= 3 else -1
-    metadata = r.str()
+    metadata = r.compact_str() if version >= 4 else r.str()
     commit_ts = r.i64()
     expire_ts = r.i64() if version == 1 else -1
+    if version >= 4:
+        r.skip_tags()  # the topic id (tag 0): offsets are kept by topic name
     return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch, expire_ts)
+
+
+def offset_value_readable(data: bytes) -> bool:
+    """Whether :func:`decode_offset_value` reads ``data`` (replay skips a value it cannot).
+    A version 3 value with no metadata, nearly every one, is told by its bytes alone."""
+    if len(data) >= _V3_MIN and not data[0] and data[1] == 3 and not data[14] and not data[15]:
+        return True
+    try:
+        decode_offset_value(data)
+    except RecordFormatError:
+        return False
+    return True
 
 
 def encode_group_value(value: GroupMetadataValue) -> bytes:
@@ -241,7 +289,7 @@ def encode_group_value(value: GroupMetadataValue) -> bytes:
 def decode_group_value(data: bytes) -> GroupMetadataValue:
     r = _Reader(data)
     version = r.i16()
-    if not 0 <= version <= 3:
+    if not 0 <= version <= 4:
         raise RecordFormatError(f"unsupported GroupMetadataValue version {version}")
     protocol_type = r.str()
     generation = r.i32()

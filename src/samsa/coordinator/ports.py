@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.records import NO_PRODUCER_ID, Record
+from samsa.protocol.records import NO_PRODUCER_ID
 
 
 class StoreUnavailable(Exception):
@@ -43,14 +43,22 @@ class Appended:
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
-    """One intact batch of an internal topic as replay sees it."""
+    """One intact batch of an internal topic as replay sees it: its records as columns
+    (record i: ``offsets[i]``, ``keys[i]``, ``values[i]``), no object per record, as
+    replay reads millions of them (``protocol.records.record_columns``)."""
 
     base_offset: int
     producer_id: int
     producer_epoch: int
     transactional: bool
     control: int | None  # ControlType (ABORT 0 / COMMIT 1) for a marker, else None
-    records: list[Record]
+    offsets: Sequence[int] = ()
+    keys: Sequence[bytes | None] = ()
+    values: Sequence[bytes | None] = ()  # None: a tombstone
+
+    def rows(self) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """(offset, key, value) of each record, in order."""
+        return zip(self.offsets, self.keys, self.values, strict=True)
 
 
 # Told what was skipped (damage), in log order, while a partition is read.

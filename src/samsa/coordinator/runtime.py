@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar, cast
 
@@ -94,8 +94,15 @@ class CoordinatorShard(Protocol[RecT]):
     def begin_load(self, partition: int) -> None:
         """``partition`` is about to be replayed from its log start."""
 
-    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
-        """Replay one stored batch of ``partition`` (start-up)."""
+    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> Iterable[None]:
+        """Replay one stored batch of ``partition`` (start-up) as the result is iterated; it
+        may pause in between (a replay applying much at once lets other work in there)."""
+        ...
+
+    def load_held(self, partition: int, now_ms: int) -> Iterable[None]:
+        """After the last batch of ``partition``: replay what :meth:`load_batch` held back,
+        as the result is iterated (pausing as it does)."""
+        ...
 
     def load_damaged(self, partition: int, what: str) -> None:
         """Something of ``partition`` was skipped here (start-up)."""
@@ -165,8 +172,9 @@ class CoordinatorRuntime(Generic[RecT]):
         return list(range(count))
 
     def load_partition(self, index: int) -> Iterator[None]:
-        """Replay partition ``index``, yielding after each batch so that a driver may let
-        other work in between; once exhausted the partition is served."""
+        """Replay partition ``index``, yielding after each batch (and wherever the shard
+        pauses) so that a driver may let other work in between; once exhausted the
+        partition is served."""
         shard = self.shard
         now = self.clock()
 
@@ -175,9 +183,10 @@ class CoordinatorRuntime(Generic[RecT]):
 
         shard.begin_load(index)
         for batch in self.store.read(shard.topic, index, damaged):
-            shard.load_batch(index, batch, now)
+            yield from shard.load_batch(index, batch, now)
             self.batches_loaded += 1
             yield
+        yield from shard.load_held(index, now)
         records = shard.end_load(index, now)
         if records:
             if self.write(records) == ErrorCode.NONE:

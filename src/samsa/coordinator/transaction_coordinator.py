@@ -204,12 +204,12 @@ class TransactionCoordinator:
         value = None if record.value is None else encode_value(record.value)
         return encode_key(record.transactional_id), value
 
-    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> None:
-        for rec in batch.records:
-            if rec.key is None:
+    def load_batch(self, partition: int, batch: StoredBatch, now_ms: int) -> Iterable[None]:
+        for key, value in zip(batch.keys, batch.values, strict=True):
+            if key is None:
                 continue
             try:
-                record = TxnRecord(decode_key(rec.key), decode_value(rec.value))
+                record = TxnRecord(decode_key(key), decode_value(value))
             except (TxnRecordFormatError, ValueError) as exc:
                 log.error("a %s record is unreadable, not applied: %s", TXN_TOPIC, exc)
                 self.load_damaged(partition, str(exc))
@@ -217,6 +217,11 @@ class TransactionCoordinator:
             self._apply(record, loading=True)
             self._seen.setdefault(partition, set()).add(record.transactional_id)
             self._uncertain.get(partition, set()).discard(record.transactional_id)  # newer
+        return ()
+
+    def load_held(self, partition: int, now_ms: int) -> Iterable[None]:
+        """Nothing is held back: each record is applied as it is read."""
+        return ()
 
     def load_damaged(self, partition: int, what: str) -> None:
         self._uncertain.setdefault(partition, set()).update(self._seen.get(partition, ()))

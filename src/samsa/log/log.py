@@ -511,12 +511,18 @@ class Log:
         min_one_batch: bool = True,
         max_offset: int | None = None,
         zero_copy_min: int = 0,
+        whole_batches: bool = True,
     ) -> ReadResult:
         """Whole batches from the one containing ``offset``: at most ``max_bytes`` (but one
         whole batch anyway if ``min_one_batch``, KIP-74), none holding offsets at or past
         ``max_offset`` or the high watermark. With ``zero_copy_min``, a run of batches of at
         least that many bytes comes as a pinned :class:`FileSlice` (for ``os.sendfile``)
-        instead of bytes; the caller must release every slice."""
+        instead of bytes; the caller must release every slice.
+
+        ``whole_batches=False`` reads as Kafka's LogSegment.read answers a Fetch: the bytes
+        of one segment from that batch, cut at ``max_bytes`` even inside a batch (clients
+        drop a partial last batch), so that a Fetch's size, its ``min_bytes`` test and
+        what its later partitions may still take are Kafka's."""
         log_start = self.log_start_offset
         end = self.log_end_offset
         if offset < log_start or offset > end:
@@ -555,16 +561,21 @@ class Log:
                     if start >= stop:
                         break
                     want = start + max(budget, 0)
+                    if not whole_batches:
+                        if min_one_batch and not chunks:
+                            want = max(want, start + first.size)
+                        n = min(stop, want) - start
+                        if n > 0:
+                            chunks.append(self._read_run(seg, start, n, zero_copy_min))
+                            total += n
+                        break
                     stop_at = stop if want >= stop else seg.boundary_at_or_below(start, want)
                     if stop_at == start:
                         if not (min_one_batch and not chunks):
                             break
                         stop_at = start + first.size
                     n = stop_at - start
-                    if zero_copy_min and n >= zero_copy_min:
-                        chunks.append(seg.read_slice(start, n))
-                    else:
-                        chunks.append(seg.read(start, n))
+                    chunks.append(self._read_run(seg, start, n, zero_copy_min))
                     total += n
                     budget -= n
                     if stop_at < seg.size or budget <= 0 or i >= count:
@@ -574,6 +585,34 @@ class Log:
             release_chunks(chunks)  # a later segment failed: unpin the slices taken
             raise
         return ReadResult(chunks, total, end, log_start, self.last_stable_offset)
+
+    def bytes_to_end(self, offset: int, max_offset: int | None = None) -> int | None:
+        """What Kafka's DelayedFetch counts for a parked Fetch at ``offset``: the bytes from
+        the batch holding it to the high watermark (or ``max_offset``) when both are in one
+        segment, 0 when there is nothing, None when ``offset`` is past that end or in an older
+        segment than it (Kafka answers such a Fetch at once: the size is not worth measuring
+        across files)."""
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset > limit:
+            return None
+        if offset == limit:
+            return 0
+        bases = self._bases
+        i = max(bisect_right(bases, offset) - 1, 0)
+        if bisect_right(bases, limit) - 1 > i:
+            return None
+        seg = self._segments[i]
+        found = seg.translate(offset)
+        if found is None:
+            return 0
+        at_limit = seg.translate(limit)
+        return (at_limit[0] if at_limit is not None else seg.size) - found[0]
+
+    @staticmethod
+    def _read_run(seg: LogSegment, start: int, n: int, zero_copy_min: int) -> bytes | FileSlice:
+        if zero_copy_min and n >= zero_copy_min:
+            return seg.read_slice(start, n)
+        return seg.read(start, n)
 
     def verified_batches(self, on_damage: Callable[[str], None]) -> Iterator[RecordBatchView]:
         """Every whole batch from the log start whose CRC-32C matches, in order; damage is

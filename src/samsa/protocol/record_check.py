@@ -16,17 +16,24 @@ record and without the inflated records in memory:
   inflated bytes it raises MESSAGE_TOO_LARGE, so a 32,000:1 bomb costs ``limit`` bytes of
   CPU, never memory. zstd frames may not ask for a window above :data:`ZSTD_MAX_WINDOW`.
 - :class:`RecordChecker` takes those chunks and keeps only the unfinished tail of the last
-  record. The complete records of a chunk are found vectorised (every record assumed as long
-  as the last one known, the guess checked at every guessed start, a short Python walk where
-  sizes keep changing), then every field of all of them is read and checked with numpy at
-  once: lengths, varint sizes, offset deltas 0..n-1, key and value lengths within the record,
-  header structure, the record ending where its fields do. Key and value bytes are only
-  skipped. A record longer than a chunk is gathered first (it is bounded by ``limit``).
+  record. The complete records of a chunk are read one after the other by a small C
+  extension, protocol/_records.c (a record starts where the one before it says it ends: a
+  serial walk, which costs ~50x more as Python bytecode), with the GIL released over large
+  chunks: lengths, varint sizes, offset deltas 0..n-1, key and value lengths within the
+  record, header structure, the record ending where its fields do. It answers with the span
+  of timestamp deltas and the count of null keys, which decide the topic's rules for the
+  chunk unless a record may break one; only then is each record's key and timestamp asked for.
+- Where the extension could not be built, the same checks are made with numpy: runs of
+  records laid out alike are compared a byte column at a time; the others are found by
+  guessing every record as long as the last one known (a short Python walk where sizes keep
+  changing), then every field of all of them is read at once. Both paths give the same
+  verdicts (tests/property/test_record_walker.py). Key and value bytes are only skipped. A
+  record longer than two chunks is read field by field as it streams, never gathered.
 - ``give_up`` (the event loop's try) bounds both the inflation and the reading: Unfinished
   once either passes it, not a verdict; the caller checks again in a worker thread.
 
-All of it is C code (zlib, zstd, lz4, numpy) over buffers of a bounded size, run by the
-broker in worker threads, so a heavy batch does not hold the event loop.
+All of it is C code (zlib, zstd, lz4, the walker or numpy) over buffers of a bounded size,
+run by the broker in worker threads, so a heavy batch does not hold the event loop.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import struct
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import cramjam
 import lz4.frame
@@ -50,6 +57,13 @@ from samsa.protocol.records import (
     InvalidBatchError,
     RecordBatchView,
 )
+
+try:  # the C record walker: an install that could not build it reads records with numpy
+    from samsa.protocol._records import RecordError as _RecordError
+    from samsa.protocol._records import walk as _c_walk
+except ImportError:  # pragma: no cover - the build makes it wherever a C compiler is
+    _c_walk = None
+    _RecordError = ValueError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,6 +88,9 @@ _MIN_BODY = 6  # attributes, two deltas, key and value lengths, header count: a 
 _MAX_WALK = 4096  # records walked in Python in one go when guessing fails
 _BIG_RECORD = 2 * INFLATE_CHUNK  # longer records are read as they stream, never gathered
 _RUN_COST = 512  # a uniform run's fixed cost (~10 us), in bytes of the general path's reading
+# The C walker's bytes cost 1/32 of the numpy path's (at worst ~1.2 ns each, tiny records or
+# headers, against ~30-40 ns): what ``give_up`` is charged for them.
+_C_COST_SHIFT = 5
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
@@ -85,6 +102,14 @@ def _corrupt(message: str) -> InvalidBatchError:
 
 def _invalid(message: str) -> InvalidBatchError:
     return InvalidBatchError(ErrorCode.INVALID_RECORD, message)
+
+
+def _zigzag(raw: int, bits: int) -> int:
+    """A varint's value as Java's ByteUtils reads it: the bits past ``bits`` (32 for an int,
+    64 for a long) that a fifth (tenth) byte carries are dropped before the zigzag is undone,
+    so an int of five bytes wraps as Kafka's does."""
+    raw &= (1 << bits) - 1
+    return (raw >> 1) ^ -(raw & 1)
 
 
 # --- bounded inflation ---------------------------------------------------------------------
@@ -277,6 +302,10 @@ def _snappy(data: bytes | memoryview, budget: _Budget) -> Iterator[bytes]:
 
 # --- records -------------------------------------------------------------------------------
 
+# protocol/_records.c's walk: (count, bytes used up to, least and greatest timestamp delta,
+# null keys) of the complete records of buf[pos:end]
+_Walk = Callable[..., tuple[int, int, int, int, int]]
+
 
 class RecordRules(NamedTuple):
     """What a topic asks of each record beyond its structure (Kafka's validateRecord). A
@@ -321,9 +350,9 @@ def _varints(
         if not active.any():
             break
         sizes += active
-    values = ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1)
     if max_size == 5:
-        values = values.astype(np.int32).astype(np.int64)  # Java's int wraps
+        raw &= 0xFFFFFFFF  # a fifth byte's high bits fall off, as in Java's int
+    values = ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1)
     if active.any():
         if strict:
             raise _invalid("Found invalid record structure: varint too long")
@@ -379,7 +408,7 @@ def _py_varint(buf: bytes, pos: int, end: int, max_size: int) -> tuple[int, int]
         b = buf[pos + i]
         n |= (b & 0x7F) << shift
         if b < 0x80:
-            return (n >> 1) ^ -(n & 1), i + 1
+            return _zigzag(n, 32 if max_size == 5 else 64), i + 1
         shift += 7
     return None
 
@@ -455,10 +484,7 @@ class _Cursor:
             self.pos += 1
             n |= (b & 0x7F) << shift
             if b < 0x80:
-                value = (n >> 1) ^ -(n & 1)
-                if max_size == 5 and not -(2**31) <= value < 2**31:
-                    value = (value + 2**31) % 2**32 - 2**31  # Java's int wraps
-                return value
+                return _zigzag(n, 32 if max_size == 5 else 64)
             shift += 7
         raise _invalid("Found invalid record structure: varint too long")
 
@@ -509,6 +535,9 @@ class RecordChecker:
     """Feed the records section in chunks (:meth:`feed`), then :meth:`finish`."""
 
     every_timestamp = False  # hand every record's timestamp to _rules, needed or not
+    # What reads the records: protocol/_records.c's walk if it was built, else (None) numpy.
+    # Both give the same verdicts; the tests read every batch both ways.
+    walk: ClassVar[_Walk | None] = _c_walk
 
     def __init__(
         self, view: RecordBatchView, rules: RecordRules, give_up: int | None = None
@@ -517,8 +546,9 @@ class RecordChecker:
         self.base_timestamp = view.base_timestamp
         self.rules = rules
         self.summary = RecordsSummary()
-        # bytes' worth of reading left before Unfinished (None: no bound): the general path
-        # spends a byte a byte (~30 ns), a uniform run _RUN_COST and 1/256 of its bytes
+        # bytes' worth of reading left before Unfinished (None: no bound): the numpy path's
+        # general reading spends a byte a byte (~30 ns), a uniform run _RUN_COST and 1/256 of
+        # its bytes, the C walker 1/32 of its bytes
         self._give_up = give_up
         self._reads_left = give_up
         self._tail = b""
@@ -587,7 +617,7 @@ class RecordChecker:
         for i, b in enumerate(head):
             n |= (b & 0x7F) << shift
             if b < 0x80:
-                n = (n >> 1) ^ -(n & 1)
+                n = _zigzag(n, 32)
                 return n >= _MIN_BODY and i + 1 + n > left
             shift += 7
         return len(head) < 5
@@ -599,9 +629,20 @@ class RecordChecker:
         for i, b in enumerate(rest[:5]):
             n |= (b & 0x7F) << shift
             if b < 0x80:
-                return i + 1 + ((n >> 1) ^ -(n & 1))
+                return i + 1 + _zigzag(n, 32)
             shift += 7
         return None
+
+    def read_in_place(self, buf: bytes | memoryview, start: int, end: int) -> None:
+        """Instead of :meth:`feed`: all the records, uncompressed in ``buf[start:end]``, read
+        by the C walker where they lie (nothing copied, whatever their sizes)."""
+        walk = type(self).walk
+        assert walk is not None
+        self.summary.inflated_bytes += end - start
+        if self._reads_left is not None and (end - start) >> _C_COST_SHIFT > self._reads_left:
+            raise Unfinished(self._give_up)
+        if self._walk_in_c(walk, buf, start, end) < end:  # fewer records than declared
+            raise _invalid("Found invalid record structure: the records end inside a record")
 
     def finish(self) -> RecordsSummary:
         if self._big is not None:
@@ -627,6 +668,11 @@ class RecordChecker:
         """Check every complete record at the start of ``buf``; bytes used."""
         end = len(buf)
         pos = 0
+        walk = type(self).walk  # a plain function set by a test stays unbound
+        if walk is not None:  # one pass reads every record, laid out alike or not
+            if self._reads_left is not None and end >> _C_COST_SHIFT > self._reads_left:
+                raise Unfinished(self._give_up)
+            return self._walk_in_c(walk, buf, pos, end)
         while pos < end:  # runs of records laid out alike first: a few C passes each
             used = self._uniform_run(buf, pos, end)
             if not used:
@@ -637,6 +683,10 @@ class RecordChecker:
             return pos  # the chunk ends inside this record: nothing for the general path
         if self._reads_left is not None and end - pos > self._reads_left:
             raise Unfinished(self._give_up)  # the general path would read past it: not here
+        return self._read_records(buf, pos, end)
+
+    def _read_records(self, buf: bytes, pos: int, end: int) -> int:
+        """The numpy path: check the complete records of ``buf[pos:end]``; bytes used."""
         nbuf = np.frombuffer(buf + bytes(10), np.uint8)  # padded: varint reads stay inside
         starts = self._starts(buf, nbuf, end, pos)
         if not starts.size:
@@ -649,6 +699,42 @@ class RecordChecker:
         self._check_fields(nbuf, starts)
         self.summary.count += len(starts)
         return used
+
+    def _walk_in_c(self, walk: _Walk, buf: bytes | memoryview, pos: int, end: int) -> int:
+        first = self.summary.count
+        room = max(self.declared - first, 0)  # a negative count declared: no record fits
+        try:
+            n, used, ts_min, ts_max, null_keys = walk(buf, pos, end, first, room)
+        except _RecordError as exc:
+            raise _invalid(str(exc)) from None
+        if n == room and used < end:  # all declared records read, and more bytes follow
+            raise _invalid("Incorrect declared batch size, records still remaining in file")
+        self._spend((used - pos) >> _C_COST_SHIFT)
+        if n and not self._rules_pass(ts_min, ts_max, null_keys):
+            # some record breaks a rule: read again for each record's key and timestamp
+            ts_delta = np.empty(n, np.int64)
+            key_null = np.empty(n, np.bool_)
+            walk(buf, pos, used, first, n, ts_delta, key_null)
+            self._rules(first, key_null, ts_delta)
+        self.summary.count += n
+        return used
+
+    def _rules_pass(self, ts_min: int, ts_max: int, null_keys: int) -> bool:
+        """Whether records whose timestamp deltas span ``ts_min..ts_max`` pass the topic's
+        rules whatever each one's is (sums that would wrap a Java long are left to
+        :meth:`_rules`, which wraps them)."""
+        rules = self.rules
+        if self.every_timestamp or (rules.need_key and null_keys):
+            return False
+        if rules.min_timestamp is None and rules.max_timestamp is None:
+            return True
+        low, high = self.base_timestamp + ts_min, self.base_timestamp + ts_max
+        return (
+            -(2**63) <= low
+            and high < 2**63
+            and (rules.min_timestamp is None or low >= rules.min_timestamp)
+            and (rules.max_timestamp is None or high <= rules.max_timestamp)
+        )
 
     def _spend(self, n: int) -> None:
         if self._reads_left is not None:
@@ -815,7 +901,7 @@ class RecordChecker:
             q += 1
             n |= (b & 0x7F) << shift
             if b < 0x80:
-                return (n >> 1) ^ -(n & 1), q
+                return _zigzag(n, 32), q
             shift += 7
             if shift > 28:
                 raise _invalid("Found invalid record structure: varint too long")
@@ -888,29 +974,33 @@ class RecordChecker:
             raise _invalid(f"Found invalid record structure: {what} length beyond its record")
 
     def _rules(self, first: int, key_null: np.ndarray, ts_delta: np.ndarray) -> None:
-        """Kafka's validateRecord: the key (compacted topics), else the timestamp."""
+        """Kafka's validateRecord: the key (compacted topics), else the timestamp; a record's
+        errors in batch order, as Kafka lists them."""
         rules = self.rules
-        where = f" in topic partition {rules.partition}"
         bad_key = key_null if rules.need_key else np.zeros(len(key_null), np.bool_)
-        if bad_key.any():
-            message = "Compacted topic cannot accept message without key" + where
-            self._report(first, bad_key, lambda _i: message)
-        if rules.min_timestamp is None and rules.max_timestamp is None:
-            return
-        ts = self.base_timestamp + ts_delta
+        bad_ts = np.zeros(len(key_null), np.bool_)
         low = rules.min_timestamp if rules.min_timestamp is not None else -(2**63)
         high = rules.max_timestamp if rules.max_timestamp is not None else 2**63 - 1
-        bad = (ts != -1) & ((ts < low) | (ts > high)) & ~bad_key
-        if bad.any():
+        ts = self.base_timestamp + ts_delta
+        if rules.min_timestamp is not None or rules.max_timestamp is not None:
+            bad_ts = (ts != -1) & ((ts < low) | (ts > high)) & ~bad_key
+        bad = bad_key | bad_ts
+        if not bad.any():
+            return
+        if bad_ts.any():
             self._timestamp_error = True
-            self._report(
-                first,
-                bad,
-                lambda i: (
-                    f"Timestamp {int(ts[i])} of message with offset {first + i} is out of "
-                    f"range. The timestamp should be within [{low}, {high}]"
-                ),
+        no_key = "Compacted topic cannot accept message without key in topic partition "
+        no_key += rules.partition
+
+        def message(i: int) -> str:
+            if bad_key[i]:
+                return no_key
+            return (
+                f"Timestamp {int(ts[i])} of message with offset {first + i} is out of "
+                f"range. The timestamp should be within [{low}, {high}]"
             )
+
+        self._report(first, bad, message)
 
     def _report(self, first: int, bad: np.ndarray, message: Callable[[int], str]) -> None:
         s = self.summary
@@ -932,8 +1022,13 @@ def check_records(
     whole; per-record refusals are in the summary's ``record_errors`` and ``error``.
     Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
     checker = RecordChecker(view, rules, give_up)
-    body = view.buf[view.pos + HEADER_SIZE : view.pos + view.size]  # one copy for bytes
-    if view.compression == Compression.NONE and len(body) <= limit:
+    start, end = view.pos + HEADER_SIZE, view.pos + view.size
+    uncompressed = view.compression == Compression.NONE and end - start <= limit
+    if uncompressed and sink is None and checker.walk is not None:
+        checker.read_in_place(view.buf, start, end)
+        return checker.finish()
+    body = view.buf[start:end]  # one copy for bytes
+    if uncompressed:
         # Nothing to inflate: ``give_up`` bounds the reading alone (RecordChecker._spend).
         plain = body if type(body) is bytes else bytes(body)
         chunks: Iterator[bytes] | tuple[bytes] = (plain,)  # inflate's answer, sooner

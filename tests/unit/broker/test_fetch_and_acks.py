@@ -88,26 +88,77 @@ def test_min_bytes_waits_for_enough_data(
 
 
 def test_size_limits(conn: BlockingConnection, topic: str) -> None:
+    """The limits cut a partition's bytes where Kafka's LogSegment.read does: at
+    partition_max_bytes or what is left of max_bytes, inside a batch if need be (clients drop
+    a partial last batch)."""
     batch = idempotent_batch(-1, -1, -1, 10, value=b"v" * 100)
     for _ in range(5):
         produce_one(conn, topic, 0, batch)
         produce_one(conn, topic, 2, batch)
+    small = idempotent_batch(-1, -1, -1, 1)
+    produce_one(conn, topic, 1, small)
     size = len(batch)
-    # partition_max_bytes: whole batches that fit, never a partial one.
+    # partition_max_bytes: that many bytes, the second batch cut 10 bytes in.
     resp = _fetch(conn, {(topic, 0): 0}, partition_max_bytes=size * 2 + 10)
-    assert len(resp.responses[0].partitions[0].records) == size * 2
-    # Too small for one batch: the first batch still comes (KIP-74) ...
+    records = resp.responses[0].partitions[0].records
+    assert len(records) == size * 2 + 10
+    assert [b.record_count for b in iter_batches(records)] == [10, 10]
+    # Too small for one batch: the first batch still comes whole (KIP-74) ...
     resp = _fetch(conn, {(topic, 0): 0}, partition_max_bytes=10)
     assert len(resp.responses[0].partitions[0].records) == size
     # ... but only for the first partition with data; max_bytes bounds the response.
     resp = _fetch(conn, {(topic, 0): 0, (topic, 2): 0}, max_bytes=size + 10)
     parts = {p.partition_index: p for p in resp.responses[0].partitions}
-    assert len(parts[0].records) == size and not parts[2].records
+    assert len(parts[0].records) == size + 10 and not parts[2].records
+    # The cut batch's bytes count against max_bytes: the later partition's small batch, which
+    # would fit beside the whole batches alone, does not come.
+    assert len(small) < size // 2
+    resp = _fetch(conn, {(topic, 0): 0, (topic, 1): 0}, max_bytes=size + size // 2)
+    parts = {p.partition_index: p for p in resp.responses[0].partitions}
+    assert len(parts[0].records) == size + size // 2 and not parts[1].records
     # Fetching from inside a batch returns that whole batch (the client skips earlier records).
     resp = _fetch(conn, {(topic, 2): 15})
     first = next(iter_batches(resp.responses[0].partitions[0].records))
     assert first.base_offset == 10
     assert int(resp.responses[0].partitions[0].high_watermark) == 50
+
+
+def test_min_bytes_counts_a_cut_batch(conn: BlockingConnection, topic: str) -> None:
+    """min_bytes is met by the bytes answered, a cut last batch's included (Kafka's
+    bytesReadable): with that many bytes there the answer comes at once, not at max_wait."""
+    batch = idempotent_batch(-1, -1, -1, 10, value=b"v" * 100)
+    produce_one(conn, topic, 0, batch)
+    produce_one(conn, topic, 0, batch)
+    want = len(batch) + 100
+    start = time.monotonic()
+    resp = _fetch(
+        conn, {(topic, 0): 0}, partition_max_bytes=want, min_bytes=want, max_wait_ms=10_000
+    )
+    assert time.monotonic() - start < 5
+    assert len(resp.responses[0].partitions[0].records) == want
+
+
+def test_min_bytes_is_measured_as_kafkas_delayed_fetch(
+    conn: BlockingConnection, topic: str
+) -> None:
+    """A Fetch short of min_bytes is answered at once when the bytes up to the partitions'
+    ends, each counted up to partition_max_bytes but not max_bytes, reach min_bytes (Kafka's
+    DelayedFetch.tryComplete runs as the request is parked)."""
+    batch = idempotent_batch(-1, -1, -1, 10, value=b"v" * 100)
+    produce_one(conn, topic, 0, batch)
+    produce_one(conn, topic, 0, batch)
+    size = len(batch)
+    start = time.monotonic()
+    resp = _fetch(conn, {(topic, 0): 0}, max_bytes=size, min_bytes=2 * size, max_wait_ms=10_000)
+    assert time.monotonic() - start < 5
+    assert len(resp.responses[0].partitions[0].records) == size
+    # Counted up to partition_max_bytes: short of min_bytes, it waits for max_wait.
+    start = time.monotonic()
+    resp = _fetch(
+        conn, {(topic, 0): 0}, partition_max_bytes=size, min_bytes=2 * size, max_wait_ms=300
+    )
+    assert 0.25 < time.monotonic() - start < 5
+    assert len(resp.responses[0].partitions[0].records) == size
 
 
 def test_offset_out_of_range(conn: BlockingConnection, topic: str) -> None:

@@ -141,7 +141,8 @@ def test_reconnects_to_an_address_back_off_exponentially() -> None:
     # 1st retry waits ~0.05 s, then ~0.1, ~0.2, ~0.4 (capped), each +-20%
     for gap, base in zip(gaps, [0.05, 0.1, 0.2, 0.4], strict=True):
         assert gap >= 0.8 * base - 0.005, gaps
-    assert sum(gaps) < 2.0, gaps
+    # ~0.75 s nominal; loose, as sleeps overrun on a loaded machine (the cap: test above)
+    assert sum(gaps) < 5.0, gaps
 
 
 def test_a_cluster_never_reached_gives_up_after_the_connection_setup_timeout() -> None:

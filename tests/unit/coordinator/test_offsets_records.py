@@ -18,6 +18,7 @@ from samsa.coordinator.offsets_records import (
     encode_key,
     encode_value,
     java_string_hash,
+    offset_value_readable,
     partition_for,
     subscribed_topics,
 )
@@ -101,3 +102,22 @@ def test_subscribed_topics_of_consumer_protocol() -> None:
     sub = struct.pack(">hi", 1, 2) + b"\x00\x01a" + b"\x00\x02bb" + struct.pack(">i", -1)
     assert subscribed_topics(sub) == {"a", "bb"}
     assert subscribed_topics(b"\x00") is None  # not known: OffsetDelete counts it subscribed
+
+
+def test_offset_commit_value_v4_is_read() -> None:
+    """Kafka's OffsetCommitValue v4 (flexible: compact metadata, tagged topic id) is read,
+    the tags skipped; a v4 value cut inside its tags is unreadable, as any cut value."""
+    key = OffsetCommitKey("g", "t", 0)
+    topic_id = bytes(range(16))
+    v4 = (
+        struct.pack(">hqi", 4, 42, 7)
+        + bytes([len("mé".encode()) + 1])
+        + "mé".encode()
+        + struct.pack(">q", 1_234)
+        + bytes([1, 0, 16])  # one tagged field: tag 0, 16 bytes
+        + topic_id
+    )
+    assert decode_value(key, v4) == OffsetCommitValue(42, "mé", 1_234, 7)
+    assert offset_value_readable(v4)
+    assert not offset_value_readable(v4[:-1])
+    assert not offset_value_readable(struct.pack(">hqi", 4, 42, 7) + b"\x00" + bytes(9))  # null

@@ -331,6 +331,46 @@ def test_reads_across_segments(small: Log) -> None:
     assert joined(small.read(0, 10**9, max_offset=123)) == b"".join(batches[:12])
 
 
+def test_fetch_reads_are_kafkas_byte_slices(small: Log) -> None:
+    """whole_batches=False (Fetch) reads as Kafka's LogSegment.read: max_bytes exactly, the
+    last batch cut; the first batch whole when min_one_batch; one segment at most; never past
+    max_offset or into the next segment."""
+    batches = fill(small, 23)
+    size = len(batches[0])
+    data = b"".join(batches)
+    per_segment = [seg.size // size for seg in small.segments]  # batches of one size
+    first = per_segment[0]
+    cut = small.read(0, int(size * 2.5), whole_batches=False)
+    assert joined(cut) == data[: int(size * 2.5)] and cut.size == int(size * 2.5)
+    assert joined(small.read(13, 10, whole_batches=False)) == batches[1]  # KIP-74
+    # Without min_one_batch even a batch's first bytes come, as Kafka's; none for 0 bytes.
+    assert joined(small.read(13, 10, min_one_batch=False, whole_batches=False)) == data[size:][:10]
+    assert small.read(13, 0, min_one_batch=False, whole_batches=False).chunks == []
+    # The rest of the offset's segment, not the next one's batches (Kafka's LocalLog.read).
+    rest = small.read(10, 10**9, whole_batches=False)
+    assert joined(rest) == b"".join(batches[1:first])
+    nxt = small.read(first * 10, 10**9, whole_batches=False)
+    assert joined(nxt) == b"".join(batches[first : first + per_segment[1]])
+    # max_offset (the high watermark or the last stable offset) bounds the slice.
+    assert joined(small.read(0, 10**9, max_offset=25, whole_batches=False)) == data[: 2 * size]
+
+
+def test_bytes_to_end_as_kafkas_delayed_fetch(small: Log) -> None:
+    """The bytes a parked Fetch at an offset could read, Kafka's DelayedFetch measure: from
+    the batch holding it to the end in one segment; None from an older segment or past the
+    end (Kafka answers at once), 0 at the end."""
+    batches = fill(small, 23)
+    size = len(batches[0])
+    last_base = small.segments[-1].base_offset
+    assert small.bytes_to_end(230) == 0
+    assert small.bytes_to_end(last_base) == small.segments[-1].size
+    assert small.bytes_to_end(last_base + 5) == small.segments[-1].size  # its batch's start
+    assert small.bytes_to_end(last_base + 10, max_offset=last_base + 20) == size
+    assert small.bytes_to_end(0) is None  # an older segment
+    assert small.bytes_to_end(0, max_offset=20) == 2 * size
+    assert small.bytes_to_end(21, max_offset=20) is None  # past the end (the LSO)
+
+
 def test_read_sees_appends_after_a_reopen(tmp_path: Path) -> None:
     config = LogConfig(segment_bytes=6000, index_interval_bytes=2000)
     lg = Log.open(tmp_path / "t-0", config, NOW)

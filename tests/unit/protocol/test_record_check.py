@@ -36,6 +36,16 @@ from samsa.protocol.records import (
 )
 
 
+@pytest.fixture(params=["c", "numpy"])
+def walker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test reads its records with the C walker (protocol/_records.c), then with numpy."""
+    if request.param == "numpy":
+        monkeypatch.setattr(RecordChecker, "walk", None)
+    elif RecordChecker.walk is None:
+        pytest.skip("samsa.protocol._records was not built")
+    return str(request.param)
+
+
 def _raw_batch(body: bytes, count: int, codec: int = Compression.NONE) -> RecordBatchView:
     after = struct.pack(">hiqqqhii", codec, count - 1, 0, 0, -1, -1, -1, count) + body
     head = struct.pack(">qiibI", 0, len(after) + 9, 0, 2, crc32c.crc32c(after))
@@ -67,7 +77,7 @@ def _feed_split(view: RecordBatchView, cuts: list[int], rules: RecordRules) -> i
     return checker.finish().count
 
 
-def test_every_split_of_the_records_reads_the_same() -> None:
+def test_every_split_of_the_records_reads_the_same(walker: str) -> None:
     """A record, a varint or a header cut by a chunk's end is read whole from the next."""
     view = RecordBatchView(build_batch(_mixed_records(40, 1), now_ms=1000))
     size = view.size - 61
@@ -78,7 +88,7 @@ def test_every_split_of_the_records_reads_the_same() -> None:
         assert _feed_split(view, rng.sample(range(size), 12), RecordRules()) == 40
 
 
-def test_every_split_of_a_bad_batch_is_refused() -> None:
+def test_every_split_of_a_bad_batch_is_refused(walker: str) -> None:
     # the last record's length says one byte more than its fields: refused wherever cut
     good = encode_record(0, 0, b"k", b"v") + encode_record(1, 0, b"k", b"v")
     bad = good[:-9] + bytes([good[-9] + 2]) + good[-8:] + b"\x00"  # length 9, fields 8
@@ -89,7 +99,7 @@ def test_every_split_of_a_bad_batch_is_refused() -> None:
         assert exc.value.code == ErrorCode.INVALID_RECORD
 
 
-def test_a_long_record_is_skipped_through_not_gathered() -> None:
+def test_a_long_record_is_skipped_through_not_gathered(walker: str) -> None:
     """A record longer than two chunks is read field by field: the checker never holds more
     than a chunk of it, and a keyless one still counts as keyless."""
     records = [
@@ -218,7 +228,7 @@ def test_a_zstd_frame_asking_for_a_huge_window_is_refused() -> None:
     assert "window" in str(exc.value)
 
 
-def test_record_errors_are_capped_but_counted() -> None:
+def test_record_errors_are_capped_but_counted(walker: str) -> None:
     view = RecordBatchView(build_batch([NewRecord(value=b"v")] * 3000, now_ms=1))
     summary = check_records(view, RecordRules(need_key=True, partition="t-0"), 1 << 20)
     assert summary.error == ErrorCode.INVALID_RECORD
@@ -229,7 +239,7 @@ def test_record_errors_are_capped_but_counted() -> None:
     )
 
 
-def test_corrupted_batches_are_refused_or_read_as_the_decoder_reads_them() -> None:
+def test_corrupted_batches_are_refused_or_read_as_the_decoder_reads_them(walker: str) -> None:
     """One byte of a valid batch's records changed (its CRC made right again), 1,500 times:
     the check refuses it with InvalidBatchError, or the per-record decoder reads the records
     it accepted, at offsets 0..n-1. No other exception, whatever the bytes."""
@@ -275,28 +285,43 @@ def test_giving_up_early_is_not_a_refusal() -> None:
     assert check_records(view, RecordRules(), 8 << 20, give_up=5 << 20).count == 1
 
 
-def test_giving_up_bounds_the_reading_of_uncompressed_records() -> None:
+def test_giving_up_bounds_the_reading_of_uncompressed_records(walker: str) -> None:
     """Nothing to inflate: ``give_up`` bounds the reading instead. A megabyte of records laid
-    out alike (columns compared a run at a time) is read within 64 KB's worth; as many bytes of
-    records of changing sizes (read one by one) are not, and a verdict still comes without it."""
+    out alike is read within 64 KB's worth (numpy compares their columns a run at a time, C
+    charges a 32nd of a byte a byte); as many bytes of records of changing sizes are too only
+    in C (numpy reads them one by one). Records the bound would not cover are not read at
+    all, and a verdict still comes without it."""
     uniform = build_batch([NewRecord(value=b"%090d" % i) for i in range(10_000)], now_ms=1)
     summary = check_records(RecordBatchView(uniform), RecordRules(), 8 << 20, give_up=64 << 10)
     assert summary.count == 10_000
     rng = random.Random(27)
     varied = [NewRecord(value=rng.randbytes(rng.randrange(180))) for _ in range(10_000)]
     view = RecordBatchView(build_batch(varied, now_ms=1))
-    walked: list[int] = []
-    real = RecordChecker._starts
-
-    def starts(self: RecordChecker, *args: object) -> object:
-        walked.append(1)
-        return real(self, *args)
-
+    read: list[int] = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RecordChecker, "_starts", starts)
+        if walker == "c":
+            real_walk = RecordChecker.walk
+            assert real_walk is not None
+            assert check_records(view, RecordRules(), 8 << 20, give_up=64 << 10).count == 10_000
+
+            def walk(*args: object) -> tuple[int, int, int, int, int]:
+                read.append(1)
+                return real_walk(*args)
+
+            mp.setattr(RecordChecker, "walk", walk)
+            too_little = 16 << 10
+        else:
+            real_starts = RecordChecker._starts
+
+            def starts(self: RecordChecker, *args: object) -> object:
+                read.append(1)
+                return real_starts(self, *args)
+
+            mp.setattr(RecordChecker, "_starts", starts)
+            too_little = 64 << 10
         with pytest.raises(Unfinished):  # before reading what would be read past the bound
-            check_records(view, RecordRules(), 8 << 20, give_up=64 << 10)
-        assert not walked
+            check_records(view, RecordRules(), 8 << 20, give_up=too_little)
+        assert not read
     assert check_records(view, RecordRules(), 8 << 20).count == 10_000
 
 
@@ -346,3 +371,33 @@ def test_zstd_streams_never_share_a_decompression_context() -> None:
     assert b"".join(inflate(Compression.ZSTD, cctx.compress(two), 1 << 30)) == two
     assert head + b"".join(first) == one
     assert b"".join(inflate(Compression.ZSTD, cctx.compress(one), 1 << 30)) == one
+
+
+def test_a_five_byte_int_loses_its_high_bits_as_in_java(walker: str) -> None:
+    """Java's ByteUtils.readVarint keeps 32 bits of a five-byte varint: a length or offset
+    delta whose fifth byte carries more (0x70 here) is the value of its low 32 bits, as Kafka
+    4.4 reads it (checked with its ByteUtils: [0x94, 0x80, 0x80, 0x80, 0x70] is 10)."""
+    fat = bytes([0x80, 0x80, 0x80, 0x70])  # four more bytes, adding only bits 32..34
+    record = encode_record(0, 0, b"k", b"v")  # length, attributes, ts delta, offset delta 0
+    body = record[1:]
+    wide = bytes([record[0] | 0x80]) + fat + body[:2] + bytes([body[2] | 0x80]) + fat + body[3:]
+    wide = bytes([(len(wide) - 5) * 2 | 0x80]) + fat + wide[5:]  # its body grew by 4
+    summary = check_records(_raw_batch(wide, 1), RecordRules(), 1 << 20)
+    assert summary.count == 1 and summary.error == ErrorCode.NONE
+
+
+def test_record_errors_are_listed_in_batch_order(walker: str) -> None:
+    """As Kafka's LogValidator lists them: one error a record, the key's first, by index."""
+    records = [
+        NewRecord(key=b"a", value=b"v", timestamp=5),  # out of the window
+        NewRecord(key=None, value=b"v", timestamp=1000),  # no key on a compacted topic
+        NewRecord(key=None, value=b"v", timestamp=5),  # both: the key is reported
+        NewRecord(key=b"d", value=b"v", timestamp=1000),
+    ]
+    view = RecordBatchView(build_batch(records, now_ms=1000))
+    rules = RecordRules(need_key=True, partition="t-0", min_timestamp=900, max_timestamp=1100)
+    summary = check_records(view, rules, 1 << 20)
+    assert [i for i, _ in summary.record_errors] == [0, 1, 2]
+    assert summary.record_errors[0][1].startswith("Timestamp 5 of message with offset 0")
+    assert summary.record_errors[2][1].startswith("Compacted topic cannot accept")
+    assert summary.error == ErrorCode.INVALID_TIMESTAMP and summary.error_count == 3

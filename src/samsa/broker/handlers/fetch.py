@@ -1,10 +1,14 @@
-"""Fetch: whole batches straight from the log, with long polling.
+"""Fetch: record bytes straight from the log, with long polling, as Kafka's ReplicaManager.
 
-On connections that can (plain sockets), runs of batches of ``ZERO_COPY_MIN`` bytes or more
-stay in the segment files as pinned slices that the server sends with ``os.sendfile``; other
-record bytes go from ``os.pread`` into the response pieces without another copy. When less
-than ``min_bytes`` is available the request waits (up to ``max_wait``) for an append to any
-of its partitions, then reads again. Fetch sessions (KIP-227, broker/fetch_session.py):
+Each partition gets what Kafka's LogSegment.read gives: the bytes of one segment from the
+fetch offset's batch, up to the partition's limit or what is left of ``max_bytes`` (cut inside
+a batch if need be, the first batch whole). On connections that can (plain sockets), reads of
+``ZERO_COPY_MIN`` bytes or more stay in the segment files as pinned slices that the server
+sends with ``os.sendfile``; other record bytes go from ``os.pread`` into the response pieces
+without another copy. A request short of ``min_bytes`` is parked unless Kafka's DelayedFetch
+would complete it (:func:`_can_complete`); it waits (up to ``max_wait``) for an append to any
+of its partitions, checks again and, once complete, reads again. Fetch sessions (KIP-227,
+broker/fetch_session.py):
 incremental requests fetch every partition of their session and are answered with the
 partitions that have news only.
 """
@@ -59,7 +63,13 @@ def handle(broker: Broker, ctx: RequestContext, request: Any) -> HandlerResult:
         broker, request, sctx.topics, zero_copy_min, denied
     )
     wait_ms = int(request.max_wait.total_seconds() * 1000)
-    if size >= request.min_bytes or wait_ms <= 0 or errors or not partitions:
+    if (
+        size >= request.min_bytes
+        or wait_ms <= 0
+        or errors
+        or not partitions
+        or _can_complete(broker, request, sctx.topics)  # Kafka tries its DelayedFetch at once
+    ):
         broker.metrics.fetched(results)
         return _respond(sessions, ctx.version, sctx, results, _throttle(broker, ctx, size))
     _release(results)  # not the answer: it waits for more
@@ -126,20 +136,48 @@ async def _long_poll(
     deadline = loop.time() + wait_ms / 1000
     while True:
         await wait_for_data(partitions, deadline - loop.time())
-        # One read per wake-up; at the deadline it is the answer, whatever it holds.
-        results, size, partitions, errors = _read_all(
+        if loop.time() < deadline and not _can_complete(broker, request, sctx.topics):
+            continue
+        # Answered at the deadline whatever there is; before it, as Kafka's DelayedFetch
+        # (onComplete reads again, whatever the read holds).
+        results, size, _found, _errors = _read_all(
             broker,
             request,
             sctx.topics,
             ZERO_COPY_MIN if ctx.zero_copy else 0,
             _unreadable(broker, ctx, _keys(sctx)),
         )
-        if size >= request.min_bytes or errors or not partitions or loop.time() >= deadline:
-            broker.metrics.fetched(results)
-            return _respond(
-                broker.fetch_sessions, ctx.version, sctx, results, _throttle(broker, ctx, size)
-            )
-        _release(results)
+        broker.metrics.fetched(results)
+        return _respond(
+            broker.fetch_sessions, ctx.version, sctx, results, _throttle(broker, ctx, size)
+        )
+
+
+def _can_complete(
+    broker: Broker, request: Any, topics: list[tuple[TopicKey, Sequence[Any]]]
+) -> bool:
+    """Kafka's DelayedFetch.tryComplete: a partition gone or unreadable, or whose fetch offset
+    is past its end or in an older segment than it, answers the Fetch; else the bytes to each
+    partition's end, counted up to its partition_max_bytes (not max_bytes), must reach
+    min_bytes."""
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    ready = 0
+    for key, requested in topics:
+        name = _topic_name(broker, key)
+        for req in requested:
+            partition = None if name is None else broker.topics.get_partition(name, req.partition)
+            if partition is None:
+                return True
+            plog = partition.log
+            end = plog.last_stable_offset if read_committed else None
+            try:
+                available = plog.bytes_to_end(req.fetch_offset, end)
+            except (OSError, CorruptSegmentError):
+                return True  # the read answers the partition's error, as Kafka's
+            if available is None:
+                return True
+            ready += min(available, req.partition_max_bytes)
+    return ready >= request.min_bytes
 
 
 async def wait_for_data(partitions: Iterable[Partition], timeout: float) -> None:
@@ -174,6 +212,14 @@ def _unreadable(
     return frozenset(names - authorized_names(broker, ctx, Op.READ, Res.TOPIC, names))
 
 
+def _topic_name(broker: Broker, key: TopicKey) -> str | None:
+    """v13+ names topics by id (KIP-516), earlier versions by name; None: an unknown id."""
+    if isinstance(key, uuid.UUID):
+        known = broker.topics.topics_by_id.get(key)
+        return known.name if known is not None else None
+    return key
+
+
 def _read_all(
     broker: Broker,
     request: Any,
@@ -191,13 +237,9 @@ def _read_all(
     results = []
     for key, requested in topics:
         out = []
-        # v13+ names topics by id (KIP-516); earlier versions by name.
-        if isinstance(key, uuid.UUID):
-            known = broker.topics.topics_by_id.get(key)
-            name = known.name if known is not None else None
-            missing = ErrorCode.UNKNOWN_TOPIC_ID
-        else:
-            name, missing = key, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        name = _topic_name(broker, key)
+        by_id = isinstance(key, uuid.UUID)
+        missing = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for req in requested:
             if broker.offline is not None:
                 out.append(FetchPartitionResult(req.partition, ErrorCode.KAFKA_STORAGE_ERROR))
@@ -228,6 +270,7 @@ def _read_all(
                     min_one_batch=total == 0,
                     max_offset=plog.last_stable_offset if read_committed else None,
                     zero_copy_min=zero_copy_min,
+                    whole_batches=False,  # Kafka's byte slice: its sizes and min_bytes test
                 )
             except OffsetOutOfRangeError:
                 # As Kafka: no offsets with the error (the consumer asks ListOffsets to reset).
