@@ -28,11 +28,9 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import re2
-from google.protobuf.message import DecodeError
-from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from samsa.broker.config import ConfigError
 from samsa.broker.topic_config import ConfigSource, ConfigType, DescribedConfig, Synonym
@@ -40,6 +38,9 @@ from samsa.log.durable import read_versioned_json, write_versioned_json
 from samsa.protocol.errors import ErrorCode
 from samsa.protocol.record_check import inflate
 from samsa.protocol.records import InvalidBatchError
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 CLIENT_METRICS = 16  # the config resource type
 CLIENT_METRICS_FILE = "client-metrics.json"
@@ -419,6 +420,10 @@ class ClientMetricsManager:
             if exc.code == ErrorCode.MESSAGE_TOO_LARGE:
                 return ErrorCode.TELEMETRY_TOO_LARGE
             return ErrorCode.INVALID_RECORD
+        # OTLP's protobuf classes only once a client pushes: ~100 ms of a broker's start-up
+        from google.protobuf.message import DecodeError
+        from opentelemetry.proto.metrics.v1 import metrics_pb2
+
         try:
             data = metrics_pb2.MetricsData.FromString(raw)
         except DecodeError:
@@ -441,7 +446,7 @@ class ClientMetricsManager:
 
 
 _REFETCH = (ErrorCode.UNKNOWN_SUBSCRIPTION_ID, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
-_DELTA = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+_DELTA = 1  # AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA in OTLP's metrics.proto
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 _SCALARS = ("string_value", "int_value", "bool_value", "double_value")
 

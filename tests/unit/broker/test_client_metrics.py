@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,3 +320,18 @@ def test_series_no_longer_subscribed_are_dropped(tmp_path: Path) -> None:
     m.subscriptions_changed()
     assert m.get_subscriptions(first.instance_id, INFO, T0 + 3).metrics == ()
     assert series(m) == {} and m.series_count == 0
+
+
+def test_a_serving_broker_loads_otlp_and_pyjwt_only_when_used() -> None:
+    """The broker's start-up does not import OTLP's protobuf classes (~100 ms) nor PyJWT
+    (~45 ms): they load at the first telemetry push or OAUTHBEARER key set. The delta
+    constant the module spells out is OTLP's own."""
+    temporality = metrics_pb2.AggregationTemporality
+    assert cm._DELTA == temporality.AGGREGATION_TEMPORALITY_DELTA
+    probe = (
+        "import sys, samsa.broker.server, samsa.cli.broker; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jwt', 'opentelemetry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
