@@ -233,8 +233,9 @@ def test_killed_while_ongoing_then_timed_out(broker_factory: type[BrokerProcess]
     b = broker_factory(overrides=OVERRIDES).start()
     with _conn(b.port) as conn:
         assert create_topic(conn, TOPIC, PARTITIONS) == 0
-        # The timeout must outlast what follows up to the restart and checks (0.4 s here).
-        pid, epoch = _init(conn, "crash-ongoing", timeout_ms=3000)
+        # The timeout must outlast what follows up to the restart and checks: 0.4 s on a quiet
+        # machine, but a loaded one ran out of 3 s (the restart waits for the replay too).
+        pid, epoch = _init(conn, "crash-ongoing", timeout_ms=6000)
         _add_partitions(conn, "crash-ongoing", pid, epoch)
         _produce(conn, "crash-ongoing", pid, epoch, 0, b"open")  # offsets 0-2
         # Another transaction commits behind the open one (3-5, marker 6).
