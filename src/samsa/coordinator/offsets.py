@@ -323,10 +323,7 @@ class OffsetStore:
                 if prior is not None and prior[1] is not None:
                     run.committed_before[key] = prior
                 run.tombstoned.add(key)
-            elif not (
-                # v3 with no metadata (nearly every value) told inline; any other read in full
-                len(value) >= 24 and not value[0] and value[1] == 3 and not value[14] | value[15]
-            ) and not offset_value_readable(value):
+            elif not offset_value_readable(value):  # by its bytes for nearly every value
                 log.warning("skipping %s record at %d: unreadable value", OFFSETS_TOPIC, offset)
                 continue
             last[key] = (offset, value)
