@@ -53,8 +53,10 @@ import logging
 import os
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from samsa.log.durable import fsync_dir, write_durably
 from samsa.log.producer_state import (
@@ -198,15 +200,23 @@ def write_clean_shutdown(directory: Path, log_end_offset: int) -> None:
     write_durably(directory / CLEAN_SHUTDOWN_FILE, f"{_CHECKPOINT_VERSION}\n{log_end_offset}\n")
 
 
-def _take_clean_shutdown(directory: Path) -> int | None:
-    """Read and durably remove the marker; the log end offset it recorded, if clean."""
-    path = directory / CLEAN_SHUTDOWN_FILE
+_T = TypeVar("_T")
+
+
+def take_marker(path: Path, read: Callable[[Path], _T]) -> _T | None:
+    """A clean-shutdown marker's contents (``read``), the marker then durably removed: a crash
+    from now on must not look clean. None if there is no marker."""
     if not path.exists():
         return None
-    leo = read_offset_file(path)
+    contents = read(path)
     path.unlink()
-    fsync_dir(directory)
-    return leo
+    fsync_dir(path.parent)
+    return contents
+
+
+def _take_clean_shutdown(directory: Path) -> int | None:
+    """The log end offset a log's own marker recorded, if it was closed cleanly."""
+    return take_marker(directory / CLEAN_SHUTDOWN_FILE, read_offset_file)
 
 
 # -- producer state -----------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from samsa.log.loader import (
     load_log,
     read_offset_file,
     read_offsets_checkpoint,
+    take_marker,
     write_clean_shutdown,
     write_offsets_checkpoint,
     write_recovery_point,
@@ -886,12 +887,8 @@ class LogDir:
         self._on_disk: set[str] = set()
 
     def begin_load(self) -> None:
-        marker = self.path / CLEAN_SHUTDOWN_FILE
-        clean = read_offsets_checkpoint(marker)
-        if marker.exists():
-            # Before any partition is opened: a crash from now on must not look clean.
-            marker.unlink()
-            fsync_dir(self.path)
+        # Before any partition is opened: a crash from now on must not look clean.
+        clean = take_marker(self.path / CLEAN_SHUTDOWN_FILE, read_offsets_checkpoint) or {}
         points = read_offsets_checkpoint(self.path / RECOVERY_POINT_FILE)
         self._on_disk = set(points)
         self._loading = {
