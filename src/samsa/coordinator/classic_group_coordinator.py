@@ -394,12 +394,16 @@ class ClassicGroups:
                 m.awaiting_sync = False
                 self._out.reply(Owed.SYNC, group.group_id, m.member_id, SyncResult(error))
 
-    def _maybe_complete_join(self, group: Group, now_ms: int) -> None:
+    def _maybe_complete_join(self, group: Group, now_ms: int, *, timer: bool = False) -> None:
         if not group.is_in(S.PREPARING_REBALANCE) or group.join_deadline_ms is None:
             return
         if group.initial_delay_remaining_ms is not None:
-            # The first rebalance of an empty group never completes early: it waits for the
-            # delay, and again while new members keep coming, within the rebalance timeout.
+            # The first rebalance of an empty group never completes early, nor inside a
+            # request (as Kafka's, even with a zero delay: only its timer ends the phase, so
+            # joins already received are in): it waits for the delay, and again while new
+            # members keep coming, within the rebalance timeout.
+            if not timer:
+                return
             while now_ms >= group.join_deadline_ms:
                 if group.new_member_added and group.initial_delay_remaining_ms > 0:
                     delay = min(
@@ -691,7 +695,7 @@ class ClassicGroups:
             if laggards and group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
                 for m in laggards:
                     self._remove_member_and_update_group(group, m, now_ms)
-        self._maybe_complete_join(group, now_ms)
+        self._maybe_complete_join(group, now_ms, timer=True)
 
     def next_deadline(self, group: Group) -> int | None:
         """The earliest deadline :meth:`fire` acts on, or None."""

@@ -78,6 +78,7 @@ class Harness(CoordinatorHarness[CoordinatorRecord]):
         )
         result = self.run(self.c.join_group(req, self.now))
         if isinstance(result, Pending):
+            self.due_timers()
             return self.replies.pop(("join", result.member_id), result)
         return result
 
@@ -113,6 +114,13 @@ class Harness(CoordinatorHarness[CoordinatorRecord]):
             )
         )
         return errors[("t", 0)]  # type: ignore[no-any-return]
+
+    def due_timers(self) -> None:
+        """What the runtime's timer does next when a deadline is already due (an initial
+        rebalance with no delay ends on the timer, never inside the JoinGroup)."""
+        deadline = self.c.next_deadline()
+        if deadline is not None and deadline <= self.now:
+            self.run(self.c.tick(self.now))
 
     def tick(self, advance_ms: int) -> None:
         self.now += advance_ms
@@ -263,6 +271,24 @@ def test_initial_rebalance_delay_collects_members() -> None:
     assert ra.generation == 1 and len(ra.members) == 2
 
 
+def test_a_zero_initial_delay_still_ends_on_the_timer() -> None:
+    """As Kafka's coordinator: the first rebalance of an empty group is never completed by a
+    JoinGroup, even with no delay; joins received before the timer fires are in generation 1
+    (answering the first member at once would start generation 2 as the next one arrives)."""
+    h = Harness(initial_rebalance_delay_ms=0)
+    a = h.run(h.c.join_group(_join_req(), h.now))
+    b = h.run(h.c.join_group(_join_req(), h.now))
+    assert isinstance(a, Pending) and isinstance(b, Pending)
+    assert h.group.state == GroupState.PREPARING_REBALANCE and h.c.next_deadline() == h.now
+    h.due_timers()
+    ra, rb = h.replies.pop(("join", a.member_id)), h.replies.pop(("join", b.member_id))
+    assert ra.generation == rb.generation == 1 and len(ra.members) == 2
+
+
+def _join_req() -> JoinRequest:
+    return JoinRequest(G, "", None, "c", "/h", 1000, 5000, "consumer", (("range", SUB),), False)
+
+
 def test_inconsistent_protocols_and_session_bounds() -> None:
     h = Harness()
     h.stable_group_of_one()
@@ -385,6 +411,7 @@ def test_delete_offsets_when_the_subscriptions_are_not_known() -> None:
     req = JoinRequest(G, "", None, "c", "/127.0.0.1", 60_000, 5000, "connect", protocols, False)
     joined = other.run(other.c.join_group(req, other.now))
     if isinstance(joined, Pending):
+        other.due_timers()
         joined = other.replies.pop(("join", joined.member_id))
     assert joined.error == E.NONE
     assert other.run(other.c.delete_offsets(G, [("other", [0])], other.now)) == (
