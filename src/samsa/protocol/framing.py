@@ -90,7 +90,9 @@ class FrameDecoder:
     larger than ``_SMALL_FRAME`` (or half the read buffer) is read into a buffer of its
     declared size, allocated once when the next read asks for it (not when the prefix arrives,
     so a caller that must first reserve the memory can hold off reading), and never copied
-    while it fills.
+    while it fills. After a large frame the next size is read alone, so that a run of large
+    frames is read without a copy. With :class:`FrameBuffers`, large frames are lent out
+    (read-only views, not copies) and their buffers reused.
     """
 
     __slots__ = (
@@ -100,6 +102,7 @@ class FrameDecoder:
         "_into_frame",
         "_kept",
         "_kept_size",
+        "_large_next",
         "_pending",
         "_scratch",
         "_small",
@@ -132,6 +135,9 @@ class FrameDecoder:
         self._buffers = buffers
         self._kept: bytearray | None = None
         self._kept_size = 0  # as counted in buffers.kept
+        # The last frame was large: read the next one's size alone first, as Kafka does, so
+        # its body goes straight into its buffer, not into the read buffer to be copied out.
+        self._large_next = False
 
     # -- the buffered-protocol pair --------------------------------------------------------
 
@@ -140,7 +146,8 @@ class FrameDecoder:
         pending = self._pending
         if self._frame is None and not pending:  # the common case: between frames
             self._into_frame = False
-            return (self._view or self._read_view())[:]  # a view of its own: callers release it
+            view = self._view or self._read_view()
+            return view[:4] if self._large_next else view[:]  # a view of its own: released
         if self._frame is None and self._large_pending():
             self._allocate()
         frame = self._frame
@@ -173,6 +180,8 @@ class FrameDecoder:
         frames: list[Frame] = []
         pos = self._split(view, 0, end, frames)
         self._pending = view[pos:end].tobytes() if pos < end else b""
+        if frames:
+            self._large_next = False  # small frames again: read many at a time
         return frames
 
     # -- bytes already read -------------------------------------------------------------------
@@ -272,6 +281,7 @@ class FrameDecoder:
     def _complete(self, frame: bytearray) -> Frame:
         """The large frame is in: hand it out (the buffer itself when lending)."""
         self._frame, self._filled = None, 0
+        self._large_next = True
         buffers = self._buffers
         if buffers is None:
             return bytes(frame)

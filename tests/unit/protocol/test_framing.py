@@ -209,3 +209,24 @@ def test_a_decoder_without_buffers_hands_out_bytes() -> None:
     assert type(frame) is bytes and frame == b"z" * 100_000
     [frame] = FrameDecoder(1 << 20).feed(stream)
     assert type(frame) is bytes
+
+
+def test_after_a_large_frame_the_next_size_is_read_alone() -> None:
+    # As Kafka reads a size then its body: the next large body goes straight into its own
+    # buffer, never through the read buffer to be copied out of it.
+    dec = FrameDecoder(1 << 20, bytearray(4096), buffers=FrameBuffers(1 << 20))
+    assert len(dec.get_buffer()) == 4096
+    _large(dec, b"a" * 100_000)
+    buf = dec.get_buffer()
+    assert len(buf) == 4
+    buf[:] = struct.pack(">i", 100_000)
+    buf.release()
+    assert dec.buffer_updated(4) == []
+    body = dec.get_buffer()
+    assert len(body) == 100_000 and dec.buffered == 4  # the whole body, nothing copied
+    body[:] = b"b" * 100_000
+    body.release()
+    assert dec.buffer_updated(100_000) == [b"b" * 100_000]
+    # Small frames again: read many at a time.
+    assert _read_through_buffers(dec, struct.pack(">i", 3) + b"abc", [4]) == [b"abc"]
+    assert len(dec.get_buffer()) == 4096
