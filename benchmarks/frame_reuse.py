@@ -86,7 +86,7 @@ def main() -> int:
                 warm_up(Target("samsa", broker))
                 ensure_topic(broker.port, "a1000")
                 out = Path(tmp) / f"{name}.collapsed.txt"
-                with PySpy(broker.pid or 0, out, rate=200):
+                with PySpy(broker.pid or 0, out):
                     run(broker, "a1000", args.records)
             total, allocate, framing = shares(out)
             print(
