@@ -42,8 +42,8 @@ def _references_of_a_local() -> int:
 
 
 # What sys.getrefcount says of an object only a local variable refers to, measured with the
-# same code shape as FrameBuffers' test, so the interpreter's own counting cancels out. Reuse
-# relies on reference counts meaning "nobody else can read it": not so without the GIL.
+# same code shape as FrameDecoder._reclaim's test, so the interpreter's own counting cancels
+# out. Reuse relies on a count meaning "nobody else can read it": not so without the GIL.
 _ALONE = _references_of_a_local()
 _COUNTS_REFERENCES = (
     sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -129,9 +129,9 @@ class FrameDecoder:
         self._frame: bytearray | None = None  # the large frame being read, once allocated
         self._filled = 0  # bytes of _frame received
         self._into_frame = False  # the last get_buffer handed out _frame
-        # With ``buffers``, large frames are handed out as the bytearray they were read into,
-        # and the last one is kept (_kept) to read the next into once nobody else holds it;
-        # without, as bytes (a copy), as the clients expect.
+        # With ``buffers``, large frames are handed out as read-only views of the bytearray
+        # they were read into, the last one kept (_kept) to read the next into once nobody
+        # else refers to it; without, as bytes (a copy), as the clients expect.
         self._buffers = buffers
         self._kept: bytearray | None = None
         self._kept_size = 0  # as counted in buffers.kept
