@@ -31,11 +31,19 @@ from typing import Any
 
 from samsa.broker.sasl import SaslSession
 from samsa.log.segment import FileSlice
-from samsa.protocol.framing import FrameDecoder, FrameError, frame_response, response_prefix
+from samsa.protocol.framing import (
+    Frame,
+    FrameBuffers,
+    FrameDecoder,
+    FrameError,
+    frame_response,
+    response_prefix,
+)
 from samsa.protocol.messages import ApiKey, api_name
 
 MAX_PENDING_RESPONSES = 128  # requests in progress or unsent per connection; frames per turn
 MAX_QUEUED_RESPONSE_BYTES = 1 << 20  # response bytes waiting to be sent per connection
+KEPT_FRAME_BYTES = 32 << 20  # large frames' buffers kept for reuse without a pool limit
 
 # Kafka's rule: before SASL authentication completes, only these are served.
 PRE_AUTH_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -48,6 +56,9 @@ class RequestMemory:
     def __init__(self, limit: int) -> None:
         self.limit = max(limit, 0)  # 0: unbounded (Kafka's -1)
         self.reserve = self.limit // 16  # kept for frames no larger than this
+        # Buffers of frames already answered, kept by their connections' decoders to read the
+        # next large frame into: outside the pool (nothing waits on them), bounded apart.
+        self.frames = FrameBuffers(self.reserve if self.limit else KEPT_FRAME_BYTES)
         self.used = 0
         self.peak = 0  # for tests and benchmarks
         self._waiters: dict[ConnectionCore, None] = {}
@@ -133,7 +144,7 @@ class ConnectionCore:
         self._on_memory = on_memory
         self.max_request_bytes = decoder.max_frame_size  # socket.request.max.bytes
         self.queue: deque[Pending] = deque()  # requests in order, answered or not
-        self.backlog: deque[bytes] = deque()  # frames decoded, not yet handled
+        self.backlog: deque[Frame] = deque()  # frames decoded, not yet handled
         self.closed = False
         self.draining = False  # the server is stopping: answer what was read, read no more
         self.handled = 0  # frames handled, for tests
@@ -209,7 +220,7 @@ class ConnectionCore:
         """``nbytes`` read into the decoder's own buffer (``decoder.get_buffer``)."""
         self._received(self.decoder.buffer_updated(nbytes), now)
 
-    def _received(self, frames: list[bytes], now: float) -> None:
+    def _received(self, frames: list[Frame], now: float) -> None:
         self.last_active = now
         if frames:
             # The claimed partial frame (if any) is complete: its claim moves to the backlog.
@@ -310,8 +321,15 @@ class ConnectionCore:
         """Frames wait and the connection may take them."""
         return bool(self.backlog) and not self.blocked
 
-    def take_frame(self) -> bytes:
-        return self.backlog.popleft()
+    def take_frame(self) -> Frame:
+        """The next frame: a large one is a read-only view of the buffer it was read into,
+        except a bare SASL token (after SaslHandshake v0), which the mechanisms parse as
+        bytes."""
+        frame = self.backlog.popleft()
+        session = self.session
+        if session is not None and session.awaits_raw_token and not isinstance(frame, bytes):
+            return bytes(frame)
+        return frame
 
     def end_turn(self, handled: int, released: int) -> None:
         """``handled`` frames were handled, of which ``released`` bytes are no longer held."""
@@ -381,6 +399,7 @@ class ConnectionCore:
         """Nothing more is read or handled; the pool gets back what this connection held."""
         self.closed = True
         self.memory.forget(self)
+        self.decoder.release()
         self._partial_claim = 0
         self._hold(-self._held)
 

@@ -256,7 +256,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.endpoint = endpoint
         self.limits = limits if limits is not None else ConnectionLimits(broker.config)
         self.ip = ip  # set when the server counted this connection against the limits
-        decoder = FrameDecoder(broker.config.socket_request_max_bytes, self.limits.read_buffer)
+        decoder = FrameDecoder(
+            broker.config.socket_request_max_bytes,
+            self.limits.read_buffer,
+            buffers=self.limits.memory.frames,
+        )
         self.core = ConnectionCore(decoder, self.limits.memory, self._update_reading, 0.0)
         # A response with FileSlice pieces is written by the writer, with our own syscalls on
         # _out_fd, once the transport's buffer is empty; later responses wait behind it.

@@ -47,6 +47,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,8 +87,9 @@ from samsa.protocol.records import (
 
 log = logging.getLogger(__name__)
 
-# Kafka keeps the log start offset in a checkpoint file so DeleteRecords survives a restart;
-# here one per partition directory, in the recovery point's format.
+# Kafka keeps the log start offset in a checkpoint file so DeleteRecords survives a restart:
+# one per data directory (LogDir) in the recovery point's format, naming the partitions whose
+# start is not their first segment's base; a log opened on its own keeps its own.
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 _ATTRIBUTES_AT = CRC_START  # the CRC-32C covers the batch from its attributes on
 _MAX_TIMESTAMP_AT = CRC_START + 2 + 4 + 8  # attributes, lastOffsetDelta, baseTimestamp
@@ -229,6 +231,7 @@ class Log:
         now_ms: int,
         log_dir: LogDir | None = None,
         shared: SharedState | None = None,
+        checkpointed_start: int | None = None,
     ) -> None:
         loaded = load_log(
             directory,
@@ -244,8 +247,12 @@ class Log:
         self.producer_state: ProducerStateManager = loaded.producer_state
         self.txn_index: TransactionIndex = loaded.txn_index
         self.log_end_offset = loaded.log_end_offset
-        # DeleteRecords may have moved the start past the first segment's base (KIP-107).
-        checkpointed = read_log_start_offset(directory) or 0
+        # DeleteRecords may have moved the start past the first segment's base (KIP-107): the
+        # data directory's checkpoint or (samsa 0.1.0's layout, moved by LogDir.end_load) this
+        # log's own file. The higher is the safer: a start never moves back.
+        own_start = read_log_start_offset(directory)
+        self.own_start_file = log_dir is not None and own_start is not None
+        checkpointed = max(own_start or 0, checkpointed_start or 0)
         self.log_start_offset = max(
             loaded.log_start_offset, min(checkpointed, loaded.log_end_offset)
         )
@@ -800,36 +807,58 @@ class Log:
         """DeleteRecords (KIP-107, rule 31): move the log start offset up to ``offset`` (at most the
         high watermark: the caller checks), durably, then delete the segments wholly below
         it, never the active one. Producer state is left to the usual expiration, as in
-        Kafka. Returns the log start offset; OSError if the checkpoint cannot be written."""
+        Kafka. Returns the log start offset; OSError if the checkpoint cannot be written.
+
+        Kafka answers once the start has moved in memory and checkpoints it every minute, so
+        a crash can bring deleted records back (up to the first segment left). samsa answers
+        once the checkpoint is durable; a log of a :class:`LogDir` has its data directory's
+        written, once for all the partitions of a request under
+        :meth:`LogDir.grouped_log_starts`."""
+        log_dir = self._log_dir
         with self._flush_lock:
             if self._closed:
                 raise OSError(f"log {self.directory} is closed")
             if offset <= self.log_start_offset:
                 return self.log_start_offset
-            # The checkpoint first: after a crash the start offset is never below it again.
-            write_durably(self.directory / LOG_START_OFFSET_FILE, f"0\n{offset}\n")
+            if log_dir is None:
+                # The checkpoint first: after a crash the start offset is never below it again.
+                write_durably(self.directory / LOG_START_OFFSET_FILE, f"0\n{offset}\n")
             with self._lock:
                 self.log_start_offset = offset
-                n = 0
-                while n + 1 < len(self._segments) and self._bases[n + 1] <= offset:
-                    n += 1
-                doomed = self._segments[:n]
-                del self._segments[:n]
-                del self._bases[:n]
-                self._dirty = [seg for seg in self._dirty if seg not in doomed]
-            for seg in doomed:
-                seg.delete()
-            if doomed:
-                fsync_dir(self.directory)
-                delete_snapshots_below(self.directory, self._bases[0])
-            log.info(
-                "%s: records before %d deleted (%d segment(s)); log start offset now %d",
-                self.directory,
-                offset,
-                len(doomed),
-                offset,
-            )
-            return offset
+            if log_dir is None:
+                self._delete_segments_below_start(offset)
+                return offset
+        log_dir.log_start_moved(self)
+        return offset
+
+    def delete_segments_below_start(self) -> None:
+        """Delete the segments wholly below the log start offset, once it is checkpointed."""
+        with self._flush_lock:
+            if not self._closed:
+                self._delete_segments_below_start(self.log_start_offset)
+
+    def _delete_segments_below_start(self, offset: int) -> None:
+        with self._lock:
+            n = 0
+            while n + 1 < len(self._segments) and self._bases[n + 1] <= offset:
+                n += 1
+            doomed = self._segments[:n]
+            del self._segments[:n]
+            del self._bases[:n]
+            self._dirty = [seg for seg in self._dirty if seg not in doomed]
+        for seg in doomed:
+            seg.delete()
+        if doomed:
+            # No directory fsync: the start is checkpointed, so segments a crash brings back
+            # lie below it, unread, and retention deletes them (below_start).
+            delete_snapshots_below(self.directory, self._bases[0])
+        log.info(
+            "%s: records before %d deleted (%d segment(s)); log start offset now %d",
+            self.directory,
+            offset,
+            len(doomed),
+            offset,
+        )
 
     def replace_segments(
         self, old: list[LogSegment], swap: Path, base: int, end: int, kept_markers: set[int]
@@ -864,9 +893,10 @@ class Log:
 
 class LogDir:
     """The files a data directory's partitions share, as a Kafka log dir's: one recovery-point
-    checkpoint for all of them (Kafka's ``recovery-point-offset-checkpoint`` format) and one
+    checkpoint for all of them (Kafka's ``recovery-point-offset-checkpoint`` format), one
     clean-shutdown marker, so a clean stop of N idle partitions writes two small files, not 2N
-    (what the loader makes of them: :mod:`samsa.log.loader`).
+    (what the loader makes of them: :mod:`samsa.log.loader`), and one log-start-offset
+    checkpoint (see :meth:`sync_log_starts`).
 
     :meth:`begin_load` takes the marker (read, then durably removed) and reads the checkpoint;
     the partitions found are opened with :meth:`open_log`, and :meth:`end_load` forgets what
@@ -885,12 +915,23 @@ class LogDir:
         # The names the checkpoint on disk holds: a new partition of one of them must not
         # inherit the recovery point of the partition it replaces.
         self._on_disk: set[str] = set()
+        # The log-start-offset checkpoint: what it said at start-up (for the partitions not
+        # opened yet), the names it holds, the logs whose start moved since it was written,
+        # and how deep we are in grouped_log_starts.
+        self._starts_loading: dict[str, int] = {}
+        self._starts_read: dict[str, int] = {}
+        self._starts_on_disk: set[str] = set()
+        self._moved: dict[str, Log] = {}
+        self._grouped = 0
 
     def begin_load(self) -> None:
         # Before any partition is opened: a crash from now on must not look clean.
         clean = take_marker(self.path / CLEAN_SHUTDOWN_FILE, read_offsets_checkpoint) or {}
         points = read_offsets_checkpoint(self.path / RECOVERY_POINT_FILE)
         self._on_disk = set(points)
+        starts = read_offsets_checkpoint(self.path / LOG_START_OFFSET_FILE)
+        self._starts_read, self._starts_loading = starts, dict(starts)
+        self._starts_on_disk = set(starts)
         self._loading = {
             name: SharedState(points.get(name), clean.get(name))
             for name in points.keys() | clean.keys()
@@ -898,18 +939,29 @@ class LogDir:
 
     def end_load(self) -> None:
         """Start-up is over: nothing the files said applies to a partition made from now on,
-        and the checkpoint holds exactly the open partitions. Then the recovery-point files
-        of samsa 0.1.0's layout, now in the checkpoint, are removed."""
+        and the checkpoint holds exactly the open partitions. Then the recovery-point and
+        log-start files of samsa 0.1.0's layout, now in the checkpoints, are removed."""
         self._loading = None
+        self._starts_loading = {}
         self.checkpoint()
         with self._lock:
             migrated = [plog for plog in self._logs.values() if plog.load_report.own_files]
+            starts = [plog for plog in self._logs.values() if plog.own_start_file]
+        if starts or self._log_starts() != self._starts_read:
+            self.checkpoint_log_starts()
+        self._starts_read = {}
         for plog in migrated:
             # Not fsynced: should the file come back, the loader takes the lower point.
             (plog.directory / RECOVERY_POINT_FILE).unlink(missing_ok=True)
-        if migrated:
+        for plog in starts:
+            # Nor this: should it come back, its start is at most the checkpoint's.
+            (plog.directory / LOG_START_OFFSET_FILE).unlink(missing_ok=True)
+            plog.own_start_file = False
+        if migrated or starts:
             log.info(
-                "%s: %d partitions' checkpoints moved to the directory's", self.path, len(migrated)
+                "%s: %d partitions' checkpoints moved to the directory's",
+                self.path,
+                len({plog.directory.name for plog in migrated + starts}),
             )
 
     def open_log(self, directory: Path, config: LogConfig, now_ms: int) -> Log:
@@ -920,12 +972,16 @@ class LogDir:
             raise ValueError(f"{directory} is not a <topic>-<partition> directory of {self.path}")
         loading = self._loading
         shared = loading.pop(name, None) if loading is not None else None
-        plog = Log(directory, config, now_ms, self, shared or SharedState())
+        start = self._starts_loading.pop(name, None)
+        plog = Log(directory, config, now_ms, self, shared or SharedState(), start)
         with self._lock:
             self._logs[name] = plog
             stale = loading is None and name in self._on_disk
+            stale_start = loading is None and name in self._starts_on_disk
         if stale:
             self.checkpoint()
+        if stale_start:
+            self.checkpoint_log_starts()
         return plog
 
     def forget(self, plog: Log) -> None:
@@ -933,6 +989,7 @@ class LogDir:
         with self._lock:
             if self._logs.get(plog.directory.name) is plog:
                 del self._logs[plog.directory.name]
+                self._moved.pop(plog.directory.name, None)
 
     def checkpoint(self) -> None:
         """Write every open log's recovery point, durably (OSError if that fails)."""
@@ -941,10 +998,62 @@ class LogDir:
             write_offsets_checkpoint(self.path / RECOVERY_POINT_FILE, points)
             self._on_disk = set(points)
 
+    # -- the log start offsets ------------------------------------------------------------
+
+    def log_start_moved(self, plog: Log) -> None:
+        """``plog``'s start moved up (DeleteRecords): checkpointed before this returns, or,
+        under :meth:`grouped_log_starts`, when the group ends."""
+        with self._lock:
+            self._moved[plog.directory.name] = plog
+        if not self._grouped:
+            self.sync_log_starts()
+
+    @contextmanager
+    def grouped_log_starts(self) -> Iterator[None]:
+        """Starts moved inside are checkpointed together on the way out (OSError if that
+        fails): one write for a DeleteRecords of any number of partitions. Only for code that
+        answers nobody before leaving (a handler on the event loop)."""
+        self._grouped += 1
+        try:
+            yield
+        finally:
+            self._grouped -= 1
+            if not self._grouped and self._moved:
+                self.sync_log_starts()
+
+    def sync_log_starts(self) -> None:
+        """Write the checkpoint durably, then delete the segments the moved starts left
+        wholly below them (in that order: after a crash a start never moves back)."""
+        with self._lock:
+            moved, self._moved = self._moved, {}
+        try:
+            self.checkpoint_log_starts()
+        except OSError:
+            with self._lock:
+                self._moved = moved | self._moved  # tried again by the next write or close
+            raise
+        for plog in moved.values():
+            plog.delete_segments_below_start()
+
+    def _log_starts(self) -> dict[str, int]:
+        # Every log started past 0, not only those past their first segment (Kafka's
+        # filter): segments deleted below a start are not fsynced away (see Log).
+        return {n: plog.log_start_offset for n, plog in self._logs.items() if plog.log_start_offset}
+
+    def checkpoint_log_starts(self) -> None:
+        """Write every open log's start offset (those past 0), durably (OSError if that
+        fails)."""
+        with self._lock:
+            starts = self._log_starts()
+            write_offsets_checkpoint(self.path / LOG_START_OFFSET_FILE, starts)
+            self._starts_on_disk = set(starts)
+
     def close(self, closed: list[Log]) -> None:
-        """After the logs are closed: the checkpoint, then the marker naming ``closed``, the
+        """After the logs are closed: the checkpoints, then the marker naming ``closed``, the
         logs closed cleanly, with their log end offsets (only those are opened as clean)."""
         self.checkpoint()
+        if self._moved:  # a start whose checkpoint failed
+            self.checkpoint_log_starts()
         write_offsets_checkpoint(
             self.path / CLEAN_SHUTDOWN_FILE,
             {plog.directory.name: plog.log_end_offset for plog in closed},

@@ -20,7 +20,11 @@ for it.
 from __future__ import annotations
 
 import struct
+import sys
 from dataclasses import dataclass
+
+# A frame without its size prefix: bytes, or (a decoder lending its buffers) a read-only view.
+Frame = bytes | memoryview
 
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
@@ -30,6 +34,46 @@ _HEADER_ROUTE = struct.Struct(">hhi")  # api key, api version, correlation id
 
 _SMALL_FRAME = 1 << 16  # frames up to this (with their prefix) are assembled in the read buffer
 _READ_BUFFER = 1 << 18  # a decoder's own read buffer, when not given a shared one
+
+
+def _references_of_a_local() -> int:
+    obj = bytearray(1)
+    return sys.getrefcount(obj)
+
+
+# What sys.getrefcount says of an object only a local variable refers to, measured with the
+# same code shape as FrameDecoder._reclaim's test, so the interpreter's own counting cancels
+# out. Reuse relies on a count meaning "nobody else can read it": not so without the GIL.
+_ALONE = _references_of_a_local()
+_COUNTS_REFERENCES = (
+    sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
+
+
+class FrameBuffers:
+    """Large frames' buffers kept for reuse, shared by many decoders, at most ``capacity``
+    bytes of them in all (each at most ``largest``).
+
+    A decoder lending frames hands out the very buffer it read a frame into (no copy) and
+    keeps a reference to it, counted here. When its next large frame comes, it reads into
+    that buffer again if nothing else refers to it any longer: whoever handled the frame is
+    done with it, as any view or slice into it would hold a reference. Reusing saves the
+    allocation, its zero-fill and, for a fresh large one, its page faults."""
+
+    __slots__ = ("capacity", "kept", "largest", "reused")
+
+    def __init__(self, capacity: int, largest: int = 1 << 21) -> None:
+        self.capacity = capacity if _COUNTS_REFERENCES else 0
+        self.largest = largest
+        self.kept = 0  # bytes of buffers decoders hold on to between frames
+        self.reused = 0  # frames read into a kept buffer (for tests and benchmarks)
+
+    def keep(self, size: int) -> bool:
+        """May a decoder keep a buffer of ``size`` bytes? (It is then counted.)"""
+        if size > self.largest or self.kept + size > self.capacity:
+            return False
+        self.kept += size
+        return True
 
 
 class FrameError(Exception):
@@ -46,13 +90,19 @@ class FrameDecoder:
     larger than ``_SMALL_FRAME`` (or half the read buffer) is read into a buffer of its
     declared size, allocated once when the next read asks for it (not when the prefix arrives,
     so a caller that must first reserve the memory can hold off reading), and never copied
-    while it fills.
+    while it fills. After a large frame the next size is read alone, so that a run of large
+    frames is read without a copy. With :class:`FrameBuffers`, large frames are lent out
+    (read-only views, not copies) and their buffers reused.
     """
 
     __slots__ = (
+        "_buffers",
         "_filled",
         "_frame",
         "_into_frame",
+        "_kept",
+        "_kept_size",
+        "_large_next",
         "_pending",
         "_scratch",
         "_small",
@@ -66,6 +116,7 @@ class FrameDecoder:
         max_frame_size: int,
         read_buffer: bytearray | None = None,
         limit_name: str = "socket.request.max.bytes",
+        buffers: FrameBuffers | None = None,
     ) -> None:
         self.max_frame_size = max_frame_size
         self.limit_name = limit_name  # the setting named when a frame is over the limit
@@ -78,6 +129,15 @@ class FrameDecoder:
         self._frame: bytearray | None = None  # the large frame being read, once allocated
         self._filled = 0  # bytes of _frame received
         self._into_frame = False  # the last get_buffer handed out _frame
+        # With ``buffers``, large frames are handed out as read-only views of the bytearray
+        # they were read into, the last one kept (_kept) to read the next into once nobody
+        # else refers to it; without, as bytes (a copy), as the clients expect.
+        self._buffers = buffers
+        self._kept: bytearray | None = None
+        self._kept_size = 0  # as counted in buffers.kept
+        # The last frame was large: read the next one's size alone first, as Kafka does, so
+        # its body goes straight into its buffer, not into the read buffer to be copied out.
+        self._large_next = False
 
     # -- the buffered-protocol pair --------------------------------------------------------
 
@@ -86,7 +146,8 @@ class FrameDecoder:
         pending = self._pending
         if self._frame is None and not pending:  # the common case: between frames
             self._into_frame = False
-            return (self._view or self._read_view())[:]  # a view of its own: callers release it
+            view = self._view or self._read_view()
+            return view[:4] if self._large_next else view[:]  # a view of its own: released
         if self._frame is None and self._large_pending():
             self._allocate()
         frame = self._frame
@@ -104,7 +165,7 @@ class FrameDecoder:
         self._view = memoryview(self._scratch)  # kept: the buffer is never resized
         return self._view
 
-    def buffer_updated(self, nbytes: int) -> list[bytes]:
+    def buffer_updated(self, nbytes: int) -> list[Frame]:
         """``nbytes`` were written at the start of the last :meth:`get_buffer`'s buffer."""
         if self._into_frame:
             self._filled += nbytes
@@ -112,20 +173,21 @@ class FrameDecoder:
             assert frame is not None
             if self._filled < len(frame):
                 return []
-            self._frame, self._filled = None, 0
-            return [bytes(frame)]
+            return [self._complete(frame)]
         view = self._view
         assert view is not None
         end = len(self._pending) + nbytes
-        frames: list[bytes] = []
+        frames: list[Frame] = []
         pos = self._split(view, 0, end, frames)
         self._pending = view[pos:end].tobytes() if pos < end else b""
+        if frames:
+            self._large_next = False  # small frames again: read many at a time
         return frames
 
     # -- bytes already read -------------------------------------------------------------------
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        frames: list[bytes] = []
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        frames: list[Frame] = []
         with memoryview(data) as view:
             end = len(view)
             pos = self._complete_pending(view, frames) if self._pending or self._frame else 0
@@ -134,7 +196,7 @@ class FrameDecoder:
                 self._pending = view[pos:end].tobytes() if pos < end else b""
         return frames
 
-    def _complete_pending(self, view: memoryview, frames: list[bytes]) -> int:
+    def _complete_pending(self, view: memoryview, frames: list[Frame]) -> int:
         """Use the start of ``view`` to complete the frame already begun; where it ends."""
         pos, end = 0, len(view)
         while pos < end:
@@ -147,8 +209,7 @@ class FrameDecoder:
                 self._filled += n
                 pos += n
                 if self._filled == len(frame):
-                    self._frame, self._filled = None, 0
-                    frames.append(bytes(frame))
+                    frames.append(self._complete(frame))
                 return pos
             pending = self._pending
             if not pending:
@@ -165,7 +226,7 @@ class FrameDecoder:
                 self._pending = b""
         return pos
 
-    def _split(self, view: memoryview, pos: int, end: int, frames: list[bytes]) -> int:
+    def _split(self, view: memoryview, pos: int, end: int, frames: list[Frame]) -> int:
         """Append the complete frames of ``view[pos:end]``; where the incomplete rest starts."""
         limit = self.max_frame_size
         while end - pos >= 4:
@@ -196,10 +257,44 @@ class FrameDecoder:
 
     def _allocate(self) -> None:
         pending = self._pending
-        self._frame = frame = bytearray(self._declared())
+        size = self._declared()
+        self._frame = frame = self._reclaim(size) or bytearray(size)
         self._filled = len(pending) - 4
         frame[: self._filled] = memoryview(pending)[4:]
         self._pending = b""
+
+    def _reclaim(self, size: int) -> bytearray | None:
+        """The kept buffer, resized to ``size``, if nothing but this decoder refers to it."""
+        kept = self._kept
+        if kept is None:
+            return None
+        self.release()
+        if sys.getrefcount(kept) > _ALONE:
+            return None  # still read by whoever handled it (a queued append, a view): let go
+        if not len(kept) // 2 <= size <= len(kept):
+            return None  # growing or halving it would reallocate (and copy) anyway
+        del kept[size:]  # in place: CPython keeps the allocation unless it halves
+        assert self._buffers is not None
+        self._buffers.reused += 1
+        return kept
+
+    def _complete(self, frame: bytearray) -> Frame:
+        """The large frame is in: hand it out (the buffer itself when lending)."""
+        self._frame, self._filled = None, 0
+        self._large_next = True
+        buffers = self._buffers
+        if buffers is None:
+            return bytes(frame)
+        if buffers.keep(len(frame)):
+            self._kept, self._kept_size = frame, len(frame)
+        # Read-only, as bytes are: a handler cannot change what another part still reads.
+        return memoryview(frame).toreadonly()
+
+    def release(self) -> None:
+        """Let go of the kept buffer (the connection is gone): the allowance gets it back."""
+        if self._kept is not None and self._buffers is not None:
+            self._buffers.kept -= self._kept_size
+        self._kept, self._kept_size = None, 0
 
     @property
     def buffered(self) -> int:
@@ -226,7 +321,7 @@ class RequestHeader:
     body_offset: int  # where the request body starts in the frame
 
 
-def peek_request_header(frame: bytes) -> tuple[int, int, int]:
+def peek_request_header(frame: Frame) -> tuple[int, int, int]:
     """api key, api version, correlation id: enough to route or to refuse a request."""
     if len(frame) < 8:
         raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
@@ -234,7 +329,7 @@ def peek_request_header(frame: bytes) -> tuple[int, int, int]:
     return api_key, api_version, correlation_id
 
 
-def parse_request_header(frame: bytes, flexible: bool) -> RequestHeader:
+def parse_request_header(frame: Frame, flexible: bool) -> RequestHeader:
     """Parse a v1 (or, when ``flexible``, v2) request header."""
     if len(frame) < 10:
         raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
@@ -244,7 +339,7 @@ def parse_request_header(frame: bytes, flexible: bool) -> RequestHeader:
     if client_len >= 0:
         if pos + client_len > len(frame):
             raise FrameError("client id runs past the end of the request")
-        client_id = frame[pos : pos + client_len].decode("utf-8", "replace")
+        client_id = str(frame[pos : pos + client_len], "utf-8", "replace")
         pos += client_len
     if flexible:
         pos = skip_tagged_fields(frame, pos)
@@ -267,7 +362,7 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
             raise FrameError("varint longer than 5 bytes")
 
 
-def skip_tagged_fields(buf: bytes, pos: int) -> int:
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)

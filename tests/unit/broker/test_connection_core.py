@@ -185,3 +185,22 @@ def test_a_partial_request_times_out_but_not_while_we_paused_reading() -> None:
     why.receive(b"\x00\x00", now=1.0)
     reason = why.timeout(7.0, read_timeout_s=5.0, idle_s=-1)
     assert reason is not None and "socket.request.read.timeout.ms" in reason[0]
+
+
+def test_a_closed_connection_gives_its_kept_frame_buffer_back() -> None:
+    memory = RequestMemory(1 << 24)
+    core = ConnectionCore(
+        FrameDecoder(1 << 20, buffers=memory.frames), memory, lambda: None, now=0.0
+    )
+    body = b"p" * 200_000
+    data = _frame(body)
+    core.receive(data[:1000], now=1.0)  # a large frame, known before it is in
+    core.receive(data[1000:], now=1.0)
+    frame = core.take_frame()
+    assert frame == body
+    core.end_turn(1, len(frame))
+    del frame
+    # Answered: out of queued.max.request.bytes, its buffer kept apart, within its bound.
+    assert memory.used == 0 and memory.frames.kept == 200_000 <= memory.frames.capacity
+    core.close()
+    assert memory.frames.kept == 0

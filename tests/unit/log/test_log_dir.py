@@ -1,6 +1,6 @@
 """The files a data directory's partitions share (LogDir): one recovery-point checkpoint in
-Kafka's format and one clean-shutdown marker; what opening trusts of them, and samsa 0.1.0's
-per-partition files read and moved into them."""
+Kafka's format, one clean-shutdown marker and one log-start-offset checkpoint; what opening
+trusts of them, and samsa 0.1.0's per-partition files read and moved into them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from samsa.log.loader import (
     read_offsets_checkpoint,
     write_offsets_checkpoint,
 )
-from samsa.log.log import Log, LogConfig, LogDir
+from samsa.log.log import LOG_START_OFFSET_FILE, Log, LogConfig, LogDir, OffsetOutOfRangeError
 
 NOW = 1_700_000_000_000
 
@@ -211,3 +211,109 @@ def test_a_name_that_is_not_topic_partition_is_refused(tmp_path: Path) -> None:
         log_dir.open_log(tmp_path / "notapartition", SMALL, NOW)
     with pytest.raises(ValueError, match="not a <topic>-<partition> directory"):
         log_dir.open_log(tmp_path / "sub" / "t-0", SMALL, NOW)
+
+
+def _counting_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real_fdatasync(fd))[1])
+    return calls
+
+
+def test_delete_records_of_many_partitions_writes_one_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    names = tuple(f"t-{i}" for i in range(20))
+    log_dir, logs = filled(data, names, 12)  # segments at 0, 50, 100 in each
+    calls = _counting_fsyncs(monkeypatch)
+    with log_dir.grouped_log_starts():  # a DeleteRecords request's partitions
+        for i, lg in enumerate(logs.values()):
+            assert lg.delete_records_before(55 + i) == 55 + i
+    monkeypatch.undo()
+    assert len(calls) == 2  # the checkpoint and the directory: not 2 per partition
+    assert read_offsets_checkpoint(data / LOG_START_OFFSET_FILE) == {
+        name: 55 + i for i, name in enumerate(names)
+    }
+    assert list(data.glob("*/" + LOG_START_OFFSET_FILE)) == []
+    # Then the segments wholly below each start went: [0, 50).
+    assert all(lg.segments[0].base_offset == 50 for lg in logs.values())
+    for lg in logs.values():
+        crash(lg)
+    log_dir, logs = reopen(data, *names)
+    for i, lg in enumerate(logs.values()):
+        assert lg.log_start_offset == 55 + i  # never back after a crash
+        with pytest.raises(OffsetOutOfRangeError):
+            lg.read(54, 1 << 20)
+    close_all(log_dir, logs)
+
+
+def test_a_start_at_a_segment_base_survives_its_segments_coming_back(tmp_path: Path) -> None:
+    # The segments below a start are deleted without a directory fsync: should a crash bring
+    # them back, the checkpoint still names the start (even at the first base left), and
+    # retention deletes them.
+    data = tmp_path / "data"
+    log_dir, logs = filled(data, ("t-0", "u-0"), 12)
+    saved = {p.name: p.read_bytes() for p in (data / "t-0").glob("00000000000000000000.*")}
+    assert logs["t-0"].delete_records_before(50) == 50
+    assert logs["u-0"].delete_records_before(7) == 7  # a later checkpoint still names t-0
+    assert read_offsets_checkpoint(data / LOG_START_OFFSET_FILE) == {"t-0": 50, "u-0": 7}
+    for lg in logs.values():
+        crash(lg)
+    for name, content in saved.items():  # the unlink was lost
+        (data / "t-0" / name).write_bytes(content)
+    log_dir, logs = reopen(data, "t-0", "u-0", config=LogConfig(segment_bytes=6000))
+    assert logs["t-0"].log_start_offset == 50
+    assert logs["t-0"].apply_retention(NOW) == 1
+    assert [s.base_offset for s in logs["t-0"].segments] == [50, 100]
+    close_all(log_dir, logs)
+
+
+def test_samsa_0_1_0_log_start_files_are_read_and_moved(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("t-0", "t-1"):
+        old = Log.open(data / name, SMALL, NOW)  # 0.1.0: each partition's own file
+        fill(old, 12)
+        old.delete_records_before(60)
+        old.close(NOW)
+    # The directory's checkpoint is behind one of them, ahead of the other: the higher wins.
+    write_offsets_checkpoint(data / LOG_START_OFFSET_FILE, {"t-0": 40, "t-1": 70})
+    log_dir, logs = reopen(data, "t-0", "t-1")
+    assert [lg.log_start_offset for lg in logs.values()] == [60, 70]
+    assert read_offsets_checkpoint(data / LOG_START_OFFSET_FILE) == {"t-0": 60, "t-1": 70}
+    assert list(data.glob("*/" + LOG_START_OFFSET_FILE)) == []
+    close_all(log_dir, logs)
+
+
+def test_a_new_partition_does_not_inherit_a_deleted_ones_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    log_dir, logs = filled(data, ("t-0", "u-0"), 12)
+    logs["t-0"].delete_records_before(60)
+    logs["t-0"].delete()  # the topic is deleted; the checkpoint still names it
+    again = log_dir.open_log(data / "t-0", SMALL, NOW)  # and made again
+    fill(again, 12)
+    crash(again)
+    crash(logs["u-0"])
+    log_dir, logs = reopen(data, "t-0", "u-0")
+    assert logs["t-0"].log_start_offset == 0
+    close_all(log_dir, logs)
+
+
+def test_a_failed_checkpoint_is_an_error_and_written_again_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    log_dir, logs = filled(data, ("t-0",), 12)
+
+    def refuse(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr("samsa.log.log.write_offsets_checkpoint", refuse)
+        with pytest.raises(OSError):
+            logs["t-0"].delete_records_before(60)
+    assert [s.base_offset for s in logs["t-0"].segments] == [0, 50, 100]  # nothing deleted
+    close_all(log_dir, logs)
+    assert read_offsets_checkpoint(data / LOG_START_OFFSET_FILE) == {"t-0": 60}

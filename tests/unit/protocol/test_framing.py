@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from samsa.protocol.framing import (
+    FrameBuffers,
     FrameDecoder,
     FrameError,
     frame_request,
@@ -148,3 +149,84 @@ def test_the_limit_is_checked_on_the_prefix_and_named() -> None:
     buf.release()
     with pytest.raises(FrameError, match=r"513 bytes exceeds sasl\.server\.max\.receive\.size"):
         dec.buffer_updated(4)
+
+
+def _large(dec: FrameDecoder, body: bytes) -> memoryview:
+    """Read one large frame through the decoder's buffers, in two reads."""
+    stream = struct.pack(">i", len(body)) + body
+    [frame] = _read_through_buffers(dec, stream, [1000, len(stream)])
+    assert isinstance(frame, memoryview)
+    return frame
+
+
+def test_a_lending_decoder_hands_out_its_buffer_and_reads_the_next_frame_into_it() -> None:
+    buffers = FrameBuffers(1 << 20)
+    dec = FrameDecoder(1 << 20, bytearray(4096), buffers=buffers)
+    frame = _large(dec, b"a" * 100_000)
+    assert frame.readonly and frame == b"a" * 100_000  # no copy: a view of the read buffer
+    with pytest.raises(TypeError):
+        frame[0] = 0  # type: ignore[index]
+    assert buffers.kept == 100_000
+    del frame  # handled and answered: nobody refers to it any more
+    frame = _large(dec, b"b" * 90_000)  # smaller, within the same allocation
+    assert frame == b"b" * 90_000 and buffers.reused == 1 and buffers.kept == 90_000
+    dec.release()  # the connection is gone
+    assert buffers.kept == 0
+
+
+def test_a_frame_still_referred_to_is_never_overwritten() -> None:
+    # A queued append (or a slice, a decoded field) still reading the last frame: the next
+    # frame goes into a new buffer, and what the holder reads is unchanged.
+    buffers = FrameBuffers(1 << 20)
+    dec = FrameDecoder(1 << 20, bytearray(4096), buffers=buffers)
+    first = _large(dec, b"a" * 100_000)
+    tail = first[50_000:]
+    del first
+    second = _large(dec, b"b" * 100_000)
+    assert tail == b"a" * 50_000 and second == b"b" * 100_000
+    assert buffers.reused == 0
+
+
+def test_kept_buffers_are_bounded_across_decoders() -> None:
+    buffers = FrameBuffers(250_000, largest=150_000)
+    decoders = [FrameDecoder(1 << 20, bytearray(4096), buffers=buffers) for _ in range(4)]
+    for dec in decoders:
+        assert _large(dec, b"x" * 100_000) == b"x" * 100_000
+    assert buffers.kept == 200_000  # two kept; a third would pass the capacity
+    dec = decoders[-1]
+    assert _large(dec, b"y" * 200_000) == b"y" * 200_000  # over `largest`: not kept
+    assert buffers.kept == 200_000
+    for dec in decoders:
+        dec.release()
+    assert buffers.kept == 0
+
+
+def test_a_decoder_without_buffers_hands_out_bytes() -> None:
+    # The clients' decoders: their frames are bytes, as their parsers expect.
+    dec = FrameDecoder(1 << 20, bytearray(4096))
+    stream = struct.pack(">i", 100_000) + b"z" * 100_000
+    [frame] = _read_through_buffers(dec, stream, [1000, len(stream)])
+    assert type(frame) is bytes and frame == b"z" * 100_000
+    [frame] = FrameDecoder(1 << 20).feed(stream)
+    assert type(frame) is bytes
+
+
+def test_after_a_large_frame_the_next_size_is_read_alone() -> None:
+    # As Kafka reads a size then its body: the next large body goes straight into its own
+    # buffer, never through the read buffer to be copied out of it.
+    dec = FrameDecoder(1 << 20, bytearray(4096), buffers=FrameBuffers(1 << 20))
+    assert len(dec.get_buffer()) == 4096
+    _large(dec, b"a" * 100_000)
+    buf = dec.get_buffer()
+    assert len(buf) == 4
+    buf[:] = struct.pack(">i", 100_000)
+    buf.release()
+    assert dec.buffer_updated(4) == []
+    body = dec.get_buffer()
+    assert len(body) == 100_000 and dec.buffered == 4  # the whole body, nothing copied
+    body[:] = b"b" * 100_000
+    body.release()
+    assert dec.buffer_updated(100_000) == [b"b" * 100_000]
+    # Small frames again: read many at a time.
+    assert _read_through_buffers(dec, struct.pack(">i", 3) + b"abc", [4]) == [b"abc"]
+    assert len(dec.get_buffer()) == 4096
