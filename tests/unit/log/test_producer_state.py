@@ -14,6 +14,7 @@ from samsa.log.producer_state import (
     BatchAppend,
     BatchMetadata,
     Duplicate,
+    EndTxnAppendInfo,
     ProducerAppendInfo,
     ProducerStateEntry,
     ProducerStateManager,
@@ -54,6 +55,13 @@ class Log:
         self.psm.update(result, first, last)
         self.next_offset = last + 1
         return first, last
+
+    def end_txn(self, *, pid: int = PID, epoch: int = 0, commit: bool = True) -> None:
+        """Write a COMMIT (or ABORT) marker through the marker path, as the log does."""
+        info = self.psm.prepare_end_txn(pid, epoch, 0, commit)
+        assert isinstance(info, EndTxnAppendInfo), info
+        self.psm.complete_txn(info, self.next_offset, NOW)
+        self.next_offset += 1
 
 
 def code(result: object) -> ErrorCode:
@@ -178,7 +186,7 @@ def test_higher_epoch_at_zero_is_accepted_and_clears_batches(log: Log) -> None:
     entry = log.psm.last_entry(PID)
     assert entry is not None
     assert entry.epoch == 1
-    assert entry.batches == [BatchMetadata(0, 1, 30, 31, NOW)]
+    assert entry.batches == (BatchMetadata(0, 1, 30, 31, NOW),)
     # Old-epoch retries are now fenced, and the new epoch continues from its own sequence.
     assert code(log.send(10, 10, epoch=0)) == ErrorCode.INVALID_PRODUCER_EPOCH
     assert log.send(2, 1, epoch=1) == (32, 32)
@@ -253,7 +261,7 @@ def test_only_a_client_batch_is_judged(log: Log, origin: AppendOrigin) -> None:
     assert log.send(100, 1, epoch=1, origin=origin) == (5, 5)  # lower epoch, gap, non-txn
     entry = log.psm.last_entry(PID)
     assert entry is not None
-    assert entry.epoch == 1 and entry.batches == [BatchMetadata(100, 100, 5, 5, NOW)]
+    assert entry.epoch == 1 and entry.batches == (BatchMetadata(100, 100, 5, 5, NOW),)
     assert entry.current_txn_first_offset == 0
     assert log.send(0, 5, epoch=1, origin=origin) == (6, 10)  # a "duplicate" is written again
     assert log.psm.map_end_offset == 11
@@ -300,11 +308,12 @@ def test_non_transactional_batch_while_txn_open_is_invalid_txn_state(log: Log) -
     assert entry is not None and entry.current_txn_first_offset == 1
     assert code(log.send(3, 1, txn=False)) == ErrorCode.INVALID_TXN_STATE
     assert log.send(3, 1, txn=True) == (3, 3)
-    assert entry.current_txn_first_offset == 1  # the first offset stays
+    entry = log.psm.last_entry(PID)
+    assert entry is not None and entry.current_txn_first_offset == 1  # the first offset stays
     # A new epoch does not close the transaction: only its marker does.
     assert code(log.send(0, 1, epoch=1, txn=False)) == ErrorCode.INVALID_TXN_STATE
-    entry.current_txn_first_offset = None  # what the marker path does
-    assert log.send(4, 1, txn=False) == (4, 4)
+    log.end_txn()  # at offset 4
+    assert log.send(4, 1, txn=False) == (5, 5)
 
 
 def test_sequence_errors_take_precedence_over_txn_state(log: Log) -> None:
@@ -345,9 +354,7 @@ def test_open_transaction_prevents_expiry() -> None:
     log = Log(psm)
     log.send(0, 1, txn=True)
     assert psm.remove_expired_producers(NOW + 10_000_000) == []
-    entry = psm.last_entry(PID)
-    assert entry is not None
-    entry.current_txn_first_offset = None
+    log.end_txn()
     assert psm.remove_expired_producers(NOW + 10_000_000) == [PID]
 
 
