@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 Idempotent and transactional producers stamp every batch with a producer id, an epoch and a
-sequence range. For each partition the broker keeps one :class:`ProducerStateEntry` per producer
-id: its current epoch, the last :data:`NUM_BATCHES_TO_RETAIN` batches it wrote here (sequence range
--> offsets, oldest first), the timestamp of its last write and the first offset of its open
-transaction on this partition, if any.
+sequence range. For each partition the broker keeps, per producer id, its current epoch, the last
+:data:`NUM_BATCHES_TO_RETAIN` batches it wrote here (sequence range -> offsets, oldest first), the
+timestamp of its last write and the first offset of its open transaction on this partition, if
+any: packed into one row (see "Packed rows" below), handed out as :class:`ProducerStateEntry`.
 
 Appending is split in two so that state only reflects batches that really reached the log (rule 8):
 
