@@ -224,7 +224,7 @@ _LONG = struct.Struct(">q")
 _OFFSET_DELTA = struct.Struct(">qi")
 # Where the single shape keeps its last sequence, its first offset (and delta), its timestamp.
 _SINGLE_LAST_SEQ_AT, _SINGLE_OFFSET_AT, _SINGLE_TIMESTAMP_AT = 6, 10, 22
-_HEAD_TIMESTAMP_AT = 6
+_HEAD_COORDINATOR_EPOCH_AT, _HEAD_TIMESTAMP_AT = 2, 6
 _MAX_DELTA = 2**31 - 1
 # A full row keeps this many bytes of its batches when one more is added.
 _KEPT_BATCHES = (NUM_BATCHES_TO_RETAIN - 1) * _BATCH.size
@@ -468,18 +468,28 @@ class ProducerStateManager:
         batch = info.batch
         pid = info.producer_id
         row = self._rows.get(pid)
-        coordinator_epoch = -1
-        kept = b""
-        if row is not None:
-            epoch, coordinator_epoch, _, batches = _split(row)
-            # Sequences restart with a new epoch, so the old ranges can never match again. An
-            # open transaction stays open: only its marker closes it.
-            if epoch == batch.epoch:
-                kept = batches[max(0, len(batches) - _KEPT_BATCHES) :]
-        new = _BATCH.pack(
-            batch.first_seq, batch.last_seq, first_offset, last_offset, batch.max_timestamp_ms
-        )
-        self._rows[pid] = _join(batch.epoch, coordinator_epoch, batch.max_timestamp_ms, kept + new)
+        ts = batch.max_timestamp_ms
+        new = _BATCH.pack(batch.first_seq, batch.last_seq, first_offset, last_offset, ts)
+        if (
+            row is not None
+            and len(row) > _SINGLE.size
+            and _EPOCH.unpack_from(row)[0] == batch.epoch
+        ):
+            # The steady state: a full row with batches gets one more, the oldest beyond the
+            # window dropped, in one copy.
+            coordinator_epoch = _INT.unpack_from(row, _HEAD_COORDINATOR_EPOCH_AT)[0]
+            kept = row[max(_HEAD.size, len(row) - _KEPT_BATCHES) :]
+            self._rows[pid] = b"".join((_HEAD.pack(batch.epoch, coordinator_epoch, ts), kept, new))
+        else:
+            coordinator_epoch = -1
+            kept = b""
+            if row is not None:
+                epoch, coordinator_epoch, _, batches = _split(row)
+                # Sequences restart with a new epoch, so the old ranges can never match again.
+                # An open transaction stays open: only its marker closes it.
+                if epoch == batch.epoch:
+                    kept = batches
+            self._rows[pid] = _join(batch.epoch, coordinator_epoch, ts, kept + new)
         if batch.is_transactional and pid not in self._ongoing:
             self._ongoing[pid] = first_offset
         self.map_end_offset = last_offset + 1
