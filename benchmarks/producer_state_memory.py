@@ -6,10 +6,10 @@ producers (InitProducerId, then one batch each, pipelined) on one partition, and
 the broker's RSS per producer; for Kafka also the growth of its live heap after a full GC
 (``jcmd GC.run`` then ``GC.heap_info``), since its RSS also holds garbage not yet collected.
 
-Alone, it feeds N producers through the real prepare_update/update path (7 batches each, so
-every entry has evicted down to the 5 it retains) and measures the heap growth with
-tracemalloc. Realistic magnitudes are used for offsets and timestamps, since Python ints above
-256 are separate objects.
+Alone, it feeds N producers through the real prepare_update/update path, one batch each (as
+in peers.py's row), then 7 batches each (so every entry has evicted down to the 5 it retains),
+and measures the heap growth with tracemalloc. Realistic magnitudes are used for producer ids,
+offsets and timestamps, since Python ints above 256 are separate objects.
 
     .venv/bin/python benchmarks/producer_state_memory.py [N]
 """
@@ -44,11 +44,11 @@ BATCHES_PER_PRODUCER = NUM_BATCHES_TO_RETAIN + 2
 RECORDS_PER_BATCH = 10
 
 
-def fill(psm: ProducerStateManager, producers: int) -> None:
+def fill(psm: ProducerStateManager, producers: int, batches: int) -> None:
     offset = 3_000_000_000  # a long-lived partition
     ts = 1_700_000_000_000
     base_pid = 10_000_000
-    for b in range(BATCHES_PER_PRODUCER):
+    for b in range(batches):
         for i in range(producers):
             first_seq = 1_000_000 + b * RECORDS_PER_BATCH
             batch = BatchAppend(
@@ -60,31 +60,36 @@ def fill(psm: ProducerStateManager, producers: int) -> None:
             offset += RECORDS_PER_BATCH
 
 
-def main() -> None:
-    producers = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+def measure(producers: int, batches: int) -> ProducerStateManager:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     psm = ProducerStateManager()
     t0 = time.perf_counter()
-    fill(psm, producers)
+    fill(psm, producers, batches)
     elapsed = time.perf_counter() - t0
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
 
     assert len(psm) == producers
-    assert all(len(e.batches) == NUM_BATCHES_TO_RETAIN for e in psm.entries())
+    retained = min(batches, NUM_BATCHES_TO_RETAIN)
+    assert all(len(e.batches) == retained for e in psm.entries())
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
-    print(f"producers:                 {producers}")
-    print(f"batches retained/producer: {NUM_BATCHES_TO_RETAIN}")
-    print(f"heap growth:               {grown / 2**20:.1f} MiB")
-    print(f"bytes per entry:           {grown / producers:.0f}")
+    print(f"{batches} batch(es) per producer, {retained} retained:")
+    print(f"  heap growth:             {grown / 2**20:.1f} MiB for {producers} producers")
+    print(f"  bytes per entry:         {grown / producers:.0f}")
     print(
-        f"append path:               {elapsed / (producers * BATCHES_PER_PRODUCER) * 1e6:.2f}"
-        " us per batch (prepare_update + update)"
+        f"  append path:             {elapsed / (producers * batches) * 1e6:.2f}"
+        " us per batch (prepare_update + update, traced)"
     )
+    return psm
 
+
+def main() -> None:
+    producers = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    measure(producers, 1)
+    psm = measure(producers, BATCHES_PER_PRODUCER)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         path = write_snapshot(Path(d), psm.map_end_offset, psm.entries())

@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 Idempotent and transactional producers stamp every batch with a producer id, an epoch and a
-sequence range. For each partition the broker keeps one :class:`ProducerStateEntry` per producer
-id: its current epoch, the last :data:`NUM_BATCHES_TO_RETAIN` batches it wrote here (sequence range
--> offsets, oldest first), the timestamp of its last write and the first offset of its open
-transaction on this partition, if any.
+sequence range. For each partition the broker keeps, per producer id, its current epoch, the last
+:data:`NUM_BATCHES_TO_RETAIN` batches it wrote here (sequence range -> offsets, oldest first), the
+timestamp of its last write and the first offset of its open transaction on this partition, if
+any: packed into one row (see "Packed rows" below), handed out as :class:`ProducerStateEntry`.
 
 Appending is split in two so that state only reflects batches that really reached the log (rule 8):
 
@@ -82,26 +82,25 @@ class BatchMetadata:
     timestamp_ms: int  # the batch's max timestamp (or log-append time)
 
 
-_PACKED = struct.Struct(">iiqqq")  # first seq, last seq, first offset, last offset, timestamp
-_SEQS = struct.Struct(">ii")  # the first two fields alone: what the append path compares
-_OFFSET = struct.Struct(">q")
+PACKED_BATCH = struct.Struct(">iiqqq")  # a BatchMetadata packed: its fields in order
 
 
 class ProducerStateEntry:
-    """One producer's state on one partition.
+    """One producer's state on one partition, as a value: what snapshots, DescribeProducers and
+    :meth:`ProducerStateManager.load` exchange. The manager keeps its state packed (below) and
+    hands out copies, so changing one changes nothing; only the manager's methods do.
 
-    The retained batches are packed into one ``bytearray`` (32 bytes each) rather than kept
-    as five objects of five ints: a broker holds one entry per (producer, partition), and
-    this cuts an entry to about a third of the memory. ``batches`` gives them as
-    :class:`BatchMetadata`, oldest first.
+    The batches stay packed by :data:`PACKED_BATCH` (the snapshot file's layout too), so that a
+    snapshot of many producers is written and read without an object per batch; ``batches``
+    unpacks them.
     """
 
     __slots__ = (
-        "_packed",
         "coordinator_epoch",
         "current_txn_first_offset",
         "epoch",
         "last_timestamp_ms",
+        "packed_batches",
         "producer_id",
     )
 
@@ -109,85 +108,206 @@ class ProducerStateEntry:
         self,
         producer_id: int,
         epoch: int,
-        batches: Iterable[BatchMetadata],
+        batches: Iterable[BatchMetadata],  # oldest first
         last_timestamp_ms: int,  # max timestamp of the last batch written; drives expiry
         coordinator_epoch: int = -1,
         current_txn_first_offset: int | None = None,
     ) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
-        self._packed = bytearray()
-        for meta in batches:
-            self.add_batch(meta)
+        self.packed_batches = b"".join(
+            PACKED_BATCH.pack(
+                b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms
+            )
+            for b in batches
+        )
         self.last_timestamp_ms = last_timestamp_ms
         self.coordinator_epoch = coordinator_epoch
         self.current_txn_first_offset = current_txn_first_offset
 
+    @classmethod
+    def from_packed(
+        cls,
+        producer_id: int,
+        epoch: int,
+        packed_batches: bytes,
+        last_timestamp_ms: int,
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int | None = None,
+    ) -> ProducerStateEntry:
+        """An entry whose batches are already packed by :data:`PACKED_BATCH`."""
+        if len(packed_batches) % PACKED_BATCH.size:
+            raise ValueError(f"{len(packed_batches)} bytes are not whole packed batches")
+        entry = cls.__new__(cls)  # not __init__, which would pack batches
+        entry.producer_id = producer_id
+        entry.epoch = epoch
+        entry.packed_batches = bytes(packed_batches)
+        entry.last_timestamp_ms = last_timestamp_ms
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = current_txn_first_offset
+        return entry
+
     @property
-    def batches(self) -> list[BatchMetadata]:
-        """The retained batches, oldest first (a fresh list)."""
-        return [BatchMetadata(*fields) for fields in _PACKED.iter_unpack(self._packed)]
+    def batches(self) -> tuple[BatchMetadata, ...]:
+        """The retained batches, oldest first."""
+        return tuple(BatchMetadata(*f) for f in PACKED_BATCH.iter_unpack(self.packed_batches))
 
-    def add_batch(self, meta: BatchMetadata) -> None:
-        """Retain ``meta`` as the newest batch, forgetting the oldest beyond the window."""
-        self._packed += _PACKED.pack(
-            meta.first_seq, meta.last_seq, meta.first_offset, meta.last_offset, meta.timestamp_ms
-        )
-        excess = len(self._packed) - NUM_BATCHES_TO_RETAIN * _PACKED.size
-        if excess > 0:
-            del self._packed[:excess]
+    def _oldest(self) -> tuple[int, int, int, int, int]:
+        fields: tuple[int, int, int, int, int] = PACKED_BATCH.unpack_from(self.packed_batches)
+        return fields
 
-    def clear_batches(self) -> None:
-        self._packed.clear()
-
-    def find_batch(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        """The retained batch with exactly this sequence range (rule 6), if any."""
-        packed = self._packed
-        # Newest first: a retry is most likely of a recent batch.
-        for pos in range(len(packed) - _PACKED.size, -1, -_PACKED.size):
-            if _SEQS.unpack_from(packed, pos) == (first_seq, last_seq):
-                return BatchMetadata(*_PACKED.unpack_from(packed, pos))
-        return None
+    def _newest(self) -> tuple[int, int, int, int, int]:
+        pos = len(self.packed_batches) - PACKED_BATCH.size
+        fields: tuple[int, int, int, int, int] = PACKED_BATCH.unpack_from(self.packed_batches, pos)
+        return fields
 
     @property
     def first_seq(self) -> int:
-        return _SEQS.unpack_from(self._packed, 0)[0] if self._packed else NO_SEQUENCE
+        return self._oldest()[0] if self.packed_batches else NO_SEQUENCE
 
     @property
     def last_seq(self) -> int:
-        packed = self._packed
-        return _SEQS.unpack_from(packed, len(packed) - _PACKED.size)[1] if packed else NO_SEQUENCE
+        return self._newest()[1] if self.packed_batches else NO_SEQUENCE
 
     @property
     def first_offset(self) -> int:
-        return _OFFSET.unpack_from(self._packed, 8)[0] if self._packed else -1
+        return self._oldest()[2] if self.packed_batches else -1
 
     @property
     def last_offset(self) -> int:
-        packed = self._packed
-        return _OFFSET.unpack_from(packed, len(packed) - _PACKED.size + 16)[0] if packed else -1
+        return self._newest()[3] if self.packed_batches else -1
+
+    def _fields(self) -> tuple[int, int, bytes, int, int, int | None]:
+        return (
+            self.producer_id,
+            self.epoch,
+            self.packed_batches,
+            self.last_timestamp_ms,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ProducerStateEntry):
             return NotImplemented
-        return (
-            self.producer_id == other.producer_id
-            and self.epoch == other.epoch
-            and self._packed == other._packed
-            and self.last_timestamp_ms == other.last_timestamp_ms
-            and self.coordinator_epoch == other.coordinator_epoch
-            and self.current_txn_first_offset == other.current_txn_first_offset
-        )
+        return self._fields() == other._fields()
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaced
+    __hash__ = None  # type: ignore[assignment]  # its fields may be set
 
     def __repr__(self) -> str:
         return (
             f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.epoch}, "
-            f"batches={self.batches!r}, last_timestamp_ms={self.last_timestamp_ms}, "
+            f"batches={list(self.batches)!r}, last_timestamp_ms={self.last_timestamp_ms}, "
             f"coordinator_epoch={self.coordinator_epoch}, "
             f"current_txn_first_offset={self.current_txn_first_offset})"
         )
+
+
+# Packed rows
+# -----------
+# A broker holds an entry per (producer, partition), so the manager keeps each as one immutable
+# ``bytes`` rather than objects (ints above 256 are objects of their own, 32 bytes each). A row
+# has one of two shapes, told apart by its length:
+#
+# - full: a head (epoch, coordinator epoch, last timestamp), then the retained batches, oldest
+#   first, 32 bytes each: 14 + 32n bytes;
+# - single: exactly one batch, no coordinator epoch, and the last timestamp the batch's own, as
+#   after a producer's first batch (most producers on most partitions): 30 bytes, with the last
+#   offset as a delta, which fits a 64-byte CPython object where the full shape needs 80.
+_HEAD = struct.Struct(">hiq")  # epoch, coordinator epoch, last timestamp
+_BATCH = PACKED_BATCH  # first seq, last seq, first offset, last offset, timestamp
+_SINGLE = struct.Struct(">hiiqiq")  # epoch, first seq, last seq, first offset, delta, timestamp
+_EPOCH = struct.Struct(">h")  # a row's first field, in both shapes
+_SEQS = struct.Struct(">ii")  # a batch's first two fields: what duplicate detection compares
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_OFFSET_DELTA = struct.Struct(">qi")
+# Where the single shape keeps its last sequence, its first offset (and delta), its timestamp.
+_SINGLE_LAST_SEQ_AT, _SINGLE_OFFSET_AT, _SINGLE_TIMESTAMP_AT = 6, 10, 22
+_HEAD_COORDINATOR_EPOCH_AT, _HEAD_TIMESTAMP_AT = 2, 6
+_MAX_DELTA = 2**31 - 1
+# A full row keeps this many bytes of its batches when one more is added.
+_KEPT_BATCHES = (NUM_BATCHES_TO_RETAIN - 1) * _BATCH.size
+
+
+def _join(epoch: int, coordinator_epoch: int, last_timestamp_ms: int, batches: bytes) -> bytes:
+    """A row of these fields (``batches`` packed by ``_BATCH``), in the single shape if it can."""
+    if len(batches) == _BATCH.size and coordinator_epoch == -1:
+        first_seq, last_seq, first_offset, last_offset, ts = _BATCH.unpack(batches)
+        if ts == last_timestamp_ms and 0 <= last_offset - first_offset <= _MAX_DELTA:
+            return _SINGLE.pack(
+                epoch, first_seq, last_seq, first_offset, last_offset - first_offset, ts
+            )
+    return _HEAD.pack(epoch, coordinator_epoch, last_timestamp_ms) + batches
+
+
+def _split(row: bytes) -> tuple[int, int, int, bytes]:
+    """The epoch, coordinator epoch, last timestamp and ``_BATCH``-packed batches of a row."""
+    if len(row) == _SINGLE.size:
+        epoch, first_seq, last_seq, first_offset, delta, ts = _SINGLE.unpack(row)
+        return (
+            epoch,
+            -1,
+            ts,
+            _BATCH.pack(first_seq, last_seq, first_offset, first_offset + delta, ts),
+        )
+    epoch, coordinator_epoch, last_timestamp_ms = _HEAD.unpack_from(row)
+    return epoch, coordinator_epoch, last_timestamp_ms, row[_HEAD.size :]
+
+
+def _row_of(entry: ProducerStateEntry) -> bytes:
+    batches = entry.packed_batches[-NUM_BATCHES_TO_RETAIN * _BATCH.size :]
+    return _join(entry.epoch, entry.coordinator_epoch, entry.last_timestamp_ms, batches)
+
+
+def _entry_of(producer_id: int, row: bytes, txn_first_offset: int | None) -> ProducerStateEntry:
+    epoch, coordinator_epoch, last_timestamp_ms, batches = _split(row)
+    return ProducerStateEntry.from_packed(
+        producer_id, epoch, batches, last_timestamp_ms, coordinator_epoch, txn_first_offset
+    )
+
+
+# The append path reads these straight from the row, without splitting it.
+
+
+def _last_seq(row: bytes) -> int:
+    n = len(row)
+    if n == _SINGLE.size:
+        seq: int = _INT.unpack_from(row, _SINGLE_LAST_SEQ_AT)[0]
+    elif n > _HEAD.size:
+        seq = _INT.unpack_from(row, n - _BATCH.size + 4)[0]
+    else:
+        seq = NO_SEQUENCE
+    return seq
+
+
+def _last_offset(row: bytes) -> int:
+    n = len(row)
+    if n == _SINGLE.size:
+        first, delta = _OFFSET_DELTA.unpack_from(row, _SINGLE_OFFSET_AT)
+        return int(first + delta)
+    if n > _HEAD.size:
+        offset: int = _LONG.unpack_from(row, n - _BATCH.size + 16)[0]
+        return offset
+    return -1
+
+
+def _last_timestamp(row: bytes) -> int:
+    at = _SINGLE_TIMESTAMP_AT if len(row) == _SINGLE.size else _HEAD_TIMESTAMP_AT
+    ts: int = _LONG.unpack_from(row, at)[0]
+    return ts
+
+
+def _find_batch(row: bytes, first_seq: int, last_seq: int) -> tuple[int, int, int] | None:
+    """(first offset, last offset, timestamp) of the retained batch with exactly this sequence
+    range (rule 6), if any."""
+    batches = _split(row)[3]
+    # Newest first: a retry is most likely of a recent batch.
+    for pos in range(len(batches) - _BATCH.size, -1, -_BATCH.size):
+        if _SEQS.unpack_from(batches, pos) == (first_seq, last_seq):
+            found: tuple[int, int, int] = _BATCH.unpack_from(batches, pos)[2:]
+            return found
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,23 +372,23 @@ class CompletedTxn:
 
 
 class ProducerStateManager:
-    """Producer id -> :class:`ProducerStateEntry` for one partition."""
+    """Producer id -> its state on one partition, as a packed row."""
 
     def __init__(self, producer_id_expiration_ms: int = 86_400_000) -> None:
         self._expiration_ms = producer_id_expiration_ms
-        self._producers: dict[int, ProducerStateEntry] = {}
-        # producer id -> first offset of its open transaction here: the last stable offset is
-        # the smallest of these, and it is asked on every read_committed fetch.
+        self._rows: dict[int, bytes] = {}
+        # producer id -> first offset of its open transaction here: the one record of it. The
+        # last stable offset is the smallest of these, asked on every read_committed fetch.
         self._ongoing: dict[int, int] = {}
         # The log offset the state reflects up to (exclusive): recovery replays the log from here.
         self.map_end_offset = 0
 
     def __len__(self) -> int:
-        return len(self._producers)
+        return len(self._rows)
 
     def __repr__(self) -> str:
         return (
-            f"ProducerStateManager(producers={len(self._producers)}, "
+            f"ProducerStateManager(producers={len(self._rows)}, "
             f"map_end_offset={self.map_end_offset})"
         )
 
@@ -297,44 +417,47 @@ class ProducerStateManager:
                 f"({batch.first_seq}..{batch.last_seq})",
             )
 
-        entry = self._producers.get(pid)
-        if entry is None or entry.epoch == NO_PRODUCER_EPOCH:
-            # Rule 5: new, expired or retention-removed producer: any first sequence starts it.
+        row = self._rows.get(pid)
+        if row is None:
+            return info  # rule 5: a new, expired or retention-removed producer starts anywhere
+        epoch: int = _EPOCH.unpack_from(row)[0]
+        if epoch == NO_PRODUCER_EPOCH:
             return info
 
-        if batch.epoch == entry.epoch:
+        if batch.epoch == epoch:
             # Rule 6 runs before the sequence check: a retry of any retained batch is answered
             # with its original offsets. Only an exact (first, last) match counts. The next
             # expected batch (the common case) cannot be one: the retained batches are the
             # sequences just before it.
-            expected = next_sequence(entry.last_seq, 1)  # NO_SEQUENCE -> 0
+            expected = next_sequence(_last_seq(row), 1)  # NO_SEQUENCE -> 0
             if batch.first_seq != expected:
-                meta = entry.find_batch(batch.first_seq, batch.last_seq)
-                if meta is not None:
-                    return Duplicate(meta.first_offset, meta.last_offset, meta.timestamp_ms)
+                found = _find_batch(row, batch.first_seq, batch.last_seq)
+                if found is not None:
+                    return Duplicate(*found)
                 return Rejected(
                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"out of order sequence for producer {pid} epoch {batch.epoch}: got "
                     f"{batch.first_seq}, expected {expected}",
                 )
-        elif batch.epoch < entry.epoch:
+        elif batch.epoch < epoch:
             return Rejected(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer {pid} epoch {batch.epoch} is older than the current epoch {entry.epoch}",
+                f"producer {pid} epoch {batch.epoch} is older than the current epoch {epoch}",
             )
         elif batch.first_seq != 0:
             # Rule 3 (KIP-360): a producer that bumped its own epoch restarts its sequences at 0.
             return Rejected(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"producer {pid} new epoch {batch.epoch} (was {entry.epoch}) must start at "
+                f"producer {pid} new epoch {batch.epoch} (was {epoch}) must start at "
                 f"sequence 0, got {batch.first_seq}",
             )
 
-        if entry.current_txn_first_offset is not None and not batch.is_transactional:
+        txn_first = self._ongoing.get(pid)
+        if txn_first is not None and not batch.is_transactional:
             return Rejected(
                 ErrorCode.INVALID_TXN_STATE,
                 f"non-transactional batch from producer {pid} while its transaction started at "
-                f"offset {entry.current_txn_first_offset} is open",
+                f"offset {txn_first} is open",
             )
         return info
 
@@ -343,26 +466,32 @@ class ProducerStateManager:
         if last_offset < first_offset:
             raise ValueError(f"last offset {last_offset} is below first offset {first_offset}")
         batch = info.batch
-        meta = BatchMetadata(
-            batch.first_seq, batch.last_seq, first_offset, last_offset, batch.max_timestamp_ms
-        )
-        entry = self._producers.get(info.producer_id)
-        if entry is None:
-            entry = ProducerStateEntry(
-                info.producer_id, batch.epoch, [meta], batch.max_timestamp_ms
-            )
-            self._producers[info.producer_id] = entry
+        pid = info.producer_id
+        row = self._rows.get(pid)
+        ts = batch.max_timestamp_ms
+        new = _BATCH.pack(batch.first_seq, batch.last_seq, first_offset, last_offset, ts)
+        if (
+            row is not None
+            and len(row) > _SINGLE.size
+            and _EPOCH.unpack_from(row)[0] == batch.epoch
+        ):
+            # The steady state: a full row with batches gets one more, the oldest beyond the
+            # window dropped, in one copy.
+            coordinator_epoch = _INT.unpack_from(row, _HEAD_COORDINATOR_EPOCH_AT)[0]
+            kept = row[max(_HEAD.size, len(row) - _KEPT_BATCHES) :]
+            self._rows[pid] = b"".join((_HEAD.pack(batch.epoch, coordinator_epoch, ts), kept, new))
         else:
-            if entry.epoch != batch.epoch:
+            coordinator_epoch = -1
+            kept = b""
+            if row is not None:
+                epoch, coordinator_epoch, _, batches = _split(row)
                 # Sequences restart with a new epoch, so the old ranges can never match again.
                 # An open transaction stays open: only its marker closes it.
-                entry.clear_batches()
-                entry.epoch = batch.epoch
-            entry.add_batch(meta)
-            entry.last_timestamp_ms = batch.max_timestamp_ms
-        if batch.is_transactional and entry.current_txn_first_offset is None:
-            entry.current_txn_first_offset = first_offset
-            self._ongoing[info.producer_id] = first_offset
+                if epoch == batch.epoch:
+                    kept = batches
+            self._rows[pid] = _join(batch.epoch, coordinator_epoch, ts, kept + new)
+        if batch.is_transactional and pid not in self._ongoing:
+            self._ongoing[pid] = first_offset
         self.map_end_offset = last_offset + 1
 
     # -- transaction markers --------------------------------------------------------------------
@@ -381,20 +510,21 @@ class ProducerStateManager:
         applies the markers it finds in the log without this check: ``loader.replay_marker``.)
         """
         info = EndTxnAppendInfo(producer_id, epoch, coordinator_epoch, commit)
-        entry = self._producers.get(producer_id)
-        if entry is None:
+        row = self._rows.get(producer_id)
+        if row is None:
             return info
-        if epoch < entry.epoch:
+        current_epoch, current_coordinator_epoch = _split(row)[:2]
+        if epoch < current_epoch:
             return Rejected(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"transaction marker for producer {producer_id} has epoch {epoch}, older than "
-                f"the current epoch {entry.epoch}",
+                f"the current epoch {current_epoch}",
             )
-        if coordinator_epoch < entry.coordinator_epoch:
+        if coordinator_epoch < current_coordinator_epoch:
             return Rejected(
                 ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                 f"transaction marker for producer {producer_id} from coordinator epoch "
-                f"{coordinator_epoch}, older than {entry.coordinator_epoch}",
+                f"{coordinator_epoch}, older than {current_coordinator_epoch}",
             )
         return info
 
@@ -404,22 +534,20 @@ class ProducerStateManager:
         """Apply a marker written at ``marker_offset``; returns the transaction it closed, or
         None when the producer had no open transaction here (markers go to every partition of
         a transaction, and a retried one may find it already closed)."""
-        entry = self._producers.get(info.producer_id)
-        if entry is None:
-            entry = ProducerStateEntry(info.producer_id, info.epoch, [], timestamp_ms)
-            self._producers[info.producer_id] = entry
-        elif entry.epoch != info.epoch:
-            entry.clear_batches()  # sequences restart with the new epoch
-            entry.epoch = info.epoch
-        entry.coordinator_epoch = info.coordinator_epoch
-        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
-        first = entry.current_txn_first_offset
-        entry.current_txn_first_offset = None
-        self._ongoing.pop(info.producer_id, None)
+        pid = info.producer_id
+        row = self._rows.get(pid)
+        batches = b""
+        if row is not None:
+            epoch, _, last_timestamp_ms, kept = _split(row)
+            timestamp_ms = max(last_timestamp_ms, timestamp_ms)
+            if epoch == info.epoch:  # else sequences restart with the new epoch
+                batches = kept
+        self._rows[pid] = _join(info.epoch, info.coordinator_epoch, timestamp_ms, batches)
+        first = self._ongoing.pop(pid, None)
         self.map_end_offset = marker_offset + 1
         if first is None:
             return None
-        return CompletedTxn(info.producer_id, first, marker_offset, not info.commit)
+        return CompletedTxn(pid, first, marker_offset, not info.commit)
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction (the last stable offset), if any."""
@@ -428,48 +556,44 @@ class ProducerStateManager:
     # -- queries --------------------------------------------------------------------------------
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        """The live entry (not a copy), or None for a producer unknown on this partition."""
-        return self._producers.get(producer_id)
+        """The producer's state (a copy), or None for a producer unknown on this partition."""
+        row = self._rows.get(producer_id)
+        if row is None:
+            return None
+        return _entry_of(producer_id, row, self._ongoing.get(producer_id))
 
     def entries(self) -> list[ProducerStateEntry]:
-        """All live entries, for snapshots and DescribeProducers."""
-        return list(self._producers.values())
+        """Every producer's state (copies), for snapshots and DescribeProducers."""
+        ongoing = self._ongoing
+        return [_entry_of(pid, row, ongoing.get(pid)) for pid, row in self._rows.items()]
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def load(self, entries: Iterable[ProducerStateEntry], map_end_offset: int, now_ms: int) -> None:
-        """Replace the state with ``entries`` (from a snapshot), dropping expired producers.
-
-        Entries are copied so the manager never shares mutable state with its caller.
-        """
-        producers: dict[int, ProducerStateEntry] = {}
+        """Replace the state with ``entries`` (from a snapshot), dropping expired producers."""
+        rows: dict[int, bytes] = {}
+        ongoing: dict[int, int] = {}
         for e in entries:
-            if self._is_expired(e, now_ms):
+            txn_first = e.current_txn_first_offset
+            if txn_first is None and self._expired(e.last_timestamp_ms, now_ms):
                 continue
-            producers[e.producer_id] = ProducerStateEntry(
-                e.producer_id,
-                e.epoch,
-                e.batches[-NUM_BATCHES_TO_RETAIN:],
-                e.last_timestamp_ms,
-                e.coordinator_epoch,
-                e.current_txn_first_offset,
-            )
-        self._producers = producers
-        self._reindex_ongoing()
+            rows[e.producer_id] = _row_of(e)
+            if txn_first is not None:
+                ongoing[e.producer_id] = txn_first
+        self._rows = rows
+        self._ongoing = ongoing
         self.map_end_offset = map_end_offset
-
-    def _reindex_ongoing(self) -> None:
-        self._ongoing = {
-            pid: e.current_txn_first_offset
-            for pid, e in self._producers.items()
-            if e.current_txn_first_offset is not None
-        }
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:
         """Drop producers idle for the expiration time without an open transaction (rule 12)."""
-        expired = [pid for pid, e in self._producers.items() if self._is_expired(e, now_ms)]
+        ongoing = self._ongoing
+        expired = [
+            pid
+            for pid, row in self._rows.items()
+            if pid not in ongoing and self._expired(_last_timestamp(row), now_ms)
+        ]
         for pid in expired:
-            del self._producers[pid]
+            del self._rows[pid]
         return expired
 
     def remove_producers_below(self, log_start_offset: int) -> None:
@@ -478,22 +602,19 @@ class ProducerStateManager:
         Their last write is gone, so their state cannot be rebuilt from the log either; dropping it
         now keeps a restarted broker and a running one in agreement (the producer is unknown).
         """
-        gone = [pid for pid, e in self._producers.items() if e.last_offset < log_start_offset]
+        gone = [pid for pid, row in self._rows.items() if _last_offset(row) < log_start_offset]
         for pid in gone:
-            del self._producers[pid]
+            del self._rows[pid]
             self._ongoing.pop(pid, None)
         # Nothing below the log start can be replayed, so the state reflects at least up to it.
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
 
     def truncate_and_reload(self, map_end_offset: int) -> None:
         """Forget everything and restart at ``map_end_offset`` (before a rebuild from the log)."""
-        self._producers = {}
+        self._rows = {}
         self._ongoing = {}
         self.map_end_offset = map_end_offset
 
-    def _is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
-        # An open transaction pins the producer: its marker must still find the entry.
-        return (
-            entry.current_txn_first_offset is None
-            and now_ms - entry.last_timestamp_ms >= self._expiration_ms
-        )
+    def _expired(self, last_timestamp_ms: int, now_ms: int) -> bool:
+        # (An open transaction pins the producer, its marker must still find it: callers check.)
+        return now_ms - last_timestamp_ms >= self._expiration_ms

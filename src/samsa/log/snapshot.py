@@ -28,7 +28,7 @@ from pathlib import Path
 import crc32c
 
 from samsa.log.durable import fsync_dir
-from samsa.log.producer_state import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
+from samsa.log.producer_state import NUM_BATCHES_TO_RETAIN, PACKED_BATCH, ProducerStateEntry
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ _NAME_RE = re.compile(r"^(\d{20})\.snapshot$")
 _HEADER = struct.Struct(">4sHI")
 _BODY_HEAD = struct.Struct(">qI")
 _ENTRY = struct.Struct(">qhqiqB")
-_BATCH = struct.Struct(">iiqqq")
+# Batches are stored as the entries hold them, so they are copied, never unpacked.
+_BATCH = PACKED_BATCH
 
 
 class CorruptSnapshotError(Exception):
@@ -57,9 +58,9 @@ def _encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
     parts: list[bytes] = []
     count = 0
     for e in entries:
-        batches = e.batches
-        if len(batches) > NUM_BATCHES_TO_RETAIN:
-            raise ValueError(f"producer {e.producer_id} has {len(batches)} batches (max 5)")
+        nbatches = len(e.packed_batches) // _BATCH.size
+        if nbatches > NUM_BATCHES_TO_RETAIN:
+            raise ValueError(f"producer {e.producer_id} has {nbatches} batches (max 5)")
         txn = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
         try:
             parts.append(
@@ -69,17 +70,12 @@ def _encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
                     e.last_timestamp_ms,
                     e.coordinator_epoch,
                     txn,
-                    len(batches),
+                    nbatches,
                 )
             )
-            for b in batches:
-                parts.append(
-                    _BATCH.pack(
-                        b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp_ms
-                    )
-                )
         except struct.error as exc:
             raise ValueError(f"producer {e.producer_id} does not fit the format: {exc}") from exc
+        parts.append(e.packed_batches)
         count += 1
     body = _BODY_HEAD.pack(offset, count) + b"".join(parts)
     return _HEADER.pack(_MAGIC, _VERSION, crc32c.crc32c(body)) + body
@@ -130,15 +126,15 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
             pos += _ENTRY.size
             if nbatches > NUM_BATCHES_TO_RETAIN:
                 raise CorruptSnapshotError(f"{path}: producer {pid} has {nbatches} batches")
-            batches = []
-            for _ in range(nbatches):
-                batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
-                pos += _BATCH.size
+            end = pos + nbatches * _BATCH.size
+            if end > len(body):
+                raise CorruptSnapshotError(f"{path}: truncated batches of producer {pid}")
             entries.append(
-                ProducerStateEntry(
-                    pid, epoch, batches, last_ts, coord_epoch, None if txn < 0 else txn
+                ProducerStateEntry.from_packed(
+                    pid, epoch, body[pos:end], last_ts, coord_epoch, None if txn < 0 else txn
                 )
             )
+            pos = end
     except struct.error as exc:
         raise CorruptSnapshotError(f"{path}: truncated entry data ({exc})") from exc
     if pos != len(body):

@@ -4,6 +4,7 @@ and 12)."""
 from __future__ import annotations
 
 import copy
+import tracemalloc
 
 import pytest
 
@@ -14,6 +15,7 @@ from samsa.log.producer_state import (
     BatchAppend,
     BatchMetadata,
     Duplicate,
+    EndTxnAppendInfo,
     ProducerAppendInfo,
     ProducerStateEntry,
     ProducerStateManager,
@@ -54,6 +56,13 @@ class Log:
         self.psm.update(result, first, last)
         self.next_offset = last + 1
         return first, last
+
+    def end_txn(self, *, pid: int = PID, epoch: int = 0, commit: bool = True) -> None:
+        """Write a COMMIT (or ABORT) marker through the marker path, as the log does."""
+        info = self.psm.prepare_end_txn(pid, epoch, 0, commit)
+        assert isinstance(info, EndTxnAppendInfo), info
+        self.psm.complete_txn(info, self.next_offset, NOW)
+        self.next_offset += 1
 
 
 def code(result: object) -> ErrorCode:
@@ -178,7 +187,7 @@ def test_higher_epoch_at_zero_is_accepted_and_clears_batches(log: Log) -> None:
     entry = log.psm.last_entry(PID)
     assert entry is not None
     assert entry.epoch == 1
-    assert entry.batches == [BatchMetadata(0, 1, 30, 31, NOW)]
+    assert entry.batches == (BatchMetadata(0, 1, 30, 31, NOW),)
     # Old-epoch retries are now fenced, and the new epoch continues from its own sequence.
     assert code(log.send(10, 10, epoch=0)) == ErrorCode.INVALID_PRODUCER_EPOCH
     assert log.send(2, 1, epoch=1) == (32, 32)
@@ -253,7 +262,7 @@ def test_only_a_client_batch_is_judged(log: Log, origin: AppendOrigin) -> None:
     assert log.send(100, 1, epoch=1, origin=origin) == (5, 5)  # lower epoch, gap, non-txn
     entry = log.psm.last_entry(PID)
     assert entry is not None
-    assert entry.epoch == 1 and entry.batches == [BatchMetadata(100, 100, 5, 5, NOW)]
+    assert entry.epoch == 1 and entry.batches == (BatchMetadata(100, 100, 5, 5, NOW),)
     assert entry.current_txn_first_offset == 0
     assert log.send(0, 5, epoch=1, origin=origin) == (6, 10)  # a "duplicate" is written again
     assert log.psm.map_end_offset == 11
@@ -300,11 +309,12 @@ def test_non_transactional_batch_while_txn_open_is_invalid_txn_state(log: Log) -
     assert entry is not None and entry.current_txn_first_offset == 1
     assert code(log.send(3, 1, txn=False)) == ErrorCode.INVALID_TXN_STATE
     assert log.send(3, 1, txn=True) == (3, 3)
-    assert entry.current_txn_first_offset == 1  # the first offset stays
+    entry = log.psm.last_entry(PID)
+    assert entry is not None and entry.current_txn_first_offset == 1  # the first offset stays
     # A new epoch does not close the transaction: only its marker does.
     assert code(log.send(0, 1, epoch=1, txn=False)) == ErrorCode.INVALID_TXN_STATE
-    entry.current_txn_first_offset = None  # what the marker path does
-    assert log.send(4, 1, txn=False) == (4, 4)
+    log.end_txn()  # at offset 4
+    assert log.send(4, 1, txn=False) == (5, 5)
 
 
 def test_sequence_errors_take_precedence_over_txn_state(log: Log) -> None:
@@ -345,9 +355,7 @@ def test_open_transaction_prevents_expiry() -> None:
     log = Log(psm)
     log.send(0, 1, txn=True)
     assert psm.remove_expired_producers(NOW + 10_000_000) == []
-    entry = psm.last_entry(PID)
-    assert entry is not None
-    entry.current_txn_first_offset = None
+    log.end_txn()
     assert psm.remove_expired_producers(NOW + 10_000_000) == [PID]
 
 
@@ -395,3 +403,64 @@ def test_truncate_and_reload(log: Log) -> None:
 def test_entry_properties_when_empty() -> None:
     e = ProducerStateEntry(1, 0, [], NOW)
     assert (e.first_seq, e.last_seq, e.first_offset, e.last_offset) == (NO_SEQUENCE, -1, -1, -1)
+
+
+# -- the packed representation ---------------------------------------------------------------------
+
+
+def test_state_reads_back_unchanged_through_every_row_shape(log: Log) -> None:
+    """A producer's first batch is kept in a smaller shape than later state; nothing the manager
+    answers may depend on which shape it holds."""
+    psm = log.psm
+    assert log.send(5, 3, ts=NOW + 1) == (0, 2)  # the single shape
+    first = BatchMetadata(5, 7, 0, 2, NOW + 1)
+    assert psm.last_entry(PID) == ProducerStateEntry(PID, 0, [first], NOW + 1)
+    assert log.send(8, 2, ts=NOW + 2, txn=True) == (3, 4)  # two batches: the full shape
+    second = BatchMetadata(8, 9, 3, 4, NOW + 2)
+    assert psm.last_entry(PID) == ProducerStateEntry(PID, 0, [first, second], NOW + 2, -1, 3)
+    assert psm.prepare_update(BatchAppend(PID, 0, 5, 7, NOW), NOW) == Duplicate(0, 2, NOW + 1)
+    # The coordinator bumped the epoch: its marker clears the batches, and the next batch keeps
+    # the marker's coordinator epoch, so it cannot take the single shape.
+    log.end_txn(epoch=1)  # at offset 5
+    assert psm.last_entry(PID) == ProducerStateEntry(PID, 1, [], NOW + 2, 0)
+    assert log.send(0, 1, epoch=1, ts=NOW + 3) == (6, 6)
+    third = BatchMetadata(0, 0, 6, 6, NOW + 3)
+    assert psm.last_entry(PID) == ProducerStateEntry(PID, 1, [third], NOW + 3, 0)
+    assert psm.prepare_update(BatchAppend(PID, 1, 0, 0, NOW), NOW) == Duplicate(6, 6, NOW + 3)
+    assert code(log.send(0, 1, epoch=0)) == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_a_batch_beyond_an_int32_offset_span_is_kept_exactly() -> None:
+    # The single shape stores the last offset as a 32-bit delta; a wider batch takes the full one.
+    psm = ProducerStateManager()
+    first, last = 2**40, 2**40 + 2**31
+    info = psm.prepare_update(BatchAppend(PID, 0, 0, 9, NOW), NOW)
+    assert isinstance(info, ProducerAppendInfo)
+    psm.update(info, first, last)
+    entry = psm.last_entry(PID)
+    assert entry is not None and (entry.first_offset, entry.last_offset) == (first, last)
+    assert psm.prepare_update(BatchAppend(PID, 0, 0, 9, NOW), NOW) == Duplicate(first, last, NOW)
+    psm.remove_producers_below(last)
+    assert len(psm) == 1
+    psm.remove_producers_below(last + 1)
+    assert len(psm) == 0
+
+
+def test_a_producer_with_one_batch_takes_under_150_bytes() -> None:
+    """A broker keeps an entry per (producer, partition): with many short-lived idempotent
+    producers it is most of its memory. The bound counts everything the entry adds (its key in
+    the manager's dict too), with producer ids and offsets as large as real ones."""
+    n = 5_000
+    psm = ProducerStateManager()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            info = psm.prepare_update(BatchAppend(10_000_000 + i, 0, 0, 9, NOW + i), NOW)
+            assert isinstance(info, ProducerAppendInfo)
+            psm.update(info, 3_000_000_000 + 10 * i, 3_000_000_009 + 10 * i)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(psm) == n
+    assert grown / n < 150, grown / n

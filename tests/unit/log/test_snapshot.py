@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from samsa.log.producer_state import (
@@ -190,3 +192,15 @@ def test_write_overwrites_same_offset(tmp_path: Path) -> None:
     write_snapshot(tmp_path, 7, entries)
     write_snapshot(tmp_path, 7, entries[1:])
     assert read_snapshot(snapshot_path(tmp_path, 7)) == entries[1:]
+
+
+def test_a_batch_count_beyond_the_file_is_corrupt(tmp_path: Path) -> None:
+    # A body whose CRC matches (so not damage on disk) but whose last entry claims more batches
+    # than follow: a clear CorruptSnapshotError, the one error recovery falls back on.
+    path = write_snapshot(tmp_path, 5, make_entries())
+    data = bytearray(path.read_bytes())
+    data[-1] = 1  # the last entry has no batches; its count byte ends the file
+    body = bytes(data[10:])
+    path.write_bytes(bytes(data[:6]) + struct.pack(">I", crc32c.crc32c(body)) + body)
+    with pytest.raises(CorruptSnapshotError, match="truncated batches of producer 8"):
+        read_snapshot(path)
