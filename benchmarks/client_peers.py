@@ -157,7 +157,7 @@ class Results:
 
 
 def _rotate(seq: tuple[str, ...], k: int) -> tuple[str, ...]:
-    k %= len(seq)
+    k = k % len(seq) if seq else 0
     return seq[k:] + seq[:k]
 
 
@@ -174,8 +174,11 @@ def one_run(role: str, b: BrokerProcess, topic: str, scale: Scale) -> tuple[floa
     return out["records"] / out["seconds"], bool(out["capped"])
 
 
-def run(scale: Scale, work: Path, log: Callable[[str], None]) -> Results:
+def run(scale: Scale, work: Path, log: Callable[[str], None], only: str | None = None
+        ) -> Results:  # fmt: skip
     res = Results()
+    producers = () if only == "consumer" else PRODUCERS
+    consumers = () if only == "producer" else CONSUMERS
     with contextlib.ExitStack() as stack:
         t0 = time.perf_counter()
         brokers: dict[str, BrokerProcess] = {
@@ -184,6 +187,8 @@ def run(scale: Scale, work: Path, log: Callable[[str], None]) -> Results:
         }
         for b in brokers.values():
             wait_producer_id(b.port)
+            if not consumers:
+                continue
             # The topic every consumer reads, the same records on both brokers.
             create_topic(b.bootstrap, "read", PARTITIONS)
             fill = run_child("produce-ck", b.bootstrap, "read", scale.records, scale.cap)
@@ -194,7 +199,7 @@ def run(scale: Scale, work: Path, log: Callable[[str], None]) -> Results:
         for rep in range(scale.repeat):
             for name in _rotate(BROKERS, rep):
                 b = brokers[name]
-                for role in _rotate(PRODUCERS, rep) + _rotate(CONSUMERS, rep):
+                for role in _rotate(producers, rep) + _rotate(consumers, rep):
                     key = (name, role)
                     if key in res.errors:
                         continue  # failed once: said once, not retried
@@ -237,6 +242,9 @@ def table(res: Results) -> list[str]:
     out = ["| path | broker | samsa | confluent-kafka | Java client | samsa/ck | samsa/Java |",
            "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in ROWS:
+        ran = {k for k in (*res.rates, *res.errors) if k[1] in (r.samsa, r.ck, r.java)}
+        if not ran:
+            continue  # a row left out by --only
         for name in BROKERS:
             out.append(
                 f"| {r.label} | {name} | {_cell(res, name, r.samsa)} | {_cell(res, name, r.ck)} "
@@ -252,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, help=f"records per run (default {FULL.records:,})")
     ap.add_argument("--repeat", type=int, help=f"runs per cell (default {FULL.repeat})")
     ap.add_argument("--cap", type=float, help="seconds at most per Python client run")
+    ap.add_argument("--only", choices=("producer", "consumer"), help="run only these rows")
     ap.add_argument("--work-dir", type=Path, default=None)
     args = ap.parse_args(argv)
     scale = QUICK if args.quick else FULL
@@ -265,15 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="samsa-client-peers-") as d:
-        res = run(scale, Path(d), lambda s: print(s, flush=True))
+        res = run(scale, Path(d), lambda s: print(s, flush=True), args.only)
     load = os.getloadavg()
     print(
         f"\n{scale.records:,} records of 100 B (8 B keys; the Java producer none), "
         f"{PARTITIONS} partitions, idempotent, acks=all; records/s, median of {scale.repeat}"
     )
     print("\n".join(table(res)))
-    ck_defaults = ", ".join(f"{_cell(res, n, 'consume-ck')} on {n}" for n in BROKERS)
-    print(f"\nconfluent-kafka's consumer with librdkafka's defaults: {ck_defaults}")
+    if args.only != "producer":
+        ck_defaults = ", ".join(f"{_cell(res, n, 'consume-ck')} on {n}" for n in BROKERS)
+        print(f"\nconfluent-kafka's consumer with librdkafka's defaults: {ck_defaults}")
+    print("\nevery run (records/s, in the order run):")
+    for (name, role), rates in sorted(res.rates.items()):
+        print(f"  {name} / {role}: {', '.join(f'{r / 1e3:,.0f}k' for r in rates)}")
     for (name, role), err in res.errors.items():
         print(f"  {name} / {role}: {err}")
     print(f"\n(whole run {time.perf_counter() - t0:.0f} s; load average at end {load[0]:.2f})")
