@@ -27,7 +27,7 @@ the median of ``--repeat`` runs. Every run is bounded in records and in time (``
 seconds for a Python client; the Java tools by their record count, by the producer's
 delivery/request/block timeouts and the consumer's ``--timeout`` at ``--java-bound`` seconds,
 and by peers.py's 600 s on the JVM). ``--quick`` is a smoke run (small counts, under a
-minute on an idle machine).
+minute: 28 s at load average 2).
 """
 
 from __future__ import annotations
