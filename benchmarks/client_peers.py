@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import re
 import statistics
@@ -52,12 +53,11 @@ from client import PARTITIONS, run_child
 from peers import _PP_STEADY, _PP_TOTAL, SAME_AS_KAFKA, _producer_bounds, java_perf
 
 BROKERS = ("samsa", "kafka")
-CLIENTS = ("samsa", "confluent-kafka", "Java")
 
 
 @dataclass(frozen=True)
 class ClientRow:
-    """A row: what each client runs for it (None: the client has no such path)."""
+    """A row: the role each client runs for it (client.py's child roles, or java-*)."""
 
     label: str
     samsa: str
@@ -263,13 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("producer", "consumer"), help="run only these rows")
     ap.add_argument("--work-dir", type=Path, default=None)
     args = ap.parse_args(argv)
-    scale = QUICK if args.quick else FULL
-    if args.records:
-        scale.records = args.records
-    if args.repeat:
-        scale.repeat = args.repeat
-    if args.cap:
-        scale.cap = args.cap
+    scale = dataclasses.replace(
+        QUICK if args.quick else FULL,
+        **{k: v for k in ("records", "repeat", "cap") if (v := getattr(args, k))},
+    )
     print(f"machine: {machine()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     t0 = time.perf_counter()
