@@ -976,6 +976,27 @@ def plain_columns(items: Sequence[Item], now_ms: int) -> Columns | None:
     )
 
 
+def run_columns(values: list[bytes], keys: list[bytes | None], now_ms: int) -> Columns:
+    """The sync producer's run of plain records (bytes values, keys bytes or None, one
+    topic and one sink: nothing to check) as the columnar intake's columns, stamped
+    ``now_ms``. Sizes are record_size()'s, what the caller reserved in buffer.memory."""
+    from samsa.protocol.columnar import binary_array
+
+    n = len(values)
+    vals = binary_array(values, "values")
+    sizes = RECORD_OVERHEAD + _lengths(vals, n)
+    key_arr = None
+    if keys.count(None) != n:
+        key_arr = binary_array(keys, "keys")
+        sizes += _lengths(key_arr, n)  # a null key's is 0
+    return Columns(vals, key_arr, np.full(n, now_ms, np.int64), None, None, sizes)
+
+
+def _lengths(arr: Any, n: int) -> np.ndarray:
+    """Row lengths of a large_binary array made by binary_array (offset 0)."""
+    return np.diff(np.frombuffer(arr.buffers()[1], np.int64, n + 1))
+
+
 def make_columns(values: Any, keys: Any, partition: Any, headers: Any, timestamps: Any) -> Columns:
     """Check a ``produce_batch()`` call on the caller's thread (bad input raises here and
     nothing is queued) and convert its columns to Arrow once."""

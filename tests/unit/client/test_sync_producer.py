@@ -200,7 +200,7 @@ def test_flush_waits_for_a_backlog_handed_over_in_chained_drains(
             # what transactions and state() rely on: nothing left behind in the inbox (a
             # backlog is there unless the loop thread kept up, so one round may not show it)
             p._wait_inbox_drained()
-            assert not p._inbox
+            assert p._inbox_records() == 0
             assert p.flush(30) == 0
             assert done == 2_000 * (rounds + 1)  # every record delivered when flush returns
     assert len(read_topic(shared_broker.bootstrap, topic)) == 10_000
@@ -259,6 +259,73 @@ def test_a_large_burst_of_plain_records_takes_the_columnar_intake_in_order(
         last[r.partition] = n
     assert len(last) == 3
     assert set(acked) == phase2  # each callback record's own partition and offset
+
+
+def test_the_owners_records_keep_their_order_however_they_are_queued(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # produce()'s inline path adds to the owner's open run; whatever else the owner queues
+    # (a partition given, a tombstone, a str value, send(), a produce_batch() chunk, another
+    # topic or callback) goes after it, into the inbox or a new run. Small drains race the
+    # producing thread (a run is taken while it grows), flush() empties the open run, and
+    # while the loop thread is held runs pile up and go the columnar way: each partition
+    # gets its records in produce() order, every record once, and buffer.memory gets back
+    # exactly what was counted.
+    monkeypatch.setattr(_sync, "_DRAIN_MAX", 37)
+    monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 64)
+    bs = shared_broker.bootstrap
+    topics = (_topic(bs, 3), _topic(bs, 2))
+    acked: list[int] = []
+
+    def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
+        assert err is None and md is not None
+        acked.append(md.offset)
+
+    total, with_cb = 9_000, 0
+    with Producer({"bootstrap.servers": bs}) as p:
+        for t in topics:
+            p.produce(t, b"-1", partition=0)
+        p.flush(30)  # metadata known: a held loop thread then leaves runs to go columnar
+        for phase in range(6):
+            hold = threading.Event()
+            if phase % 2:
+                p._lt.call(hold.wait, 10)
+            for n in range(phase * 1_500, (phase + 1) * 1_500):
+                v, k, r = b"%d" % n, b"k%d" % (n % 11), n % 97
+                if r == 0:
+                    p.produce(topics[0], v, k, partition=n % 3)
+                elif r == 1:
+                    p.produce(topics[0], v.decode(), k)
+                elif r == 2:
+                    p.produce(topics[0], None, b"t%d" % n)
+                elif r == 3:
+                    p.send(topics[0], v, k)
+                elif r == 4:
+                    p.produce_batch(topics[0], [v], [k])
+                elif r < 20:
+                    p.produce(topics[1], v, k)
+                elif r < 30:
+                    p.produce(topics[0], v, k, on_delivery=cb)
+                    with_cb += 1
+                else:
+                    p.produce(topics[0], v, k)
+                if phase == 4 and n % 250 == 0:
+                    assert p.flush(30) == 0  # empties the open run, which goes on after it
+            hold.set()
+        assert p.flush(30) == 0
+        assert p._buffer.held() == 0
+    assert len(acked) == with_cb
+    seen: list[int] = []
+    for t in topics:
+        last: dict[int, int] = {}
+        for rec in read_topic(bs, t):
+            n = int(rec.value) if rec.value is not None else int(rec.key[1:])
+            if n < 0:
+                continue
+            assert last.get(rec.partition, -1) < n, (t, rec.partition, n)
+            last[rec.partition] = n
+            seen.append(n)
+    assert sorted(seen) == list(range(total))
 
 
 def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: Any) -> None:
