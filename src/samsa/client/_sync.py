@@ -395,6 +395,9 @@ class Producer(_Facade[AsyncProducer]):
         self._inbox: list[Item | _Run | _Chunk] = []
         self._marks = 0  # runs and produce_batch() chunks in the inbox (under _lock)
         self._run = _NO_RUN  # the owner's open run (owner thread; the drain only reads it)
+        # runs parked for their topic's partitions (loop thread; see _drain_marked)
+        self._topic_waits: set[str] = set()
+        self._no_metadata: dict[str, KafkaError] = {}
         self._scheduled = False
         self._buffer = core.buffer
         self._buffer.set_owner(self._owner)
@@ -646,23 +649,47 @@ class Producer(_Facade[AsyncProducer]):
             self._append_many(items)  # type: ignore[arg-type]
             more = m < n
         else:
-            more = self._drain_marked(inbox, n, budget)
+            more = self._drain_marked(inbox, n, budget, park=chained)
         if more and chained and not self._scheduled:
             self._scheduled = True  # ours to reset
             self._lt.loop.call_soon(self._drain_inbox)
 
-    def _drain_marked(self, inbox: list[Item | _Run | _Chunk], n: int, budget: int) -> bool:
+    def _drain_marked(
+        self, inbox: list[Item | _Run | _Chunk], n: int, budget: int, park: bool
+    ) -> bool:
         """_drain_inbox's first n entries, runs and chunks among them; True if some are
         left (the budget ran out). A run stays in the inbox while it is the owner's open
         one (it grows), or if it grew after it was taken; entries after an open run are
-        other threads', which keep no order with the owner's records."""
+        other threads', which keep no order with the owner's records.
+
+        ``park``: a run of a topic whose partitions are not known yet stops the drain (with
+        what follows it) until they are (see _await_topic), rather than going to the core
+        record by record to wait there: the records queued meanwhile then reach the core
+        as one columnar burst. A flush hands everything over (the core waits for it)."""
         kept: list[_Run] = []
         i = 0
+        parked = False
         while i < n and budget > 0:
             entry = inbox[i]
             kind = type(entry)
             if kind is _Run:
                 run: _Run = entry  # type: ignore[assignment]
+                topic = run.topic
+                assert topic is not None
+                if park and run and self._core.cluster.partition_count(topic) is None:
+                    err = self._no_metadata.get(topic)
+                    if err is None:
+                        self._await_topic(topic)
+                        kept.append(run)
+                        i += 1
+                        parked = True
+                        break
+                    # max.block.ms passed without them: what waited fails, as in the core
+                    flat = run[: len(run)]
+                    del run[: len(flat)]
+                    values, keys = flat[0::2], flat[1::2]
+                    items = _run_items(topic, run.extras, values, keys)  # type: ignore[arg-type]
+                    self._core.accumulator.drop_items(items, err)
                 take = min(len(run), 2 * budget)  # even: whole records
                 flat = run[:take]
                 del run[:take]
@@ -694,7 +721,26 @@ class Producer(_Facade[AsyncProducer]):
                 budget -= j - i
                 i = j
         inbox[:i] = kept  # one operation: entries appended meanwhile stay after
-        return i < n or any(kept)
+        if i >= n:  # every run that waited met its error: records queued later wait anew
+            self._no_metadata.clear()
+        return not parked and (i < n or any(kept))
+
+    def _await_topic(self, topic: str) -> None:
+        """Learn a parked topic's partitions (one request at a time), then drain again;
+        after max.block.ms without them, the parked records fail (see _drain_marked)."""
+        if topic in self._topic_waits:
+            return
+        self._topic_waits.add(topic)
+        core = self._core
+        task = core.spawn(core.accumulator.wait_metadata(topic, core.max_block))
+
+        def known(t: asyncio.Task[None]) -> None:
+            self._topic_waits.discard(topic)
+            if not t.cancelled() and isinstance(t.exception(), KafkaError):
+                self._no_metadata[topic] = t.exception()  # type: ignore[assignment]
+            self._drain_inbox()
+
+        task.add_done_callback(known)
 
     def _append_many(self, items: list[Item]) -> None:
         try:

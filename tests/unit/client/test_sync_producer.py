@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -11,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from samsa.client import Admin, ClosedError, Producer, RecordMetadata, _sync, partition_for_key
+from samsa.client import (
+    Admin,
+    ClosedError,
+    KafkaError,
+    Producer,
+    RecordMetadata,
+    _sync,
+    partition_for_key,
+)
+from samsa.protocol.errors import ErrorCode
 from samsa.testing import read_topic
 
 _FRESH = """
@@ -326,6 +336,64 @@ def test_the_owners_records_keep_their_order_however_they_are_queued(
             last[rec.partition] = n
             seen.append(n)
     assert sorted(seen) == list(range(total))
+
+
+def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Until a topic's partitions are known, its run waits in the inbox (not in the core,
+    # record by record): once they are, what was queued meanwhile goes as one columnar
+    # burst, in order. A topic that never appears fails each record with the core's error
+    # after max.block.ms, gives its bytes back, and the producer goes on.
+    monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 500)
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 3)
+    config = {"bootstrap.servers": bs, "allow.auto.create.topics": False, "max.block.ms": 500}
+    with Producer(config) as p:
+        columnar = 0
+        real_columns, real_wait = p._core.append_columns, p._core.accumulator.wait_metadata
+
+        def spy(*args: Any) -> None:
+            nonlocal columnar
+            columnar += 1
+            real_columns(*args)
+
+        async def slow_wait(*args: Any) -> None:
+            await asyncio.sleep(0.2)  # the records pile up meanwhile
+            await real_wait(*args)
+
+        monkeypatch.setattr(p._core, "append_columns", spy)
+        monkeypatch.setattr(p._core.accumulator, "wait_metadata", slow_wait)
+        for n in range(3_000):
+            p.produce(topic, b"%d" % n, b"k%d" % (n % 7))
+        t0 = time.monotonic()
+        while p._inbox_records() and time.monotonic() - t0 < 10:
+            time.sleep(0.01)  # no flush() yet: it would hand the records over to wait there
+        assert p.flush(30) == 0
+        assert columnar == 1
+
+        missing = f"missing-{uuid.uuid4().hex[:8]}"
+        errors: list[BaseException | None] = []
+        t0 = time.monotonic()
+        for _ in range(100):
+            p.produce(missing, b"x", on_delivery=lambda err, md: errors.append(err))
+        while len(errors) < 100 and time.monotonic() - t0 < 10:
+            p.poll(0.05)  # no flush(): that would hand them to the core, to wait there
+        assert len(errors) == 100 and time.monotonic() - t0 >= 0.5
+        assert {(type(e), getattr(e, "code", None)) for e in errors} == {
+            (KafkaError, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        }
+        assert p._buffer.held() == 0
+        p.produce(topic, b"3000", b"k0")  # the producer goes on
+        assert p.flush(30) == 0
+    last: dict[int, int] = {}
+    records = read_topic(bs, topic)
+    for rec in records:
+        n = int(rec.value)
+        assert rec.partition == partition_for_key(rec.key, 3)
+        assert last.get(rec.partition, -1) < n
+        last[rec.partition] = n
+    assert len(records) == 3_001
 
 
 def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: Any) -> None:
