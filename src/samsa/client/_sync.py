@@ -1,12 +1,15 @@
 """Synchronous facades: each runs its asyncio core on a private event loop thread.
 
 The facade methods hand work to the loop (``run_coroutine_threadsafe``) and wait for it.
-``Producer.produce`` does not wait: it checks the record, appends one tuple to an inbox
-(``produce_batch`` appends a chunk of Arrow columns there, so the two keep their order)
-and returns (no future per record unless :meth:`Producer.send` asks for one). The loop
-drains the inbox in one call per burst (partitioning and encoding per burst, see
-``_accumulator``), and delivery callbacks are served from :meth:`Producer.poll` /
-:meth:`Producer.flush` in the caller's thread, as confluent-kafka does.
+``Producer.produce`` does not wait: it checks the record, adds it to an inbox and
+returns (no future per record unless :meth:`Producer.send` asks for one). The thread that
+made the producer adds its plain records (bytes, one topic, one callback or none) to its
+open run, value and key only, no object per record; other records are one tuple each, and
+``produce_batch`` adds a chunk of Arrow columns, each after the owner's open run, so all
+keep their order. The loop drains the inbox in one call per burst (a run as columns,
+partitioned and encoded per burst, see ``_accumulator``), and delivery callbacks are
+served from :meth:`Producer.poll` / :meth:`Producer.flush` in the caller's thread, as
+confluent-kafka does.
 """
 
 from __future__ import annotations
@@ -386,10 +389,11 @@ class Producer(_Facade[AsyncProducer]):
         # they go at with the codec loaded)
         columnar_ready(wait=True)
         core = self._core
-        # Producing threads append to the inbox; the loop thread takes items without a lock
-        # (see _drain_inbox), so a producing thread never waits for the loop thread. Each
-        # record's bytes are reserved in the core's buffer.memory account first: without a
-        # lock from the thread that made the producer (the owner), see BufferMemory.
+        # Producing threads append to the inbox (the owner to its open run); the loop thread
+        # takes them without a lock (see _drain_inbox), so a producing thread never waits for
+        # the loop thread. Each record's bytes are reserved in the core's buffer.memory
+        # account first: without a lock from the thread that made the producer (the owner),
+        # see BufferMemory.
         self._owner = threading.get_ident()
         self._lock = threading.Lock()  # guards _marks
         self._inbox: list[Item | _Run | _Chunk] = []
