@@ -984,18 +984,33 @@ def run_columns(values: list[bytes], keys: list[bytes | None], now_ms: int) -> C
     from samsa.protocol.columnar import binary_array
 
     n = len(values)
-    vals = binary_array(values, "values")
-    sizes = RECORD_OVERHEAD + _lengths(vals, n)
+    vals, sizes = _bytes_rows(values)
+    sizes += RECORD_OVERHEAD
     key_arr = None
-    if keys.count(None) != n:
-        key_arr = binary_array(keys, "keys")
-        sizes += _lengths(key_arr, n)  # a null key's is 0
+    try:  # keys are distinct objects, each read once per pass: no pass to look for None
+        key_arr, klen = _bytes_rows(keys)  # type: ignore[arg-type]
+    except TypeError:  # a null key
+        if keys.count(None) != n:
+            key_arr = binary_array(keys, "keys")  # a null key's length counts 0
+            klen = np.diff(np.frombuffer(key_arr.buffers()[1], np.int64, n + 1))
+    if key_arr is not None:
+        sizes += klen
     return Columns(vals, key_arr, np.full(n, now_ms, np.int64), None, None, sizes)
 
 
-def _lengths(arr: Any, n: int) -> np.ndarray:
-    """Row lengths of a large_binary array made by binary_array (offset 0)."""
-    return np.diff(np.frombuffer(arr.buffers()[1], np.int64, n + 1))
+def _bytes_rows(rows: list[bytes]) -> tuple[Any, np.ndarray]:
+    """Rows of bytes (TypeError for anything else) as large_binary, and their lengths."""
+    import pyarrow as pa
+
+    n = len(rows)
+    lengths = np.fromiter(map(len, rows), np.int64, n)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(rows)
+    arr = pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    return arr, lengths
 
 
 def make_columns(values: Any, keys: Any, partition: Any, headers: Any, timestamps: Any) -> Columns:

@@ -23,6 +23,7 @@ from samsa.client._accumulator import (
     normalize_headers,
     record_size,
     register_sink,
+    run_columns,
     unregister_sink,
 )
 from samsa.client._partitioner import partition_for_key
@@ -226,6 +227,26 @@ def test_a_columnar_batch_is_built_in_place_without_copying_its_records(codec: i
     assert (view.producer_id, view.producer_epoch, view.base_sequence) == (9, 1, 5)
     assert view.attributes & TRANSACTIONAL_FLAG
     assert _decoded(again) == _expected(rows, 0, len(rows["values"]))
+
+
+@pytest.mark.parametrize("nulls", ["none", "some", "all"])
+def test_a_run_becomes_columns_with_the_sizes_its_records_reserved(nulls: str) -> None:
+    values = [b"v%d" % i * (i % 5) for i in range(300)]
+    keys: list[bytes | None] = [
+        None if nulls == "all" or (nulls == "some" and i % 3 == 0) else b"k%d" % i
+        for i in range(300)
+    ]
+    cols = run_columns(values, keys, 123)
+    assert cols.values.to_pylist() == values
+    if nulls == "all":
+        assert cols.keys is None
+    else:
+        assert cols.keys is not None and cols.keys.to_pylist() == keys
+    assert cols.sizes.tolist() == [
+        record_size(v, k, None) for v, k in zip(values, keys, strict=True)
+    ]
+    assert cols.timestamps.tolist() == [123] * 300
+    assert cols.headers is None and cols.partitions is None
 
 
 def test_one_encode_seals_each_partitions_rows_in_batches_of_their_own() -> None:
