@@ -1224,6 +1224,10 @@ class BufferMemory:
             return True
         return False
 
+    def give_back(self, size: int) -> None:
+        """Un-count bytes the owner thread reserved and did not use (owner thread)."""
+        self.reserved -= size
+
     def reserve(self, size: int, need: int | None = None) -> None:
         """Count ``size`` bytes in (any thread), first blocking while ``need`` (default
         ``size``) more bytes do not fit (see :meth:`wait`)."""

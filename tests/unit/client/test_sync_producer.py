@@ -14,6 +14,7 @@ import pytest
 
 from samsa.client import (
     Admin,
+    BufferExhaustedError,
     ClosedError,
     KafkaError,
     Producer,
@@ -383,7 +384,7 @@ def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
         assert {(type(e), getattr(e, "code", None)) for e in errors} == {
             (KafkaError, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         }
-        assert p._buffer.held() == 0
+        assert p.flush(30) == 0 and p._buffer.held() == 0  # (flush: the owner's credit back)
         p.produce(topic, b"3000", b"k0")  # the producer goes on
         assert p.flush(30) == 0
     last: dict[int, int] = {}
@@ -394,6 +395,33 @@ def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
         assert last.get(rec.partition, -1) < n
         last[rec.partition] = n
     assert len(records) == 3_001
+
+
+def test_the_owners_credit_stays_within_buffer_memory_and_comes_back_at_flush(
+    shared_broker: Any,
+) -> None:
+    # produce() takes a record's bytes from a credit the owner reserved ahead: the credit is
+    # held, so buffer.memory is never exceeded (the loop thread held: nothing is released),
+    # a full buffer still fails produce() after max.block.ms, and flush() gives back what is
+    # left of the credit.
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 2)
+    memory = 200_000
+    config = {"bootstrap.servers": bs, "buffer.memory": memory, "max.block.ms": 300}
+    with Producer(config) as p:
+        hold = threading.Event()
+        p._lt.call(hold.wait, 10)
+        n = 0
+        with pytest.raises(BufferExhaustedError):
+            while n < 10_000:
+                p.produce(topic, b"v" * 100, b"k%d" % (n % 10))
+                n += 1
+                assert p._buffer.held() <= memory
+        hold.set()
+        assert 0 < n * (24 + 102) <= memory
+        assert p.flush(30) == 0
+        assert p._buffer.held() == 0
+    assert len(read_topic(bs, topic)) == n
 
 
 def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: Any) -> None:
