@@ -487,14 +487,16 @@ def main(argv: list[str] | None = None) -> int:
               f"| {fmt_rate(c[0])} | {c[1]:.0f} MB | {s[0] / c[0]:.2f}{capped} |")  # fmt: skip
     if args.base_src is not None:
         print(f"\nsamsa from {args.base_src} (base), same broker, alternated with the above:\n")
-        print("| path | samsa rec/s | base rec/s | samsa / base | samsa / ck | base / ck |")
-        print("|---|---|---|---|---|---|")
+        print("| path | samsa rec/s | base rec/s | samsa / base | samsa / ck | base / ck "
+              "| samsa peak RSS | base peak RSS |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
         for row, sr, cr in rows:
             s, b, c = summary(sr), summary(sr + BASE), summary(cr)
             if isinstance(s, str) or isinstance(b, str) or isinstance(c, str):
                 continue
             print(f"| {row} | {fmt_rate(s[0])} | {fmt_rate(b[0])} | {s[0] / b[0]:.2f} "
-                  f"| {s[0] / c[0]:.2f} | {b[0] / c[0]:.2f} |")  # fmt: skip
+                  f"| {s[0] / c[0]:.2f} | {b[0] / c[0]:.2f} | {s[1]:.0f} MB "
+                  f"| {b[1]:.0f} MB |")  # fmt: skip
     print(f"\n(total {total:.0f} s; each run in its own process; MB/s counts record values)")
     print("\nStart-up, a fresh interpreter: import, a producer connected, closed (median):")
     for client, runs in starts.items():
