@@ -693,13 +693,14 @@ class Producer(_Facade[AsyncProducer]):
         one (it grows), or if it grew after it was taken; entries after an open run are
         other threads', which keep no order with the owner's records.
 
-        ``park``: a run of a topic whose partitions are not known yet stops the drain (with
-        what follows it) until they are (see _await_topic), rather than going to the core
-        record by record to wait there: the records queued meanwhile then reach the core
-        as one columnar burst. A flush hands everything over (the core waits for it)."""
-        kept: list[_Run] = []
+        ``park``: a run of a topic whose partitions are not known yet stays in the inbox
+        until they are (see _await_topic), with every later entry of that topic (their
+        order), rather than going to the core record by record to wait there: the records
+        queued meanwhile then reach the core as one columnar burst. Other topics' entries
+        go on. A flush hands everything over (the core waits for it)."""
+        kept: list[Item | _Run | _Chunk] = []
+        parked: set[str] = set()
         i = 0
-        parked = False
         while i < n and budget > 0:
             entry = inbox[i]
             kind = type(entry)
@@ -707,14 +708,17 @@ class Producer(_Facade[AsyncProducer]):
                 run: _Run = entry  # type: ignore[assignment]
                 topic = run.topic
                 assert topic is not None
+                i += 1
+                if topic in parked:
+                    kept.append(run)
+                    continue
                 if park and run and self._core.cluster.partition_count(topic) is None:
                     err = self._no_metadata.get(topic)
                     if err is None:
                         self._await_topic(topic)
+                        parked.add(topic)
                         kept.append(run)
-                        i += 1
-                        parked = True
-                        break
+                        continue
                     # max.block.ms passed without them: what waited fails, as in the core
                     flat = run[: len(run)]
                     del run[: len(flat)]
@@ -727,7 +731,6 @@ class Producer(_Facade[AsyncProducer]):
                 budget -= take >> 1
                 if flat:
                     self._append_run(run, flat)
-                i += 1
                 # Open first: a run that is no longer open gets nothing more, so it is
                 # then empty for good or holds records appended after the slice above.
                 if run is self._run or run:
@@ -739,6 +742,9 @@ class Producer(_Facade[AsyncProducer]):
                         self._marks -= 1
             elif kind is _Chunk:
                 i += 1
+                if entry.topic in parked:  # type: ignore[union-attr]
+                    kept.append(entry)
+                    continue
                 budget -= 1
                 with self._lock:
                     self._marks -= 1
@@ -748,13 +754,18 @@ class Producer(_Facade[AsyncProducer]):
                 stop = min(n, i + budget)
                 while j < stop and type(inbox[j]) is not _Run and type(inbox[j]) is not _Chunk:
                     j += 1
-                self._append_many(inbox[i:j])  # type: ignore[arg-type]
+                items = inbox[i:j]
+                if parked:  # a parked topic's records wait behind its run
+                    kept += [x for x in items if x[0] in parked]  # type: ignore[index]
+                    items = [x for x in items if x[0] not in parked]  # type: ignore[index]
+                if items:
+                    self._append_many(items)  # type: ignore[arg-type]
                 budget -= j - i
                 i = j
         inbox[:i] = kept  # one operation: entries appended meanwhile stay after
         if i >= n:  # every run that waited met its error: records queued later wait anew
             self._no_metadata.clear()
-        return not parked and (i < n or any(kept))
+        return i < n or any(type(x) is _Run and x and x.topic not in parked for x in kept)
 
     def _await_topic(self, topic: str) -> None:
         """Learn a parked topic's partitions (one request at a time), then drain again;

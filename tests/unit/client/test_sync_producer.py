@@ -345,11 +345,11 @@ def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
     # Until a topic's partitions are known, its run waits in the inbox (not in the core,
     # record by record): once they are, what was queued meanwhile goes as one columnar
     # burst, in order. A topic that never appears fails each record with the core's error
-    # after max.block.ms, gives its bytes back, and the producer goes on.
+    # after max.block.ms, gives its bytes back, and other topics' records go on meanwhile.
     monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 500)
     bs = shared_broker.bootstrap
     topic = _topic(bs, 3)
-    config = {"bootstrap.servers": bs, "allow.auto.create.topics": False, "max.block.ms": 500}
+    config = {"bootstrap.servers": bs, "allow.auto.create.topics": False, "max.block.ms": 2000}
     with Producer(config) as p:
         columnar = 0
         real_columns, real_wait = p._core.append_columns, p._core.accumulator.wait_metadata
@@ -375,17 +375,27 @@ def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
 
         missing = f"missing-{uuid.uuid4().hex[:8]}"
         errors: list[BaseException | None] = []
+        acked: list[BaseException | None] = []
+
+        def ok(err: BaseException | None, md: RecordMetadata | None) -> None:
+            acked.append(err)
+
         t0 = time.monotonic()
         for _ in range(100):
             p.produce(missing, b"x", on_delivery=lambda err, md: errors.append(err))
-        while len(errors) < 100 and time.monotonic() - t0 < 10:
+        for n in range(3_000, 3_100):  # another topic's records do not wait behind them
+            p.produce(topic, b"%d" % n, b"k%d" % (n % 7), on_delivery=ok)
+        while (len(acked) < 100 or len(errors) < 100) and time.monotonic() - t0 < 10:
             p.poll(0.05)  # no flush(): that would hand them to the core, to wait there
-        assert len(errors) == 100 and time.monotonic() - t0 >= 0.5
+            if len(acked) < 100:
+                assert not errors
+        assert acked == [None] * 100
+        assert len(errors) == 100 and time.monotonic() - t0 >= 2.0
         assert {(type(e), getattr(e, "code", None)) for e in errors} == {
             (KafkaError, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         }
         assert p.flush(30) == 0 and p._buffer.held() == 0  # (flush: the owner's credit back)
-        p.produce(topic, b"3000", b"k0")  # the producer goes on
+        p.produce(topic, b"3100", b"k0")  # the producer goes on
         assert p.flush(30) == 0
     last: dict[int, int] = {}
     records = read_topic(bs, topic)
@@ -394,7 +404,7 @@ def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
         assert rec.partition == partition_for_key(rec.key, 3)
         assert last.get(rec.partition, -1) < n
         last[rec.partition] = n
-    assert len(records) == 3_001
+    assert len(records) == 3_101
 
 
 def test_the_owners_credit_stays_within_buffer_memory_and_comes_back_at_flush(
