@@ -102,6 +102,9 @@ _COLUMNAR_MIN = 2_048
 # buffer.memory the owner thread reserves ahead for its next plain records (at most a
 # sixteenth of it), so that produce() counts a record with one subtraction
 _CREDIT = 64 * 1024
+# The owner's plain records of one topic (and callback) in a row that open a run for the
+# next ones; before, and for a producer alternating topics, one tuple a record
+_RUN_MIN = 8
 # Records handed to the core per loop callback (see _drain_inbox): 16k, 32k and unbounded
 # were within noise of each other (on a loaded 2-core machine), 16k a little ahead.
 _DRAIN_MAX = 16_384
@@ -405,6 +408,10 @@ class Producer(_Facade[AsyncProducer]):
         self._marks = 0  # runs and produce_batch() chunks in the inbox (under _lock)
         self._run = _NO_RUN  # the owner's open run (owner thread; the drain only reads it)
         self._credit = 0  # buffer.memory the owner reserved ahead (owner thread)
+        # the owner's plain records of one topic and callback in a row, before a run opens
+        self._streak_topic: str | None = None
+        self._streak_extras: tuple[None, None, None, int] | None = None
+        self._streak = 0
         # runs parked for their topic's partitions (loop thread; see _drain_marked)
         self._topic_waits: set[str] = set()
         self._no_metadata: dict[str, KafkaError] = {}
@@ -473,11 +480,37 @@ class Producer(_Facade[AsyncProducer]):
                 credit = self._credit - size
                 if credit >= 0:  # buffer.memory reserved ahead (see _reserve_owned)
                     self._credit = credit
-                    run.extend((value, key))
-                    if not self._scheduled:
-                        self._scheduled = True
-                        self._lt.call(self._drain_inbox)
-                    return
+                else:
+                    self._reserve_owned(size)  # more credit, or waits (max.block.ms)
+                run.extend((value, key))
+                if not self._scheduled:
+                    self._scheduled = True
+                    self._lt.call(self._drain_inbox)
+                return
+            elif extras is not _NO_RUN and type(topic) is str and topic:
+                # Another topic or callback than the open run's: one tuple in the inbox, and
+                # _RUN_MIN of them in a row (one topic, one callback) open a run for the
+                # next ones. (A run per switch would cost a producer that alternates topics
+                # an object, a lock and a call into the core per record.)
+                size = RECORD_OVERHEAD + len(value) + (len(key) if tk is bytes else 0)
+                credit = self._credit - size
+                if credit >= 0:
+                    self._credit = credit
+                else:
+                    self._reserve_owned(size)
+                if topic == self._streak_topic and extras is self._streak_extras:
+                    self._streak += 1
+                else:
+                    self._streak_topic, self._streak_extras, self._streak = topic, extras, 1
+                if self._streak >= _RUN_MIN:
+                    self._open_run(topic, extras).extend((value, key))
+                else:
+                    self._run = _NO_RUN  # its later records go after this one
+                    self._inbox.append((topic, value, key, size, extras))
+                if not self._scheduled:
+                    self._scheduled = True
+                    self._lt.call(self._drain_inbox)
+                return
         if self._closed:
             raise ClosedError("producer is closed")
         if self._transactional:
@@ -488,32 +521,29 @@ class Producer(_Facade[AsyncProducer]):
             if self._queued_outcomes - self._served >= _MAX_UNSERVED_CALLBACKS:
                 self.poll()  # nobody polls: serve them here rather than hold them all
         item = make_item(topic, value, key, partition, timestamp, headers, sink)
-        extras = item[4]
+        run, extras = self._run, item[4]
         if (
             self._fast
             and item[1] is not None
-            and (extras is None or (type(sink) is int and extras[:3] == (None, None, None)))
+            and run.topic == item[0]
+            and (extras is None or extras[:3] == (None, None, None))
+            and run.extras is (self._sinks.get(on_delivery) if type(sink) is int else sink)
             and get_ident() == self._owner
-        ):  # plain, from the owner: into a run
-            self._run_append(item, None if extras is None else self._sinks[on_delivery])
+        ):  # the open run's topic and callback (a str value, or buffer.memory was full)
+            self._reserve_owned(item[3])  # waits while buffer.memory is full (max.block.ms)
+            run.extend((item[1], item[2]))
+            self._schedule()
             return
         self._enqueue(item, item[3])
 
-    def _run_append(self, item: Item, extras: tuple[None, None, None, int] | None) -> None:
-        """produce()'s plain record from the owner, off the inline path: a new topic or
-        callback, a str value or key, or buffer.memory full (waits here, max.block.ms)."""
-        topic, value, key, size, _ = item
-        self._reserve_owned(size)  # blocks while buffer.memory is full; raises: nothing kept
-        run = self._run
-        if run.topic != topic or run.extras is not extras:
-            run = _Run(topic, extras)
-            # Current before it is in the inbox: a drain that finds it there then keeps it.
-            self._run = run
-            with self._lock:
-                self._marks += 1
-                self._inbox.append(run)
-        run.extend((value, key))
-        self._schedule()
+    def _open_run(self, topic: str, extras: tuple[None, None, None, int] | None) -> _Run:
+        run = _Run(topic, extras)
+        # Open before it is in the inbox: a drain that finds it there then keeps it.
+        self._run = run
+        with self._lock:
+            self._marks += 1
+            self._inbox.append(run)
+        return run
 
     def _sink(self, callback: DeliveryCallback) -> _CallbackSink | int:
         """The sink of a record with this callback: the handle of the callback's sink (made
@@ -700,6 +730,9 @@ class Producer(_Facade[AsyncProducer]):
         go on. A flush hands everything over (the core waits for it)."""
         kept: list[Item | _Run | _Chunk] = []
         parked: set[str] = set()
+        # records for the core's per-record intake, handed over together (order kept):
+        # short runs among records of other topics are one call, not one each
+        pending: list[Item] = []
         i = 0
         while i < n and budget > 0:
             entry = inbox[i]
@@ -729,8 +762,11 @@ class Producer(_Facade[AsyncProducer]):
                 flat = run[:take]
                 del run[:take]
                 budget -= take >> 1
-                if flat:
+                if take >> 1 >= _COLUMNAR_MIN and self._columnar_ok(topic):
+                    pending = self._flush_pending(pending)
                     self._append_run(run, flat)
+                elif flat:
+                    pending += _run_items(topic, run.extras, flat[0::2], flat[1::2])  # type: ignore[arg-type]
                 # Open first: a run that is no longer open gets nothing more, so it is
                 # then empty for good or holds records appended after the slice above.
                 if run is self._run or run:
@@ -748,6 +784,7 @@ class Producer(_Facade[AsyncProducer]):
                 budget -= 1
                 with self._lock:
                     self._marks -= 1
+                pending = self._flush_pending(pending)
                 self._append_columns(entry)  # type: ignore[arg-type]
             else:  # records of the general path, up to the next run or chunk
                 j = i + 1
@@ -758,14 +795,19 @@ class Producer(_Facade[AsyncProducer]):
                 if parked:  # a parked topic's records wait behind its run
                     kept += [x for x in items if x[0] in parked]  # type: ignore[index]
                     items = [x for x in items if x[0] not in parked]  # type: ignore[index]
-                if items:
-                    self._append_many(items)  # type: ignore[arg-type]
+                pending += items  # type: ignore[arg-type]
                 budget -= j - i
                 i = j
+        self._flush_pending(pending)
         inbox[:i] = kept  # one operation: entries appended meanwhile stay after
         if i >= n:  # every run that waited met its error: records queued later wait anew
             self._no_metadata.clear()
         return i < n or any(type(x) is _Run and x and x.topic not in parked for x in kept)
+
+    def _flush_pending(self, pending: list[Item]) -> list[Item]:
+        if pending:
+            self._append_many(pending)
+        return []
 
     def _await_topic(self, topic: str) -> None:
         """Learn a parked topic's partitions (one request at a time), then drain again;
