@@ -339,6 +339,30 @@ def test_the_owners_records_keep_their_order_however_they_are_queued(
     assert sorted(seen) == list(range(total))
 
 
+def test_a_run_opens_only_for_records_of_one_topic_in_a_row(shared_broker: Any) -> None:
+    # A producer that alternates topics queues one tuple a record (a run per switch cost
+    # an object, a lock and a call into the core per record); _RUN_MIN records of one topic
+    # in a row open a run, which takes the next ones. Every record lands, in order.
+    bs = shared_broker.bootstrap
+    topics = (_topic(bs, 1), _topic(bs, 1))
+    with Producer({"bootstrap.servers": bs}) as p:
+        hold = threading.Event()
+        p._lt.call(hold.wait, 10)  # nothing drained meanwhile: the inbox shows what was queued
+        for n in range(100):
+            p.produce(topics[n % 2], b"%d" % n)
+        assert p._marks == 0 and len(p._inbox) == 100  # no run: tuples
+        for n in range(100, 200):
+            p.produce(topics[0], b"%d" % n)
+        assert p._marks == 1 and p._run.topic == topics[0]
+        assert len(p._inbox) == 100 + _sync._RUN_MIN - 1 + 1  # the streak's first, then the run
+        assert len(p._run) == 2 * (100 - _sync._RUN_MIN + 1)
+        hold.set()
+        assert p.flush(30) == 0
+    got = [int(r.value) for r in read_topic(bs, topics[0])]
+    assert got == [n for n in range(100) if n % 2 == 0] + list(range(100, 200))
+    assert [int(r.value) for r in read_topic(bs, topics[1])] == list(range(1, 100, 2))
+
+
 def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
     shared_broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
