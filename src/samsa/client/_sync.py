@@ -3,8 +3,9 @@
 The facade methods hand work to the loop (``run_coroutine_threadsafe``) and wait for it.
 ``Producer.produce`` does not wait: it checks the record, adds it to an inbox and
 returns (no future per record unless :meth:`Producer.send` asks for one). The thread that
-made the producer adds its plain records (bytes, one topic, one callback or none) to its
-open run, value and key only, no object per record; other records are one tuple each, and
+made the producer adds its plain records (bytes, one topic, one callback or none, a few in
+a row) to its open run, value and key only, no object per record; other records are one
+tuple each, and
 ``produce_batch`` adds a chunk of Arrow columns, each after the owner's open run, so all
 keep their order. The loop drains the inbox in one call per burst (a run as columns,
 partitioned and encoded per burst, see ``_accumulator``), and delivery callbacks are
