@@ -265,6 +265,7 @@ def _consume_ck_nobackoff(bootstrap: str, topic: str, n: int, cap: float) -> dic
 
 
 PARTITIONS = 4
+BASE = "@base"  # a samsa role run with --base-src's package
 
 
 def _partitions(_topic: str) -> int:
@@ -345,10 +346,16 @@ def startup(client: str, bootstrap: str) -> dict[str, Any]:
 # --- parent ---------------------------------------------------------------------------------
 
 
-def run_child(role: str, bootstrap: str, topic: str, n: int, cap: float) -> dict[str, Any]:
+def run_child(
+    role: str, bootstrap: str, topic: str, n: int, cap: float, src: str | None = None
+) -> dict[str, Any]:
+    """One measurement in a fresh process; ``src``: import samsa from that source tree."""
     cmd = [sys.executable, __file__, "--child", role, "--bootstrap", bootstrap, "--topic", topic,
            "--records", str(n), "--cap", str(cap)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap + 120)
+    env = None
+    if src is not None:
+        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap + 120, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{role} failed:\n{proc.stderr[-3000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -374,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         "--only", choices=("producer", "consumer"), help="run only these rows (both clients)"
     )
     ap.add_argument("--match", help="run only the rows whose name contains this text")
+    ap.add_argument(
+        "--base-src",
+        help="also run samsa's rows with the samsa package of this source tree (the src/ of "
+        "another checkout, e.g. main's), alternated with the others: before/after in one run",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -409,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if args.match in r[0]]
     results: dict[str, list[dict[str, Any]]] = {}
     t_start = time.perf_counter()
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="samsa-bench-client-") as tmp:
         with SamsaBroker(Path(tmp) / "data") as broker:
             bs = broker.bootstrap
@@ -426,20 +439,24 @@ def main(argv: list[str] | None = None) -> int:
             seq = 0
             for rep in range(args.repeat):
                 for _row, sr, cr in rows:
-                    order = (sr, cr) if rep % 2 == 0 else (cr, sr)
-                    for role in order:
+                    order = [sr, cr] if args.base_src is None else [sr, sr + BASE, cr]
+                    if rep % 2:
+                        order.reverse()
+                    for key in order:
+                        role = key.removesuffix(BASE)
                         if role.startswith("produce"):
                             seq += 1
                             topic = f"w{seq}"
                             create_topic(bs, topic)
                         else:
                             topic = read_topic
-                        key = role
                         if role.startswith("consume") and len(results.get(key, [])) > rep:
                             continue  # a reader in two rows runs once per repeat
                         if key in results and results[key] and results[key][0].get("missing"):
                             continue
-                        results.setdefault(key, []).append(run_child(role, bs, topic, n, args.cap))
+                        src = args.base_src if key.endswith(BASE) else None
+                        run = run_child(role, bs, topic, n, args.cap, src)
+                        results.setdefault(key, []).append(run)
     total = time.perf_counter() - t_start
 
     def summary(role: str) -> tuple[float, float, bool] | str:
@@ -453,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nsamsa client vs confluent-kafka {_ck_version()}, one samsa broker, {n:,} "
         f"records of 100 B (8 B keys), 4 partitions, median of {args.repeat}; "
-        f"{os.cpu_count()} cores\n"
+        f"{os.cpu_count()} cores, load average {load_start:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end\n"
     )
     print("| path | samsa rec/s | samsa MB/s | samsa peak RSS | confluent-kafka rec/s "
           "| ck peak RSS | samsa / ck |")  # fmt: skip
@@ -467,6 +485,18 @@ def main(argv: list[str] | None = None) -> int:
         capped = " (capped)" if s[2] or c[2] else ""
         print(f"| {row} | {fmt_rate(s[0])} | {s[0] * 100 / 1e6:.1f} | {s[1]:.0f} MB "
               f"| {fmt_rate(c[0])} | {c[1]:.0f} MB | {s[0] / c[0]:.2f}{capped} |")  # fmt: skip
+    if args.base_src is not None:
+        print(f"\nsamsa from {args.base_src} (base), same broker, alternated with the above:\n")
+        print("| path | samsa rec/s | base rec/s | samsa / base | samsa / ck | base / ck "
+              "| samsa peak RSS | base peak RSS |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|")
+        for row, sr, cr in rows:
+            s, b, c = summary(sr), summary(sr + BASE), summary(cr)
+            if isinstance(s, str) or isinstance(b, str) or isinstance(c, str):
+                continue
+            print(f"| {row} | {fmt_rate(s[0])} | {fmt_rate(b[0])} | {s[0] / b[0]:.2f} "
+                  f"| {s[0] / c[0]:.2f} | {b[0] / c[0]:.2f} | {s[1]:.0f} MB "
+                  f"| {b[1]:.0f} MB |")  # fmt: skip
     print(f"\n(total {total:.0f} s; each run in its own process; MB/s counts record values)")
     print("\nStart-up, a fresh interpreter: import, a producer connected, closed (median):")
     for client, runs in starts.items():

@@ -25,8 +25,9 @@ Columns (``produce_batch``). A call's columns are checked and converted to Arrow
 the caller's thread (:func:`make_columns`), and go through the same steps a column at a
 time: :func:`assign_column_partitions` (keys hashed vectorised, unkeyed rows sticky per
 ``batch.size`` bytes, KIP-480/794), one stable sort to group rows per partition, and
-:func:`encode_sealed`, which encodes each partition's rows straight into sealed batches
-with the vectorised encoder: no open batch, no per-row object. Those batches join the
+:func:`encode_sealed`, which encodes every partition's rows straight into sealed batches
+with one call of the vectorised encoder (a batch starts at each partition's first row): no
+open batch, no per-row object. Those batches join the
 partition's queue after its earlier records, with one :class:`Tally` for the whole call
 instead of per-record sinks; the sender treats them as any other batch.
 
@@ -338,8 +339,8 @@ def _framed(section: memoryview) -> tuple[bytearray, memoryview]:
     """A section copied behind room for its batch header. The copy is the only one the
     records get (build() writes the header in place), and it lets the vectorised encoder's
     buffer, which holds every partition's sections of a burst, go at once."""
-    whole = bytearray(HEADER_SIZE + len(section))
-    whole[HEADER_SIZE:] = section
+    whole = bytearray(HEADER_SIZE)
+    whole += section  # one pass: bytearray(n) would zero the n bytes before the copy
     return whole, memoryview(whole)[HEADER_SIZE:]
 
 
@@ -976,6 +977,42 @@ def plain_columns(items: Sequence[Item], now_ms: int) -> Columns | None:
     )
 
 
+def run_columns(values: list[bytes], keys: list[bytes | None], now_ms: int) -> Columns:
+    """The sync producer's run of plain records (bytes values, keys bytes or None, one
+    topic and one sink: nothing to check) as the columnar intake's columns, stamped
+    ``now_ms``. Sizes are record_size()'s, what the caller reserved in buffer.memory."""
+    from samsa.protocol.columnar import binary_array
+
+    n = len(values)
+    vals, sizes = _bytes_rows(values)
+    sizes += RECORD_OVERHEAD
+    key_arr = None
+    try:  # keys are distinct objects, each read once per pass: no pass to look for None
+        key_arr, klen = _bytes_rows(keys)  # type: ignore[arg-type]
+    except TypeError:  # a null key
+        if keys.count(None) != n:
+            key_arr = binary_array(keys, "keys")  # a null key's length counts 0
+            klen = np.diff(np.frombuffer(key_arr.buffers()[1], np.int64, n + 1))
+    if key_arr is not None:
+        sizes += klen
+    return Columns(vals, key_arr, np.full(n, now_ms, np.int64), None, None, sizes)
+
+
+def _bytes_rows(rows: list[bytes]) -> tuple[Any, np.ndarray]:
+    """Rows of bytes (TypeError for anything else) as large_binary, and their lengths."""
+    import pyarrow as pa
+
+    n = len(rows)
+    lengths = np.fromiter(map(len, rows), np.int64, n)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(rows)
+    arr = pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    return arr, lengths
+
+
 def make_columns(values: Any, keys: Any, partition: Any, headers: Any, timestamps: Any) -> Columns:
     """Check a ``produce_batch()`` call on the caller's thread (bad input raises here and
     nothing is queued) and convert its columns to Arrow once."""
@@ -1086,15 +1123,23 @@ def assign_column_partitions(
 
 
 def encode_sealed(
-    tp: TopicPartition, cols: Columns, codec: int, batch_size: int, created: float, tally: Tally
-) -> list[Batch]:
-    """One partition's rows as sealed batches of at most ``batch.size`` (one record alone
-    may exceed it), owned by ``tally``; their sizes sum to the rows' estimate."""
+    spans: Sequence[tuple[TopicPartition, int, int]],
+    cols: Columns,
+    codec: int,
+    batch_size: int,
+    created: float,
+    tally: Tally,
+) -> list[list[Batch]]:
+    """Each partition's rows ``[a, b)`` of ``cols`` (the spans in row order, covering every
+    row) as sealed batches of at most ``batch.size`` (one record alone may exceed it), owned
+    by ``tally``; their sizes sum to the rows' estimate. One encode for every partition:
+    per call, the vectorised encoder's fixed cost was a partition's (4 calls per burst)."""
     from samsa.protocol.columnar import encode_sections
 
-    out = []
+    out: list[list[Batch]] = [[] for _ in spans]
     cum = np.zeros(len(cols) + 1, np.int64)
     np.cumsum(cols.sizes, out=cum[1:])
+    k = 0
     for es in encode_sections(
         cols.values,
         cols.keys,
@@ -1102,8 +1147,11 @@ def encode_sealed(
         timestamps=cols.timestamps,
         compression=codec,
         max_batch_bytes=batch_size,
+        cuts=[a for _, a, _ in spans[1:]],
     ):
-        b = Batch(tp, created)
+        while es.first >= spans[k][2]:
+            k += 1
+        b = Batch(spans[k][0], created)
         b.whole, b.section = _framed(es.section)
         b.first_ts, b.max_ts = es.first_timestamp, es.max_timestamp
         b.codec = codec
@@ -1112,7 +1160,7 @@ def encode_sealed(
         b.full = True
         b.timestamps = None
         b.handle = tally
-        out.append(b)
+        out[k].append(b)
     return out
 
 
@@ -1175,6 +1223,10 @@ class BufferMemory:
             self.reserved = reserved
             return True
         return False
+
+    def give_back(self, size: int) -> None:
+        """Un-count bytes the owner thread reserved and did not use (owner thread)."""
+        self.reserved -= size
 
     def reserve(self, size: int, need: int | None = None) -> None:
         """Count ``size`` bytes in (any thread), first blocking while ``need`` (default
@@ -1527,35 +1579,36 @@ class RecordAccumulator:
         )
         first, last = int(parts.min()), int(parts.max())
         if first == last:
-            groups = [(first, cols)]
-        else:
-            order = np.argsort(parts, kind="stable")  # each partition's rows in call order
+            spans = [(first, 0, n_rows)]
+        else:  # each partition's rows together, in call order: one take, one encode
+            order = np.argsort(parts, kind="stable")
             ordered = parts[order]
             cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
             bounds = [0, *cuts.tolist(), n_rows]
-            groups = [
-                (int(ordered[a]), cols.take(order[a:b])) for a, b in itertools.pairwise(bounds)
-            ]
-        now = asyncio.get_running_loop().time()
-        limit = self.column_limit(topic)
-        for p, part_cols in groups:
-            if p < 0:  # explicit partitions the topic does not have
-                assert part_cols.partitions is not None
-                bad = KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"{topic} has no partition {int(part_cols.partitions[0])}",
-                )
-                self.drop_columns(part_cols, tally, bad)
-                if self.txn is not None:
-                    self.txn.fail(bad, bump=False)
-                continue
-            tp = TopicPartition(topic, p)
-            sealed = encode_sealed(tp, part_cols, self.codec, limit, now, tally)
-            ps = self.partition(tp)
-            # after the partition's open batch, if any: its records stay ahead, and the
-            # next send() starts a new batch (the last one is sealed, full)
-            ps.queue.extend(sealed)
-            self.outstanding += len(sealed)
+            spans = [(int(ordered[a]), a, b) for a, b in itertools.pairwise(bounds)]
+            cols = cols.take(order)
+        if spans[0][0] < 0:  # explicit partitions the topic does not have (sorted first)
+            _, a, b = spans.pop(0)
+            bad_cols, cols = cols.slice(a, b), cols.slice(b, n_rows)
+            spans = [(p, a - b, c - b) for p, a, c in spans]
+            assert bad_cols.partitions is not None
+            bad = KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"{topic} has no partition {int(bad_cols.partitions[0])}",
+            )
+            self.drop_columns(bad_cols, tally, bad)
+            if self.txn is not None:
+                self.txn.fail(bad, bump=False)
+        if spans:
+            now = asyncio.get_running_loop().time()
+            tps = [(TopicPartition(topic, p), a, b) for p, a, b in spans]
+            sealed = encode_sealed(tps, cols, self.codec, self.column_limit(topic), now, tally)
+            for (tp, _, _), batches in zip(tps, sealed, strict=True):
+                ps = self.partition(tp)
+                # after the partition's open batch, if any: its records stay ahead, and the
+                # next send() starts a new batch (the last one is sealed, full)
+                ps.queue.extend(batches)
+                self.outstanding += len(batches)
         self.idle.clear()
         self.host.wake()
 

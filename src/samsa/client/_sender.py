@@ -21,7 +21,6 @@ batch).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,6 +52,11 @@ if TYPE_CHECKING:
     from samsa.client._config import Config
 
 log = logging.getLogger("samsa.client.producer")
+
+
+def _wake_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class SenderHost(ProducerHost, Protocol):
@@ -125,11 +129,17 @@ class Sender:
         self.max_block = host.max_block
         self.max_request_size = host.max_request_size
         self._checking: set[TopicPartition] = set()  # resumed partitions being described
-        self._wake = asyncio.Event()
+        # wakeup() since the pass began, and the pass's wait: a future and a timer, not
+        # wait_for() on an Event (a task per wait, once per request answered)
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
 
     def wakeup(self) -> None:
         """Look at the partitions again now (a new batch, an answer, a partition added)."""
-        self._wake.set()
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def init_producer_id(self, *, bump: bool = False) -> None:
         """InitProducerId; with ``bump`` (KIP-360, v3+) for a transactional producer.
@@ -218,13 +228,13 @@ class Sender:
         finally:
             ps.skip_known = known
             self._checking.discard(ps.tp)
-            self._wake.set()
+            self.wakeup()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             while not self.acc.closed:
-                self._wake.clear()
+                self._woken = False
                 now = loop.time()
                 wake_at = now + 0.5
                 self.expire(now)
@@ -256,8 +266,16 @@ class Sender:
             )
 
     async def _wait(self, timeout: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        if self._woken:
+            return
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(timeout, _wake_up, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     def _ready_batch(
         self,
@@ -408,7 +426,7 @@ class Sender:
                 self._apply(b, ps, d, exc)
             return
         finally:
-            self._wake.set()
+            self.wakeup()
         if resp is None:  # acks=0
             for b in batches:
                 self.partitions[b.tp].landed(b)

@@ -508,17 +508,19 @@ def _header_sections(arr: pa.ListArray) -> _Bytes | None:
     return _Bytes(joined, np.diff(_offsets(joined)))
 
 
-def _split(est: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """Greedy runs of rows whose estimated sizes sum to at most ``limit`` (at least one row)."""
+def _split(est: np.ndarray, limit: int, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Greedy runs of rows whose estimated sizes sum to at most ``limit`` (at least one row);
+    a run never spans a row index in ``cuts`` (ascending): one starts there."""
     cum = np.cumsum(est)
     out: list[tuple[int, int]] = []
-    start, n, before = 0, len(est), 0
-    while start < n:
-        end = int(np.searchsorted(cum, before + limit, side="right"))
-        end = max(end, start + 1)
-        out.append((start, end))
-        before = int(cum[end - 1])
-        start = end
+    start, before = 0, 0
+    for stop in (*cuts, len(est)):
+        while start < stop:
+            end = int(np.searchsorted(cum, before + limit, side="right"))
+            end = min(max(end, start + 1), stop)
+            out.append((start, end))
+            before = int(cum[end - 1])
+            start = end
     return out
 
 
@@ -602,10 +604,13 @@ def encode_sections(
     compression: int = Compression.NONE,
     compression_level: int | None = None,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    cuts: Sequence[int] = (),
 ) -> list[EncodedSection]:
     """:func:`encode_batches` without the headers: each batch's records section, split and
     compressed alike, as a view of one buffer (no CRC computed, no copy made); the caller
-    adds the header and its CRC once the producer fields are known."""
+    adds the header and its CRC once the producer fields are known. A batch starts at each
+    row index of ``cuts`` (ascending): the rows of several partitions, grouped, are encoded
+    in one call, each batch holding one partition's."""
     if compression not in (0, 1, 2, 3, 4):
         raise ValueError(f"unknown compression codec {compression}")
     if compression_level is not None:
@@ -645,7 +650,7 @@ def encode_sections(
     bound_zz = np.array([span, n - 1], np.int64)
     est = fixed + int(_varint_sizes(_zigzag(bound_zz)).sum())
     est += _varint_sizes(_zigzag(est))
-    runs = _split(est, max_batch_bytes - HEADER_SIZE)
+    runs = _split(est, max_batch_bytes - HEADER_SIZE, cuts)
 
     starts = np.array([a for a, _ in runs], np.int64)
     counts = np.array([b - a for a, b in runs], np.int64)

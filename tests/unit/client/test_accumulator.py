@@ -12,14 +12,18 @@ from samsa.client._accumulator import (
     COLUMNAR_HASH_MIN,
     Batch,
     RowSink,
+    Tally,
     _encode_plain,
     assign_partitions,
     columnar_ready,
+    encode_sealed,
     group_by_partition,
+    make_columns,
     make_item,
     normalize_headers,
     record_size,
     register_sink,
+    run_columns,
     unregister_sink,
 )
 from samsa.client._partitioner import partition_for_key
@@ -223,6 +227,50 @@ def test_a_columnar_batch_is_built_in_place_without_copying_its_records(codec: i
     assert (view.producer_id, view.producer_epoch, view.base_sequence) == (9, 1, 5)
     assert view.attributes & TRANSACTIONAL_FLAG
     assert _decoded(again) == _expected(rows, 0, len(rows["values"]))
+
+
+@pytest.mark.parametrize("nulls", ["none", "some", "all"])
+def test_a_run_becomes_columns_with_the_sizes_its_records_reserved(nulls: str) -> None:
+    values = [b"v%d" % i * (i % 5) for i in range(300)]
+    keys: list[bytes | None] = [
+        None if nulls == "all" or (nulls == "some" and i % 3 == 0) else b"k%d" % i
+        for i in range(300)
+    ]
+    cols = run_columns(values, keys, 123)
+    assert cols.values.to_pylist() == values
+    if nulls == "all":
+        assert cols.keys is None
+    else:
+        assert cols.keys is not None and cols.keys.to_pylist() == keys
+    assert cols.sizes.tolist() == [
+        record_size(v, k, None) for v, k in zip(values, keys, strict=True)
+    ]
+    assert cols.timestamps.tolist() == [123] * 300
+    assert cols.headers is None and cols.partitions is None
+
+
+def test_one_encode_seals_each_partitions_rows_in_batches_of_their_own() -> None:
+    # The columnar intake encodes every partition's rows of a burst in one call: a batch
+    # never holds two partitions' rows (a span of one row included), each decodes to its
+    # rows in order, and the sizes add up per partition.
+    rows = _rows(2_000, headers=True, seed=9)
+    cols = make_columns(rows["values"], rows["keys"], None, rows["headers"], rows["timestamps"])
+    tps = [TopicPartition("t", p) for p in (0, 2, 5)]
+    spans = [(tps[0], 0, 700), (tps[1], 700, 701), (tps[2], 701, 2_000)]
+    batch_size = 4096
+    tally = Tally("t", 2_000, lambda err, md: None)
+    sealed = encode_sealed(spans, cols, Compression.NONE, batch_size, 1.0, tally)
+    assert len(sealed) == 3
+    for (tp, a, b), batches in zip(spans, sealed, strict=True):
+        first = a
+        for s in batches:
+            assert s.tp == tp and s.full and s.handle is tally
+            payload = s.build(1, 0, 0, False, Compression.NONE)
+            assert len(payload) <= batch_size or s.count == 1
+            assert _decoded(payload) == _expected(rows, first, first + s.count)
+            first += s.count
+        assert first == b
+        assert sum(s.size for s in batches) == int(cols.sizes[a:b].sum())
 
 
 @pytest.mark.parametrize("n", [60, 3000])  # per-record encoder, columnar encoder

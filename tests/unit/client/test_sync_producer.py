@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -11,7 +12,17 @@ from typing import Any
 
 import pytest
 
-from samsa.client import Admin, ClosedError, Producer, RecordMetadata, _sync, partition_for_key
+from samsa.client import (
+    Admin,
+    BufferExhaustedError,
+    ClosedError,
+    KafkaError,
+    Producer,
+    RecordMetadata,
+    _sync,
+    partition_for_key,
+)
+from samsa.protocol.errors import ErrorCode
 from samsa.testing import read_topic
 
 _FRESH = """
@@ -200,7 +211,7 @@ def test_flush_waits_for_a_backlog_handed_over_in_chained_drains(
             # what transactions and state() rely on: nothing left behind in the inbox (a
             # backlog is there unless the loop thread kept up, so one round may not show it)
             p._wait_inbox_drained()
-            assert not p._inbox
+            assert p._inbox_records() == 0
             assert p.flush(30) == 0
             assert done == 2_000 * (rounds + 1)  # every record delivered when flush returns
     assert len(read_topic(shared_broker.bootstrap, topic)) == 10_000
@@ -259,6 +270,192 @@ def test_a_large_burst_of_plain_records_takes_the_columnar_intake_in_order(
         last[r.partition] = n
     assert len(last) == 3
     assert set(acked) == phase2  # each callback record's own partition and offset
+
+
+def test_the_owners_records_keep_their_order_however_they_are_queued(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # produce()'s inline path adds to the owner's open run; whatever else the owner queues
+    # (a partition given, a tombstone, a str value, send(), a produce_batch() chunk, another
+    # topic or callback) goes after it, into the inbox or a new run. Small drains race the
+    # producing thread (a run is taken while it grows), flush() empties the open run, and
+    # while the loop thread is held runs pile up and go the columnar way: each partition
+    # gets its records in produce() order, every record once, and buffer.memory gets back
+    # exactly what was counted.
+    monkeypatch.setattr(_sync, "_DRAIN_MAX", 37)
+    monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 64)
+    bs = shared_broker.bootstrap
+    topics = (_topic(bs, 3), _topic(bs, 2))
+    acked: list[int] = []
+
+    def cb(err: BaseException | None, md: RecordMetadata | None) -> None:
+        assert err is None and md is not None
+        acked.append(md.offset)
+
+    total, with_cb = 9_000, 0
+    with Producer({"bootstrap.servers": bs}) as p:
+        for t in topics:
+            p.produce(t, b"-1", partition=0)
+        p.flush(30)  # metadata known: a held loop thread then leaves runs to go columnar
+        for phase in range(6):
+            hold = threading.Event()
+            if phase % 2:
+                p._lt.call(hold.wait, 10)
+            for n in range(phase * 1_500, (phase + 1) * 1_500):
+                v, k, r = b"%d" % n, b"k%d" % (n % 11), n % 97
+                if r == 0:
+                    p.produce(topics[0], v, k, partition=n % 3)
+                elif r == 1:
+                    p.produce(topics[0], v.decode(), k)
+                elif r == 2:
+                    p.produce(topics[0], None, b"t%d" % n)
+                elif r == 3:
+                    p.send(topics[0], v, k)
+                elif r == 4:
+                    p.produce_batch(topics[0], [v], [k])
+                elif r < 20:
+                    p.produce(topics[1], v, k)
+                elif r < 30:
+                    p.produce(topics[0], v, k, on_delivery=cb)
+                    with_cb += 1
+                else:
+                    p.produce(topics[0], v, k)
+                if phase == 4 and n % 250 == 0:
+                    assert p.flush(30) == 0  # empties the open run, which goes on after it
+            hold.set()
+        assert p.flush(30) == 0
+        assert p._buffer.held() == 0
+    assert len(acked) == with_cb
+    seen: list[int] = []
+    for t in topics:
+        last: dict[int, int] = {}
+        for rec in read_topic(bs, t):
+            n = int(rec.value) if rec.value is not None else int(rec.key[1:])
+            if n < 0:
+                continue
+            assert last.get(rec.partition, -1) < n, (t, rec.partition, n)
+            last[rec.partition] = n
+            seen.append(n)
+    assert sorted(seen) == list(range(total))
+
+
+def test_a_run_opens_only_for_records_of_one_topic_in_a_row(shared_broker: Any) -> None:
+    # A producer that alternates topics queues one tuple a record (a run per switch cost
+    # an object, a lock and a call into the core per record); _RUN_MIN records of one topic
+    # in a row open a run, which takes the next ones. Every record lands, in order.
+    bs = shared_broker.bootstrap
+    topics = (_topic(bs, 1), _topic(bs, 1))
+    with Producer({"bootstrap.servers": bs}) as p:
+        hold = threading.Event()
+        p._lt.call(hold.wait, 10)  # nothing drained meanwhile: the inbox shows what was queued
+        for n in range(100):
+            p.produce(topics[n % 2], b"%d" % n)
+        assert p._marks == 0 and len(p._inbox) == 100  # no run: tuples
+        for n in range(100, 200):
+            p.produce(topics[0], b"%d" % n)
+        assert p._marks == 1 and p._run.topic == topics[0]
+        assert len(p._inbox) == 100 + _sync._RUN_MIN - 1 + 1  # the streak's first, then the run
+        assert len(p._run) == 2 * (100 - _sync._RUN_MIN + 1)
+        hold.set()
+        assert p.flush(30) == 0
+    got = [int(r.value) for r in read_topic(bs, topics[0])]
+    assert got == [n for n in range(100) if n % 2 == 0] + list(range(100, 200))
+    assert [int(r.value) for r in read_topic(bs, topics[1])] == list(range(1, 100, 2))
+
+
+def test_records_wait_for_their_topics_partitions_in_the_inbox_then_go_together(
+    shared_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Until a topic's partitions are known, its run waits in the inbox (not in the core,
+    # record by record): once they are, what was queued meanwhile goes as one columnar
+    # burst, in order. A topic that never appears fails each record with the core's error
+    # after max.block.ms, gives its bytes back, and other topics' records go on meanwhile.
+    monkeypatch.setattr(_sync, "_COLUMNAR_MIN", 500)
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 3)
+    config = {"bootstrap.servers": bs, "allow.auto.create.topics": False, "max.block.ms": 1000}
+    with Producer(config) as p:
+        columnar = 0
+        real_columns, real_wait = p._core.append_columns, p._core.accumulator.wait_metadata
+
+        def spy(*args: Any) -> None:
+            nonlocal columnar
+            columnar += 1
+            real_columns(*args)
+
+        async def slow_wait(*args: Any) -> None:
+            await asyncio.sleep(0.2)  # the records pile up meanwhile
+            await real_wait(*args)
+
+        monkeypatch.setattr(p._core, "append_columns", spy)
+        monkeypatch.setattr(p._core.accumulator, "wait_metadata", slow_wait)
+        for n in range(3_000):
+            p.produce(topic, b"%d" % n, b"k%d" % (n % 7))
+        t0 = time.monotonic()
+        while p._inbox_records() and time.monotonic() - t0 < 10:
+            time.sleep(0.01)  # no flush() yet: it would hand the records over to wait there
+        assert p.flush(30) == 0
+        assert columnar == 1
+
+        missing = f"missing-{uuid.uuid4().hex[:8]}"
+        errors: list[BaseException | None] = []
+        acked: list[BaseException | None] = []
+
+        def ok(err: BaseException | None, md: RecordMetadata | None) -> None:
+            acked.append(err)
+
+        t0 = time.monotonic()
+        for _ in range(100):
+            p.produce(missing, b"x", on_delivery=lambda err, md: errors.append(err))
+        for n in range(3_000, 3_100):  # another topic's records do not wait behind them
+            p.produce(topic, b"%d" % n, b"k%d" % (n % 7), on_delivery=ok)
+        while (len(acked) < 100 or len(errors) < 100) and time.monotonic() - t0 < 10:
+            p.poll(0.05)  # no flush(): that would hand them to the core, to wait there
+            if len(acked) < 100:
+                assert not errors
+        assert acked == [None] * 100
+        assert len(errors) == 100 and time.monotonic() - t0 >= 1.0
+        assert {(type(e), getattr(e, "code", None)) for e in errors} == {
+            (KafkaError, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        }
+        assert p.flush(30) == 0 and p._buffer.held() == 0  # (flush: the owner's credit back)
+        p.produce(topic, b"3100", b"k0")  # the producer goes on
+        assert p.flush(30) == 0
+    last: dict[int, int] = {}
+    records = read_topic(bs, topic)
+    for rec in records:
+        n = int(rec.value)
+        assert rec.partition == partition_for_key(rec.key, 3)
+        assert last.get(rec.partition, -1) < n
+        last[rec.partition] = n
+    assert len(records) == 3_101
+
+
+def test_the_owners_credit_stays_within_buffer_memory_and_comes_back_at_flush(
+    shared_broker: Any,
+) -> None:
+    # produce() takes a record's bytes from a credit the owner reserved ahead: the credit is
+    # held, so buffer.memory is never exceeded (the loop thread held: nothing is released),
+    # a full buffer still fails produce() after max.block.ms, and flush() gives back what is
+    # left of the credit.
+    bs = shared_broker.bootstrap
+    topic = _topic(bs, 2)
+    memory = 200_000
+    config = {"bootstrap.servers": bs, "buffer.memory": memory, "max.block.ms": 300}
+    with Producer(config) as p:
+        hold = threading.Event()
+        p._lt.call(hold.wait, 10)
+        n = 0
+        with pytest.raises(BufferExhaustedError):
+            while n < 10_000:
+                p.produce(topic, b"v" * 100, b"k%d" % (n % 10))
+                n += 1
+                assert p._buffer.held() <= memory
+        hold.set()
+        assert 0 < n * (24 + 102) <= memory
+        assert p.flush(30) == 0
+        assert p._buffer.held() == 0
+    assert len(read_topic(bs, topic)) == n
 
 
 def test_a_blocked_caller_waits_for_a_quarter_of_buffer_memory(shared_broker: Any) -> None:
