@@ -15,6 +15,9 @@ record and without the inflated records in memory:
   is bounded by the length it declares, checked before it is inflated). Past ``limit``
   inflated bytes it raises MESSAGE_TOO_LARGE, so a 32,000:1 bomb costs ``limit`` bytes of
   CPU, never memory. zstd frames may not ask for a window above :data:`ZSTD_MAX_WINDOW`.
+  :func:`check_records` inflates into a buffer its caller reuses (:func:`new_scratch`, one
+  per thread) where the codec can write there (gzip at once, zstd, snappy), in steps of up
+  to its 1 MiB; the checker keeps nothing of a step but the bytes of a record it cuts.
 - :class:`RecordChecker` takes those chunks and keeps only the unfinished tail of the last
   record. The complete records of a chunk are read one after the other by a small C
   extension, protocol/_records.c (a record starts where the one before it says it ends: a
@@ -166,8 +169,9 @@ def inflate(
 def _inflate(
     codec: int, data: bytes | memoryview, budget: _Budget, out: memoryview | None
 ) -> Iterator[bytes | memoryview]:
-    """:func:`inflate`'s chunks; with ``out`` (this thread's :func:`_scratch`), views of it
-    where the codec can write there (each overwritten by the next: the caller keeps none)."""
+    """:func:`inflate`'s chunks; with ``out`` (a caller's :func:`new_scratch`), views of it
+    where the codec can write there, in steps of up to its size (each overwritten by the
+    next: the caller keeps none of them)."""
     try:
         if codec == Compression.NONE:
             budget.take(len(data))
