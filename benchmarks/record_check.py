@@ -18,18 +18,20 @@ before and after, and the check of a 1 MB zstd batch against Kafka's.
 (4) (``--only client``) what a user sees: confluent-kafka idempotent producers (acks=all,
     linger.ms 5, each ``compression.type``, 1 and 4 producer processes, 100 B values as (1)'s)
     against a broker of this tree, of ``--src``'s and (``--no-read``) of this tree with
-    ``check_client_batch`` returning before it reads the records, alternately, ``--rounds``
-    each: the median records/s, and the median broker CPU per record.
+    ``check_client_batch`` returning before it reads the records, all running at once, each
+    row's ``--rounds`` runs back to back in a rotating order: the median records/s, and the
+    median broker CPU per record.
 
     python benchmarks/record_check.py --src /path/to/old/tree     # ~3 min
     python benchmarks/record_check.py --src /path/to/old/tree --only cpu   # ~1 min
     python benchmarks/record_check.py --no-kafka                  # without (2)'s Kafka part
-    python benchmarks/record_check.py --only client --no-read [--src OLD]  # ~6 min
+    python benchmarks/record_check.py --only client --no-read [--src OLD]  # ~10 min
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -374,11 +376,19 @@ def compare_client(src: Path | None, no_read: bool, rounds: int, seconds: float)
             trees.append(("no read", no_read_tree(Path(tmp) / "no-read")))
         if src is not None:
             trees.append(("src", src))
-        for r in range(rounds):
-            for name, tree in trees if r % 2 == 0 else trees[::-1]:
-                with SamsaBroker(Path(tmp) / f"data-{r}-{len(name)}", src=tree) as broker:
-                    for codec, n in rows:
-                        rate, us = client_throughput(broker, f"c-{codec}-{n}", codec, n, seconds)
+        with contextlib.ExitStack() as stack:
+            # every broker up at once (an idle one costs ~nothing): each row's rounds run the
+            # trees back to back, their order rotating, so the machine's load drifts less
+            # between them than between whole passes
+            brokers = [
+                (name, stack.enter_context(SamsaBroker(Path(tmp) / f"data-{i}", src=tree)))
+                for i, (name, tree) in enumerate(trees)
+            ]
+            for codec, n in rows:
+                for r in range(rounds):
+                    for name, broker in brokers[r % len(brokers) :] + brokers[: r % len(brokers)]:
+                        topic = f"c-{codec}-{n}-{r}"
+                        rate, us = client_throughput(broker, topic, codec, n, seconds)
                         rates.setdefault((name, codec, n), []).append(rate)
                         cpus.setdefault((name, codec, n), []).append(us)
     names = [name for name, _ in trees]
