@@ -287,7 +287,7 @@ def no_read_tree(root: Path) -> Path:
 
 
 def _client_producer(
-    port: int, topic: str, codec: str, seconds: float, start: Any, out: Any
+    port: int, topic: str, codec: str, seconds: float, rate: int, start: Any, out: Any
 ) -> None:
     """One confluent-kafka idempotent producer (a process of its own: the GIL is not
     shared) producing 100 B values for ``seconds`` once every producer is ready, then
@@ -333,40 +333,61 @@ def _client_producer(
             producer.poll(0.005)
             continue
         i += 1
-        if i % 5000 == 0:
+        if i % 1000 == 0:
             producer.poll(0)
-            if time.perf_counter() > deadline:
+            now = time.perf_counter()
+            if now > deadline:
                 break
+            if rate and i / rate > now - t0:  # ahead of the rate asked for
+                time.sleep(i / rate - (now - t0))
     left = producer.flush(60)
     out.put((delivered, time.perf_counter() - t0, failed + left))
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU nanoseconds of every live thread of ``pid`` (schedstat: /proc's utime ticks of
+    10 ms are too coarse for a throttled run's ~100,000 records)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):  # the thread ended meanwhile
+            pass
+    return total
+
+
 def client_throughput(
-    broker: SamsaBroker, topic: str, codec: str, producers: int, seconds: float
+    broker: SamsaBroker, topic: str, codec: str, producers: int, seconds: float, rate: int = 0
 ) -> tuple[float, float]:
-    """(records/s, broker CPU microseconds per record) of ``producers`` processes."""
+    """(records/s, broker CPU microseconds per record) of ``producers`` processes, each at
+    most ``rate`` records/s if given."""
     ensure_topic(broker.port, topic)
     ctx = multiprocessing.get_context("fork")
     start, out = ctx.Barrier(producers + 1), ctx.Queue()
     procs = [
-        ctx.Process(target=_client_producer, args=(broker.port, topic, codec, seconds, start, out))
+        ctx.Process(
+            target=_client_producer, args=(broker.port, topic, codec, seconds, rate, start, out)
+        )
         for _ in range(producers)
     ]
     for proc in procs:
         proc.start()
+    assert broker.pid is not None
     start.wait(60)
-    cpu = broker.cpu_seconds()
+    cpu = cpu_ns(broker.pid)
     results = [out.get(timeout=seconds + 120) for _ in procs]
-    cpu = broker.cpu_seconds() - cpu
+    cpu = cpu_ns(broker.pid) - cpu
     for proc in procs:
         proc.join()
     records = sum(r[0] for r in results)
     if any(r[2] for r in results):
         raise RuntimeError(f"undelivered records: {[r[2] for r in results]}")
-    return records / max(r[1] for r in results), cpu / records * 1e6
+    return records / max(r[1] for r in results), cpu / records / 1000
 
 
-def compare_client(src: Path | None, no_read: bool, rounds: int, seconds: float) -> None:
+def compare_client(
+    src: Path | None, no_read: bool, rounds: int, seconds: float, rate: int = 0
+) -> None:
     rows = [(codec, n) for n in CLIENT_PRODUCERS for codec in CLIENT_CODECS]
     rates: dict[tuple[str, str, int], list[float]] = {}
     cpus: dict[tuple[str, str, int], list[float]] = {}
@@ -388,12 +409,14 @@ def compare_client(src: Path | None, no_read: bool, rounds: int, seconds: float)
                 for r in range(rounds):
                     for name, broker in brokers[r % len(brokers) :] + brokers[: r % len(brokers)]:
                         topic = f"c-{codec}-{n}-{r}"
-                        rate, us = client_throughput(broker, topic, codec, n, seconds)
-                        rates.setdefault((name, codec, n), []).append(rate)
+                        got, us = client_throughput(broker, topic, codec, n, seconds, rate)
+                        rates.setdefault((name, codec, n), []).append(got)
                         cpus.setdefault((name, codec, n), []).append(us)
     names = [name for name, _ in trees]
-    print(f"(4) confluent-kafka idempotent producers (acks=all, linger.ms 5), {seconds:g} s a "
-          f"run: median records/s of {rounds} rounds, median broker CPU us per record")  # fmt: skip
+    limit = f", at most {rate:,} records/s each" if rate else ""
+    print(f"(4) confluent-kafka idempotent producers (acks=all, linger.ms 5{limit}), "
+          f"{seconds:g} s a run: median records/s of {rounds} rounds, median broker CPU us "
+          "per record")  # fmt: skip
     print(f"{'codec, producers':>17} " + " ".join(f"{n + ' /s':>11} {n + ' us':>9}" for n in names)
           + "".join(f" {'this/' + n:>14}" for n in names[1:]))  # fmt: skip
     for codec, n in rows:
@@ -420,6 +443,9 @@ def main() -> None:
         "--no-read", action="store_true", help="(4): also a broker that reads no records"
     )
     parser.add_argument("--seconds", type=float, default=3.0, help="(4): seconds a run")
+    parser.add_argument(
+        "--rate", type=int, default=0, help="(4): records/s a producer at most (0: no limit)"
+    )
     args = parser.parse_args()
     if args.only in (None, "cpu"):
         compare_check_cpu(args.src, max(args.rounds, 5))
@@ -430,7 +456,7 @@ def main() -> None:
     if args.only == "latency":
         compare_produce_latency(30)
     if args.only == "client":
-        compare_client(args.src, args.no_read, args.rounds, args.seconds)
+        compare_client(args.src, args.no_read, args.rounds, args.seconds, args.rate)
 
 
 if __name__ == "__main__":
