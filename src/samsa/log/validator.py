@@ -210,7 +210,7 @@ def check_client_batch(
             config.max_inflated_bytes,
             sink.feed if sink is not None else None,
             give_up,
-            _scratch() if sink is None else None,
+            _scratch() if sink is None and batch.compression != Compression.NONE else None,
         )
         if summary.error_count:
             return CheckedBatch(
