@@ -226,8 +226,7 @@ def test_records_inflated_into_a_reused_scratch_are_read_whole(walker: str, code
     the same scratch, and the inflation allocating nothing of a step's size."""
     rng = random.Random(27)
     records = [
-        NewRecord(key=b"k%d" % i, value=b"%06d" % i * rng.randrange(50, 250))
-        for i in range(3000)
+        NewRecord(key=b"k%d" % i, value=b"%06d" % i * rng.randrange(50, 250)) for i in range(3000)
     ]
     view = RecordBatchView(build_batch(records, compression=codec, now_ms=5))
     assert view.size < 200 * 1024
