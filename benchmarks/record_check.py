@@ -14,25 +14,36 @@ before and after, and the check of a 1 MB zstd batch against Kafka's.
     ``LogValidator.validateMessagesAndAssignOffsets`` in a JVM (benchmarks/java/
     LogValidatorBench.java, after 500 runs for the JIT): median CPU milliseconds of each;
 (3) (``--only latency``) the alike batch produced (acks=1) one at a time to samsa and to a
-    Kafka node: the median latency.
+    Kafka node: the median latency;
+(4) (``--only client``) what a user sees: confluent-kafka idempotent producers (acks=all,
+    linger.ms 5, each ``compression.type``, 1 and 4 producer processes, 100 B values as (1)'s)
+    against a broker of this tree, of ``--src``'s and (``--no-read``) of this tree with
+    ``check_client_batch`` returning before it reads the records, all running at once, each
+    row's ``--rounds`` runs back to back in a rotating order: the median records/s, and the
+    median broker CPU per record.
 
     python benchmarks/record_check.py --src /path/to/old/tree     # ~3 min
     python benchmarks/record_check.py --src /path/to/old/tree --only cpu   # ~1 min
     python benchmarks/record_check.py --no-kafka                  # without (2)'s Kafka part
+    python benchmarks/record_check.py --only client --no-read [--src OLD]  # ~10 min
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -65,6 +76,8 @@ from samsa.testing.kafka import classpath as kafka_classpath
 JAVA = Path(__file__).resolve().parent / "java" / "LogValidatorBench.java"
 
 ROWS = [(100, "none"), (1000, "none"), *((1000, c) for c in ("zstd", "gzip", "lz4", "snappy"))]
+# (0) also: batches as large as librdkafka's make at a high rate (~550 KB inflated)
+CPU_ROWS = [*ROWS, *((5000, c) for c in ("zstd", "gzip", "lz4", "snappy"))]
 
 
 def throughput(
@@ -121,7 +134,7 @@ def check_cpu() -> dict[str, float]:
     """CPU microseconds (this thread's) of ``check_client_batch`` per batch of each row's
     kind, the least of 5 loops: the check alone, whatever else the machine runs."""
     out = {}
-    for per_batch, codec in ROWS:
+    for per_batch, codec in CPU_ROWS:
         ts = time.time_ns() // 1_000_000
         values = [(b"%08d" % i).ljust(VALUE_SIZE, b"v") for i in range(per_batch)]
         records = [NewRecord(value=v, timestamp=ts) for v in values]
@@ -155,7 +168,7 @@ def compare_check_cpu(src: Path | None, rounds: int) -> None:
                 runs.setdefault((name, row), []).append(us)
     print(f"(0) check_client_batch alone, CPU us per batch: median of {rounds} processes each")
     print(f"{'batch':>16} {'before us':>10} {'after us':>9} {'ratio':>6}")
-    for per_batch, codec in ROWS:
+    for per_batch, codec in CPU_ROWS:
         row = f"{per_batch} rec, {codec}"
         after = statistics.median(runs[("after", row)])
         before = statistics.median(runs.get(("before", row), [0.0]))
@@ -250,6 +263,173 @@ def produce_latency(bootstrap: str, batch: bytes, n: int) -> float:
     return statistics.median(times[3:])
 
 
+# --- (4) a real client ----------------------------------------------------------------------
+
+CLIENT_CODECS = ("none", "zstd", "gzip", "lz4", "snappy")
+CLIENT_PRODUCERS = (1, 4)
+_NO_READ_AT = "    codec = target_codec(config)\n"
+
+
+def no_read_tree(root: Path) -> Path:
+    """A copy of this tree's src/ in ``root`` whose check_client_batch returns before reading
+    the records (the batch size check kept): the records' check's own cost, all else equal."""
+    dest = root / "src"
+    here = Path(__file__).resolve().parent.parent / "src"
+    shutil.copytree(here, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    validator = dest / "samsa" / "log" / "validator.py"
+    text = validator.read_text()
+    if text.count(_NO_READ_AT) != 1:
+        raise RuntimeError("validator.py changed: the no-read tree cannot be made")
+    validator.write_text(
+        text.replace(_NO_READ_AT, "    return CheckedBatch(batch)\n" + _NO_READ_AT)
+    )
+    return root
+
+
+def _client_producer(
+    port: int, topic: str, codec: str, seconds: float, rate: int, start: Any, out: Any
+) -> None:
+    """One confluent-kafka idempotent producer (a process of its own: the GIL is not
+    shared) producing 100 B values for ``seconds`` once every producer is ready, then
+    flushing: (records delivered, seconds from the start to the last delivery)."""
+    from confluent_kafka import Producer
+
+    delivered = 0
+    failed = 0
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        nonlocal delivered, failed
+        if err is None:
+            delivered += 1
+        else:
+            failed += 1
+
+    producer = Producer(
+        {
+            "bootstrap.servers": f"{HOST}:{port}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": codec,
+            "enable.metrics.push": False,  # no telemetry lines on stderr
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    values = [(b"%08d" % i).ljust(VALUE_SIZE, b"v") for i in range(1000)]
+    producer.produce(topic, values[0], on_delivery=on_delivery)  # metadata, producer id
+    if producer.flush(30) != 0:
+        raise RuntimeError("the producer could not deliver its first record")
+    delivered = 0
+    start.wait()
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    i = 0
+    produce = producer.produce
+    while True:
+        try:
+            produce(topic, values[i % 1000], partition=i % PARTITIONS, on_delivery=on_delivery)
+        except BufferError:
+            producer.poll(0.005)
+            continue
+        i += 1
+        if i % 1000 == 0:
+            producer.poll(0)
+            now = time.perf_counter()
+            if now > deadline:
+                break
+            if rate and i / rate > now - t0:  # ahead of the rate asked for
+                time.sleep(i / rate - (now - t0))
+    left = producer.flush(60)
+    out.put((delivered, time.perf_counter() - t0, failed + left))
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU nanoseconds of every live thread of ``pid`` (schedstat: /proc's utime ticks of
+    10 ms are too coarse for a throttled run's ~100,000 records)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):  # the thread ended meanwhile
+            pass
+    return total
+
+
+def client_throughput(
+    broker: SamsaBroker, topic: str, codec: str, producers: int, seconds: float, rate: int = 0
+) -> tuple[float, float]:
+    """(records/s, broker CPU microseconds per record) of ``producers`` processes, each at
+    most ``rate`` records/s if given."""
+    ensure_topic(broker.port, topic)
+    ctx = multiprocessing.get_context("fork")
+    start, out = ctx.Barrier(producers + 1), ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_client_producer, args=(broker.port, topic, codec, seconds, rate, start, out)
+        )
+        for _ in range(producers)
+    ]
+    for proc in procs:
+        proc.start()
+    assert broker.pid is not None
+    start.wait(60)
+    cpu = cpu_ns(broker.pid)
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    cpu = cpu_ns(broker.pid) - cpu
+    for proc in procs:
+        proc.join()
+    records = sum(r[0] for r in results)
+    if any(r[2] for r in results):
+        raise RuntimeError(f"undelivered records: {[r[2] for r in results]}")
+    return records / max(r[1] for r in results), cpu / records / 1000
+
+
+def compare_client(
+    src: Path | None, no_read: bool, rounds: int, seconds: float, rate: int = 0
+) -> None:
+    rows = [(codec, n) for n in CLIENT_PRODUCERS for codec in CLIENT_CODECS]
+    rates: dict[tuple[str, str, int], list[float]] = {}
+    cpus: dict[tuple[str, str, int], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="samsa-check-bench-") as tmp:
+        trees: list[tuple[str, Path | None]] = [("this", None)]
+        if no_read:
+            trees.append(("no read", no_read_tree(Path(tmp) / "no-read")))
+        if src is not None:
+            trees.append(("src", src))
+        with contextlib.ExitStack() as stack:
+            # every broker up at once (an idle one costs ~nothing): each row's rounds run the
+            # trees back to back, their order rotating, so the machine's load drifts less
+            # between them than between whole passes
+            brokers = [
+                (name, stack.enter_context(SamsaBroker(Path(tmp) / f"data-{i}", src=tree)))
+                for i, (name, tree) in enumerate(trees)
+            ]
+            for codec, n in rows:
+                for r in range(rounds):
+                    for name, broker in brokers[r % len(brokers) :] + brokers[: r % len(brokers)]:
+                        topic = f"c-{codec}-{n}-{r}"
+                        got, us = client_throughput(broker, topic, codec, n, seconds, rate)
+                        rates.setdefault((name, codec, n), []).append(got)
+                        cpus.setdefault((name, codec, n), []).append(us)
+    names = [name for name, _ in trees]
+    limit = f", at most {rate:,} records/s each" if rate else ""
+    print(f"(4) confluent-kafka idempotent producers (acks=all, linger.ms 5{limit}), "
+          f"{seconds:g} s a run: median records/s of {rounds} rounds, median broker CPU us "
+          "per record")  # fmt: skip
+    print(f"{'codec, producers':>17} " + " ".join(f"{n + ' /s':>11} {n + ' us':>9}" for n in names)
+          + "".join(f" {'this/' + n:>14}" for n in names[1:]))  # fmt: skip
+    for codec, n in rows:
+        rate = {name: statistics.median(rates[(name, codec, n)]) for name in names}
+        cpu = {name: statistics.median(cpus[(name, codec, n)]) for name in names}
+        cells = " ".join(f"{rate[name]:11,.0f} {cpu[name]:9.3f}" for name in names)
+        ratios = "".join(
+            f" {rate['this'] / rate[name]:6.2f}x,{cpu['this'] / cpu[name]:5.2f}x"
+            for name in names[1:]
+        )
+        print(f"{f'{codec}, {n}':>17} {cells}{ratios}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, help="the source tree of the code before")
@@ -258,7 +438,14 @@ def main() -> None:
         "--records", type=int, default=900_000, help="records per uncompressed run (x10 compressed)"
     )
     parser.add_argument("--no-kafka", action="store_true")
-    parser.add_argument("--only", choices=("cpu", "throughput", "kafka", "latency"))
+    parser.add_argument("--only", choices=("cpu", "throughput", "kafka", "latency", "client"))
+    parser.add_argument(
+        "--no-read", action="store_true", help="(4): also a broker that reads no records"
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="(4): seconds a run")
+    parser.add_argument(
+        "--rate", type=int, default=0, help="(4): records/s a producer at most (0: no limit)"
+    )
     args = parser.parse_args()
     if args.only in (None, "cpu"):
         compare_check_cpu(args.src, max(args.rounds, 5))
@@ -268,6 +455,8 @@ def main() -> None:
         compare_with_kafka(not args.no_kafka, 200)
     if args.only == "latency":
         compare_produce_latency(30)
+    if args.only == "client":
+        compare_client(args.src, args.no_read, args.rounds, args.seconds, args.rate)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ duplicate it is.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,7 +31,13 @@ import lz4.frame
 import zstandard
 
 from samsa.protocol.errors import ErrorCode
-from samsa.protocol.record_check import RecordRules, RecordsSummary, Unfinished, check_records
+from samsa.protocol.record_check import (
+    RecordRules,
+    RecordsSummary,
+    Unfinished,
+    check_records,
+    new_scratch,
+)
 from samsa.protocol.records import (
     XERIAL_BLOCK,
     XERIAL_HEADER,
@@ -161,6 +168,19 @@ def record_rules(config: LogConfig, now_ms: int, partition: str = "") -> RecordR
     return RecordRules(config.compact, partition, low, high)
 
 
+# Each thread's buffer to inflate a batch's records into (the event loop's, the checkers'):
+# bounded, one per thread that checks, reused batch after batch.
+_SCRATCH = threading.local()
+
+
+def _scratch() -> memoryview:
+    try:
+        view: memoryview = _SCRATCH.view
+    except AttributeError:
+        view = _SCRATCH.view = new_scratch()
+    return view
+
+
 def check_client_batch(
     batch: RecordBatchView,
     config: LogConfig,
@@ -190,6 +210,7 @@ def check_client_batch(
             config.max_inflated_bytes,
             sink.feed if sink is not None else None,
             give_up,
+            _scratch() if sink is None and batch.compression != Compression.NONE else None,
         )
         if summary.error_count:
             return CheckedBatch(

@@ -15,6 +15,9 @@ record and without the inflated records in memory:
   is bounded by the length it declares, checked before it is inflated). Past ``limit``
   inflated bytes it raises MESSAGE_TOO_LARGE, so a 32,000:1 bomb costs ``limit`` bytes of
   CPU, never memory. zstd frames may not ask for a window above :data:`ZSTD_MAX_WINDOW`.
+  :func:`check_records` inflates into a buffer its caller reuses (:func:`new_scratch`, one
+  per thread) where the codec can write there (gzip at once, zstd, snappy), in steps of up
+  to its 1 MiB; the checker keeps nothing of a step but the bytes of a record it cuts.
 - :class:`RecordChecker` takes those chunks and keeps only the unfinished tail of the last
   record. The complete records of a chunk are read one after the other by a small C
   extension, protocol/_records.c (a record starts where the one before it says it ends: a
@@ -139,6 +142,19 @@ class _Budget:
             )
 
 
+# A caller's reusable buffer to inflate into (check_records' ``scratch``): a fresh one per
+# chunk cost an allocation, its page faults and a copy into bytes (~10-20% of a 1000-record
+# snappy or gzip batch's check). A stream is inflated into it in steps of its size (a gzip
+# stream whose trailer says it fits: at once), so the records of a batch up to 1 MiB, as
+# librdkafka's default batch.size makes, are one chunk. One byte more: gzip's spare byte.
+SCRATCH_BYTES = 1 << 20
+
+
+def new_scratch() -> memoryview:
+    """A buffer for :func:`check_records`: one per thread, reused batch after batch."""
+    return memoryview(bytearray(SCRATCH_BYTES + 1))
+
+
 def inflate(
     codec: int, data: bytes | memoryview, limit: int, give_up: int | None = None
 ) -> Iterator[bytes]:
@@ -146,20 +162,29 @@ def inflate(
     bytes (a snappy block: at most what it declares). InvalidBatchError: UNKNOWN_SERVER_ERROR for
     bytes the codec cannot read, MESSAGE_TOO_LARGE past ``limit`` inflated bytes; Unfinished
     past ``give_up`` bytes if that is fewer (at most a chunk more is inflated)."""
-    budget = _Budget(limit, give_up)
+    for chunk in _inflate(codec, data, _Budget(limit, give_up), None):
+        yield chunk if type(chunk) is bytes else bytes(chunk)
+
+
+def _inflate(
+    codec: int, data: bytes | memoryview, budget: _Budget, out: memoryview | None
+) -> Iterator[bytes | memoryview]:
+    """:func:`inflate`'s chunks; with ``out`` (a caller's :func:`new_scratch`), views of it
+    where the codec can write there, in steps of up to its size (each overwritten by the
+    next: the caller keeps none of them)."""
     try:
         if codec == Compression.NONE:
             budget.take(len(data))
             yield bytes(data)
             return
         if codec == Compression.GZIP:
-            chunks = _gzip(data)
+            chunks: Iterator[bytes | memoryview] = _gzip(data, budget, out)
         elif codec == Compression.ZSTD:
-            chunks = _zstd(data)
+            chunks = _zstd(data, budget, out)
         elif codec == Compression.LZ4:
             chunks = _lz4(data)
         elif codec == Compression.SNAPPY:
-            chunks = _snappy(data, budget)
+            chunks = _snappy(data, budget, out)
         else:
             raise _invalid(f"unknown compression codec {codec}")
         for chunk in chunks:
@@ -171,8 +196,12 @@ def inflate(
         raise _corrupt(f"records cannot be decompressed: {exc}") from None
 
 
-def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
-    whole = _gzip_whole(data)
+def _gzip(data: bytes | memoryview, budget: _Budget, out: memoryview | None) -> Iterator[Any]:
+    if budget.give_up is not None and len(data) >= 18:
+        claimed = int.from_bytes(data[-4:], "little")
+        if claimed > budget.left:  # the trailer's claim: enough to leave it to a worker
+            raise Unfinished(budget.give_up)
+    whole = _gzip_whole(data, out)
     if whole is not None:
         yield whole
         return
@@ -192,23 +221,24 @@ def _gzip(data: bytes | memoryview) -> Iterator[bytes]:
             return
 
 
-def _gzip_whole(data: bytes | memoryview) -> bytes | None:
-    """The records of a gzip stream that says (its trailer's ISIZE) it inflates to less than a
-    chunk, inflated at once into a buffer of that size by cramjam (~1.7x zlib's speed here);
-    None if that fails for any reason, a stream longer than it says included: zlib's streamed
-    reading then gives the verdict, so the fast path never decides a refusal."""
+def _gzip_whole(data: bytes | memoryview, out: memoryview | None = None) -> Any:
+    """The records of a gzip stream that says (its trailer's ISIZE) it inflates to less than
+    ``out`` holds (without it: a chunk), inflated at once by cramjam (~1.7x zlib's speed
+    here) into ``out`` (a view of it is returned) or a buffer of that size (bytes); None if
+    that fails for any reason, a stream longer than it says included: zlib's streamed reading
+    then gives the verdict, so the fast path never decides a refusal."""
     if len(data) < 18:
         return None
     size = int.from_bytes(data[-4:], "little")
-    if size >= INFLATE_CHUNK:
+    if size >= (INFLATE_CHUNK if out is None else len(out) - 1):
         return None
-    out = bytearray(size + 1)  # a byte to spare: fits only if the stream holds what it says
+    # a byte to spare: it fits only if the stream holds what it says
+    buf = bytearray(size + 1) if out is None else out[: size + 1]
     try:
-        n = cramjam.gzip.decompress_into(data, out)
+        n = cramjam.gzip.decompress_into(data, buf)
     except Exception:  # cramjam's DecompressionError, or a short buffer
         return None
-    del out[n:]
-    return bytes(out)
+    return bytes(buf[:n]) if out is None else buf[:n]
 
 
 # Idle zstd decompression contexts: making one costs about as much as inflating 50 KB. A
@@ -218,7 +248,7 @@ _ZSTD_CONTEXTS: list[zstandard.ZstdDecompressor] = []
 _MAX_ZSTD_CONTEXTS = 4
 
 
-def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
+def _zstd(data: bytes | memoryview, budget: _Budget, out: memoryview | None) -> Iterator[Any]:
     window = zstandard.get_frame_parameters(data).window_size
     if window > ZSTD_MAX_WINDOW:  # the decoder would hold that much history
         raise InvalidBatchError(
@@ -230,12 +260,20 @@ def _zstd(data: bytes | memoryview) -> Iterator[bytes]:
     except IndexError:
         dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     try:
-        with dctx.stream_reader(bytes(data), read_across_frames=True) as reader:
+        with dctx.stream_reader(data, read_across_frames=True) as reader:
             while True:
-                chunk = reader.read(INFLATE_CHUNK)
-                if not chunk:
-                    return
-                yield chunk
+                # a byte past the budget is enough to stop (the event loop's try)
+                step = min(INFLATE_CHUNK if out is None else SCRATCH_BYTES, budget.left + 1)
+                if out is None:
+                    chunk = reader.read(step)
+                    if not chunk:
+                        return
+                    yield chunk
+                else:
+                    n = reader.readinto(out[:step])
+                    if not n:
+                        return
+                    yield out[:n]
     finally:  # also when the stream is abandoned: the generator is closed
         if len(_ZSTD_CONTEXTS) < _MAX_ZSTD_CONTEXTS:
             _ZSTD_CONTEXTS.append(dctx)
@@ -257,7 +295,9 @@ def _lz4(data: bytes | memoryview) -> Iterator[bytes]:
         raise _corrupt("records cannot be decompressed: bytes after the lz4 frame")
 
 
-def _snappy_block(block: bytes | memoryview, budget: _Budget, held: int = 0) -> bytes:
+def _snappy_declared(block: bytes | memoryview, budget: _Budget, held: int) -> int:
+    """A raw snappy block's inflated length (its preamble), refused before anything is
+    inflated if it and the ``held`` bytes pass the budget."""
     declared, shift, i = 0, 0, 0
     while True:  # the block's preamble: its inflated length, a varint
         if i >= len(block) or i > 4:
@@ -270,34 +310,69 @@ def _snappy_block(block: bytes | memoryview, budget: _Budget, held: int = 0) -> 
         shift += 7
     if declared + held > budget.left:
         budget.take(declared + held)  # raises: refused before anything is inflated
+    return declared
+
+
+def _snappy_block(block: bytes | memoryview, budget: _Budget, held: int = 0) -> bytes:
+    _snappy_declared(block, budget, held)
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
-def _snappy(data: bytes | memoryview, budget: _Budget) -> Iterator[bytes]:
+def _snappy(data: bytes | memoryview, budget: _Budget, out: memoryview | None) -> Iterator[Any]:
     raw = memoryview(data)
-    if bytes(raw[:8]) != _XERIAL_MAGIC:
-        yield _snappy_block(raw, budget)
+    step = None if out is None else out[:SCRATCH_BYTES]
+    if raw[:8] != _XERIAL_MAGIC:
+        if step is not None and _snappy_declared(raw, budget, 0) <= len(step):
+            yield step[: cramjam.snappy.decompress_raw_into(raw, step)]
+        else:
+            yield _snappy_block(raw, budget)
         return
-    pos = 16  # magic, version, compatible version
+    if step is not None:
+        yield from _xerial_into(raw, budget, step)
+        return
     # Java's 32 KB blocks are handed on a few at a time (up to half a chunk): each hand-off
     # costs the checker a pass; the ones held count against the budget all the same.
     held: list[bytes] = []
     size = 0
+    for raw_block in _xerial_blocks(raw):
+        block = _snappy_block(raw_block, budget, size)
+        held.append(block)
+        size += len(block)
+        if size >= INFLATE_CHUNK // 2:
+            yield b"".join(held) if len(held) > 1 else block
+            held, size = [], 0
+    if held:
+        yield b"".join(held)
+
+
+def _xerial_blocks(raw: memoryview) -> Iterator[memoryview]:
+    pos = 16  # magic, version, compatible version
     while pos < len(raw):
         if pos + 4 > len(raw):
             raise _corrupt("records cannot be decompressed: torn xerial snappy block")
         (n,) = struct.unpack_from(">i", raw, pos)
         if n < 0 or pos + 4 + n > len(raw):
             raise _corrupt("records cannot be decompressed: bad xerial snappy block length")
-        block = _snappy_block(raw[pos + 4 : pos + 4 + n], budget, size)
-        held.append(block)
-        size += len(block)
+        yield raw[pos + 4 : pos + 4 + n]
         pos += 4 + n
-        if size >= INFLATE_CHUNK // 2:
-            yield b"".join(held) if len(held) > 1 else block
-            held, size = [], 0
-    if held:
-        yield b"".join(held)
+
+
+def _xerial_into(raw: memoryview, budget: _Budget, step: memoryview) -> Iterator[Any]:
+    """Java's 32 KB blocks inflated one after the other into ``step``, handed on when the
+    next would not fit (a hand-off costs the checker a pass); the ones held count against
+    the budget. A block larger than ``step`` (no Java producer makes one) is its own chunk."""
+    at = 0
+    for block in _xerial_blocks(raw):
+        declared = _snappy_declared(block, budget, at)
+        if at + declared > len(step) and at:
+            yield step[:at]
+            at = 0
+        if declared > len(step):
+            yield bytes(cramjam.snappy.decompress_raw(block))
+        else:
+            at += cramjam.snappy.decompress_raw_into(block, step[at:])
+    if at:
+        yield step[:at]
 
 
 # --- records -------------------------------------------------------------------------------
@@ -557,19 +632,42 @@ class RecordChecker:
         self._big_size = 0
         self._timestamp_error = False
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes | memoryview) -> None:
+        """Check the records ``chunk`` completes; a view may be of a buffer its owner then
+        reuses: only bytes copied from it are kept."""
         self.summary.inflated_bytes += len(chunk)
         if self._big is not None:
             if not self._feed_big(chunk):
                 return
             chunk, self._tail = self._tail, b""
-        buf = self._tail + chunk if self._tail else chunk
+        if self._tail:
+            need = self._needs(chunk)
+            if need is None:  # the old way: a long record, a bad length, a short chunk
+                chunk, self._tail = self._tail + chunk, b""
+            else:  # the record the last chunk cut, then the rest where it lies (no copy)
+                self._read(self._tail + bytes(chunk[:need]))
+                chunk = chunk[need:]
+        self._read(chunk)
+
+    def _needs(self, chunk: bytes | memoryview) -> int | None:
+        """The bytes of ``chunk`` that complete the record the tail begins, if it completes
+        it and the record is not one to read as it streams; else None."""
+        size = self._pending_size(self._tail + bytes(chunk[:5]))
+        if (
+            size is None
+            or size > _BIG_RECORD
+            or not len(self._tail) < size <= len(self._tail) + len(chunk)
+        ):
+            return None
+        return size - len(self._tail)
+
+    def _read(self, buf: bytes | memoryview) -> None:
         while True:
             used = self._check_complete(buf)
             rest = buf[used:]
             size = self._pending_size(rest)
             if size is None or size <= _BIG_RECORD:
-                self._tail = rest
+                self._tail = bytes(rest)  # the same object if bytes already
                 return
             # a record longer than this: read it as it streams in, without gathering it
             self._big_size = size
@@ -581,9 +679,11 @@ class RecordChecker:
                 return
             buf, self._tail = self._tail, b""
 
-    def _feed_big(self, chunk: bytes | None) -> bool:
+    def _feed_big(self, chunk: bytes | memoryview | None) -> bool:
         """Hand bytes to the long record; True once it is done (the rest is in _tail)."""
         assert self._big is not None
+        if chunk is not None and type(chunk) is not bytes:
+            chunk = bytes(chunk)  # the cursor keeps it across chunks (a rare record: copied)
         self._spend(len(chunk or b""))
         try:
             self._big.send(chunk)
@@ -664,7 +764,7 @@ class RecordChecker:
 
     # -- finding records ------------------------------------------------------------------
 
-    def _check_complete(self, buf: bytes) -> int:
+    def _check_complete(self, buf: bytes | memoryview) -> int:
         """Check every complete record at the start of ``buf``; bytes used."""
         end = len(buf)
         pos = 0
@@ -673,6 +773,8 @@ class RecordChecker:
             if self._reads_left is not None and end >> _C_COST_SHIFT > self._reads_left:
                 raise Unfinished(self._give_up)
             return self._walk_in_c(walk, buf, pos, end)
+        if type(buf) is not bytes:
+            buf = bytes(buf)  # the numpy path slices and searches bytes
         while pos < end:  # runs of records laid out alike first: a few C passes each
             used = self._uniform_run(buf, pos, end)
             if not used:
@@ -1016,11 +1118,14 @@ def check_records(
     limit: int,
     sink: Callable[[bytes], None] | None = None,
     give_up: int | None = None,
+    scratch: memoryview | None = None,
 ) -> RecordsSummary:
     """Read every record of ``view`` (streamed, at most ``limit`` bytes inflated), handing
     each inflated chunk to ``sink`` too if given. InvalidBatchError for a batch Kafka refuses
     whole; per-record refusals are in the summary's ``record_errors`` and ``error``.
-    Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``)."""
+    Unfinished if the records inflate past ``give_up`` bytes (fewer than ``limit``).
+    ``scratch`` (:func:`new_scratch`, not shared with another thread) is inflated into
+    where the codec allows, unless there is a sink (which keeps the chunks)."""
     checker = RecordChecker(view, rules, give_up)
     start, end = view.pos + HEADER_SIZE, view.pos + view.size
     uncompressed = view.compression == Compression.NONE and end - start <= limit
@@ -1031,13 +1136,15 @@ def check_records(
     if uncompressed:
         # Nothing to inflate: ``give_up`` bounds the reading alone (RecordChecker._spend).
         plain = body if type(body) is bytes else bytes(body)
-        chunks: Iterator[bytes] | tuple[bytes] = (plain,)  # inflate's answer, sooner
+        chunks: Iterator[bytes | memoryview] | tuple[bytes] = (plain,)  # inflate's, sooner
     else:
-        chunks = inflate(view.compression, memoryview(body), limit, give_up)
+        # into this thread's buffer, unless a sink is to keep the chunks
+        out = scratch if sink is None else None
+        chunks = _inflate(view.compression, memoryview(body), _Budget(limit, give_up), out)
     for chunk in chunks:
         checker.feed(chunk)
         if sink is not None:
-            sink(chunk)
+            sink(chunk)  # type: ignore[arg-type]  # bytes: no scratch with a sink
     return checker.finish()
 
 

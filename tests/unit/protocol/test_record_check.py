@@ -16,11 +16,13 @@ from samsa.protocol.record_check import (
     _BIG_RECORD,
     _LAYOUTS,
     INFLATE_CHUNK,
+    SCRATCH_BYTES,
     RecordChecker,
     RecordRules,
     Unfinished,
     check_records,
     inflate,
+    new_scratch,
 )
 from samsa.protocol.records import (
     XERIAL_BLOCK,
@@ -212,9 +214,48 @@ def test_gzip_read_at_once_or_streamed_gives_the_same_verdict() -> None:
 
     fast = verdicts()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(record_check, "_gzip_whole", lambda data: None)
+        mp.setattr(record_check, "_gzip_whole", lambda data, out=None: None)
         assert verdicts() == fast
     assert fast[:2] == [40, 40] and all(isinstance(v, tuple) for v in fast[2:])
+
+
+@pytest.mark.parametrize("codec", [Compression.ZSTD, Compression.SNAPPY])
+def test_records_inflated_into_a_reused_scratch_are_read_whole(walker: str, codec: int) -> None:
+    """A batch inflating to 2.5 scratches, records of changing sizes straddling each step:
+    every record read (nothing of a step kept past it: the next overwrites it), twice with
+    the same scratch, and the inflation allocating nothing of a step's size."""
+    rng = random.Random(27)
+    records = [
+        NewRecord(key=b"k%d" % i, value=b"%06d" % i * rng.randrange(50, 250)) for i in range(3000)
+    ]
+    view = RecordBatchView(build_batch(records, compression=codec, now_ms=5))
+    assert view.size < 200 * 1024
+    scratch = new_scratch()
+    for _ in range(2):
+        tracemalloc.start()
+        try:
+            summary = check_records(view, RecordRules(need_key=True), 64 << 20, scratch=scratch)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert summary.count == 3000 and not summary.error_count
+        assert summary.inflated_bytes > 2 * SCRATCH_BYTES
+        assert peak < view.size + 64 * 1024 or walker == "numpy", peak  # numpy copies
+
+
+def test_the_loop_try_inflates_a_byte_past_give_up_at_most() -> None:
+    """The event loop's try (``give_up``) stops a zstd stream a byte past it, and a gzip
+    stream whose trailer claims more before inflating any: the rest is a worker's."""
+    records = [NewRecord(key=b"k", value=bytes(1000)) for _ in range(1000)]  # ~1 MB
+    for codec, written in ((Compression.ZSTD, (64 << 10) + 1), (Compression.GZIP, 0)):
+        view = RecordBatchView(build_batch(records, compression=codec))
+        scratch = new_scratch()
+        scratch[:] = b"\xaa" * len(scratch)
+        with pytest.raises(Unfinished):
+            check_records(view, RecordRules(), 64 << 20, give_up=64 << 10, scratch=scratch)
+        assert scratch[written:].tobytes().strip(b"\xaa") == b"", codec
+        if written:
+            assert b"\xaa" not in scratch[:written].tobytes()
 
 
 def test_a_zstd_frame_asking_for_a_huge_window_is_refused() -> None:
