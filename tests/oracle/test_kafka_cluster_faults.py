@@ -271,7 +271,7 @@ def test_transactional_copiers_across_leader_and_coordinator_kills(
     cluster: KafkaCluster,
 ) -> None:
     """Two copiers, one in a classic group and one in a KIP-848 group, whose group ids and
-    transactional ids are all coordinated by the node leading the input's partition 0;
+    transactional ids are all coordinated by the node leading one of the input's partitions;
     that node is SIGKILLed mid-copy (leader, transaction and group coordinators at once)
     and restarted: each output holds the input, uppercased, exactly once in order, and
     the groups' committed offsets never move back."""
@@ -284,16 +284,22 @@ def test_transactional_copiers_across_leader_and_coordinator_kills(
     # have moved (the tool returns before they all have). Elected again every 5 s: a node
     # restarted by an earlier test may still be out of the ISR of some partitions, whose
     # election then fails (a full run once found none coordinated by the victim in 60 s).
+    # Any input partition's leader will do (a full run at load ~7 found partition 0's leader
+    # coordinating no transactions for 60 s: restarted by an earlier test, it led no
+    # __transaction_state partition yet).
     deadline, next_election = time.monotonic() + 60, 0.0
     while True:
-        victim = cluster.leader(src, 0)[0]
-        keys = {
-            proto: (
-                key_on(cluster, f"cg{run}-{proto}", victim, transaction=False),
-                key_on(cluster, f"tx{run}-{proto}", victim, transaction=True),
-            )
-            for proto in outs
-        }
+        for part in range(3):
+            victim = cluster.leader(src, part)[0]
+            keys = {
+                proto: (
+                    key_on(cluster, f"cg{run}-{proto}", victim, transaction=False),
+                    key_on(cluster, f"tx{run}-{proto}", victim, transaction=True),
+                )
+                for proto in outs
+            }
+            if all(k is not None for ks in keys.values() for k in ks):
+                break
         if all(k is not None for ks in keys.values() for k in ks) or time.monotonic() > deadline:
             break
         if time.monotonic() >= next_election:
@@ -320,7 +326,7 @@ def test_transactional_copiers_across_leader_and_coordinator_kills(
         while min(c.copied for c in copiers.values()) < 100 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert all(0 < c.copied < 3 * n for c in copiers.values()), "not mid-copy"
-        moved = [cluster.kill_leader(src, 0, wait=False)]
+        moved = [cluster.kill_leader(src, part, wait=False)]
         deadline = time.monotonic() + 15
         while True:  # the coordinators' partitions moved with the fenced node's leadership
             coordinators = {cluster.coordinator(c.group) for c in copiers.values()}
