@@ -33,7 +33,6 @@ are asked again.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import gc
 import itertools
@@ -64,11 +63,12 @@ from samsa.protocol.records import (
     MIN_BATCH_LENGTH,
     InvalidBatchError,
     RecordBatchView,
-    iter_batches,
 )
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from samsa.protocol.columnar import BatchHeaders
 
 log = logging.getLogger("samsa.client.consumer")
 
@@ -155,48 +155,34 @@ class CompletedFetch:
     arrow: pa.RecordBatch | None = None
     next_offset: int = -1  # the position after all of it (skipped batches included)
     taken: int = 0  # rows of ``records`` already handed out
+    heads: BatchHeaders | None = None  # its batch headers, read once (``headers()``)
     size: int = field(init=False)
-    _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets and leader epochs
 
     def __post_init__(self) -> None:
         self.size = len(self.data)
 
+    def headers(self) -> BatchHeaders:
+        if self.heads is None:
+            self.heads = _batch_headers(self.data)
+        return self.heads
+
     def epoch_at(self, offset: int) -> int:
         """The leader epoch of the batch holding ``offset`` (what a position after it
         carries)."""
-        if self._epochs is None:
-            bases, _, epochs = batch_owners(self.data)
-            self._epochs = bases, epochs
-        bases, epochs = self._epochs
-        i = bisect.bisect_right(bases, offset) - 1
-        return epochs[i] if i >= 0 else -1
+        heads = self.headers()
+        i = int(heads.owner(offset))
+        return int(heads.leader_epoch[i]) if i >= 0 else -1
 
 
-def batch_owners(data: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
-    """Base offset, producer id and partition leader epoch of each whole batch."""
-    bases: list[int] = []
-    pids: list[int] = []
-    epochs: list[int] = []
-    with contextlib.suppress(InvalidBatchError):
-        for batch in iter_batches(data):
-            if batch.batch_length < MIN_BATCH_LENGTH:
-                break
-            bases.append(batch.base_offset)
-            pids.append(batch.producer_id)
-            epochs.append(batch.partition_leader_epoch)
-    return bases, pids, epochs
+def _batch_headers(data: bytes | memoryview | None) -> BatchHeaders:
+    from samsa.protocol.columnar import batch_headers  # pyarrow: imported when first used
+
+    return batch_headers(data)
 
 
 def end_offset(data: bytes | memoryview | None, start: int) -> int:
     """The offset after the last whole batch in fetched data (``start`` if none)."""
-    end = start
-    if data:
-        with contextlib.suppress(InvalidBatchError):
-            for batch in iter_batches(data):
-                if batch.batch_length < MIN_BATCH_LENGTH:
-                    break
-                end = max(end, batch.next_offset)
-    return end
+    return _batch_headers(data).end_offset(start)
 
 
 class FetchBuffer:
@@ -373,20 +359,18 @@ class Fetcher:
         n = batch.num_rows
         records: list[ConsumerRecord] = []
         if n:
-            import numpy as np
-
             from samsa.protocol.columnar import to_numpy
 
             cols = batch.columns
             offsets = to_numpy(cols[4])
             # producer id and leader epoch are per batch: found by offset among the batches
-            bases, pids, epochs = batch_owners(e.data)
-            at = np.searchsorted(np.asarray(bases, np.int64), offsets, "right") - 1
-            heads = cols[7]
-            if heads.offsets[-1].as_py() == heads.offsets[0].as_py():  # no headers at all
+            heads = e.headers()
+            at = heads.owner(offsets)
+            hcol = cols[7]
+            if hcol.offsets[-1].as_py() == hcol.offsets[0].as_py():  # no headers at all
                 headers: Iterable[Any] = itertools.repeat((), n)
             else:
-                headers = [tuple((h["key"], h["value"]) for h in hs) for hs in heads.to_pylist()]
+                headers = [tuple((h["key"], h["value"]) for h in hs) for hs in hcol.to_pylist()]
             fields = zip(
                 itertools.repeat(tp.topic, n),
                 itertools.repeat(tp.partition, n),
@@ -396,8 +380,8 @@ class Fetcher:
                 cols[1].to_pylist(),
                 headers,
                 cols[6].to_pylist(),
-                np.asarray(pids, np.int64)[at].tolist(),
-                np.asarray(epochs, np.int64)[at].tolist(),
+                heads.producer_id[at].tolist(),
+                heads.leader_epoch[at].tolist(),
                 strict=True,
             )
             # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)
@@ -608,15 +592,17 @@ class Fetcher:
             return
         start = positions[tp]
         assert start is not None
+        heads = _batch_headers(p.records)
         self.buffer.fetches.setdefault(tp, deque()).append(
             CompletedFetch(
                 p.records,
                 start,
-                end_offset(p.records, start),
+                heads.end_offset(start),
                 [
                     AbortedTxn(int(a.producer_id), int(a.first_offset))
                     for a in (p.aborted_transactions or ())
                 ],
+                heads=heads,
             )
         )
 

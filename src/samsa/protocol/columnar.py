@@ -67,7 +67,9 @@ from samsa.protocol.errors import ErrorCode
 from samsa.protocol.fetched import KeptBatches, corrupt
 from samsa.protocol.records import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
     NO_SEQUENCE,
     TIMESTAMP_TYPE_FLAG,
     TRANSACTIONAL_FLAG,
@@ -751,6 +753,76 @@ def partitions_for_keys(keys: Column, num_partitions: int) -> np.ndarray:
 
 
 # --- decoding ------------------------------------------------------------------------------
+
+
+# A v2 batch header as numpy reads it (big-endian, packed: 61 bytes)
+_HEADER_DTYPE = np.dtype(
+    [
+        ("base_offset", ">i8"),
+        ("batch_length", ">i4"),
+        ("leader_epoch", ">i4"),
+        ("magic", "i1"),
+        ("crc", ">u4"),
+        ("attributes", ">i2"),
+        ("last_offset_delta", ">i4"),
+        ("base_timestamp", ">i8"),
+        ("max_timestamp", ">i8"),
+        ("producer_id", ">i8"),
+        ("producer_epoch", ">i2"),
+        ("base_sequence", ">i4"),
+        ("record_count", ">i4"),
+    ]
+)
+assert _HEADER_DTYPE.itemsize == HEADER_SIZE
+_LENGTH_AT = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeaders:
+    """The whole batches of fetched data, one numpy column per header field used."""
+
+    base_offset: np.ndarray  # int64, in buffer order
+    next_offset: np.ndarray  # int64: base offset + last offset delta + 1
+    producer_id: np.ndarray  # int64
+    leader_epoch: np.ndarray  # int64 (partition leader epoch)
+
+    def end_offset(self, start: int) -> int:
+        """The offset after the last whole batch (``start`` if none is past it)."""
+        return max(start, int(self.next_offset.max())) if len(self.next_offset) else start
+
+    def owner(self, offsets: np.ndarray | int) -> Any:
+        """The index of the batch holding each of ``offsets`` (-1 before the first)."""
+        return np.searchsorted(self.base_offset, offsets, "right") - 1
+
+
+def batch_headers(data: bytes | bytearray | memoryview | None) -> BatchHeaders:
+    """The headers of the whole batches at the start of ``data``, read column-wise.
+
+    Where batch *i+1* starts depends on batch *i*'s length, so only the starts are found
+    one by one (a 4-byte read each); the fields are then gathered for every batch at once.
+    The walk stops at a partial batch (normal at the end of a fetch) and at a length too
+    short for a header: what follows is the decoder's to judge."""
+    buf = memoryview(data or b"").cast("B")
+    starts: list[int] = []
+    pos, end = 0, len(buf)
+    length_at = _LENGTH_AT.unpack_from
+    while end - pos >= HEADER_SIZE:
+        (length,) = length_at(buf, pos + 8)
+        size = length + LOG_OVERHEAD
+        if length < MIN_BATCH_LENGTH or pos + size > end:
+            break
+        starts.append(pos)
+        pos += size
+    nbuf = np.frombuffer(buf, np.uint8)
+    at = np.array(starts, np.int64)[:, None] + np.arange(HEADER_SIZE, dtype=np.int64)
+    heads = nbuf[at].view(_HEADER_DTYPE)[:, 0] if starts else np.zeros(0, _HEADER_DTYPE)
+    base = heads["base_offset"].astype(np.int64)
+    return BatchHeaders(
+        base,
+        base + heads["last_offset_delta"] + 1,
+        heads["producer_id"].astype(np.int64),
+        heads["leader_epoch"].astype(np.int64),
+    )
 
 
 @dataclass(frozen=True, slots=True)
