@@ -359,13 +359,24 @@ class Fetcher:
         n = batch.num_rows
         records: list[ConsumerRecord] = []
         if n:
+            import numpy as np
+
             from samsa.protocol.columnar import to_numpy
 
             cols = batch.columns
             offsets = to_numpy(cols[4])
-            # producer id and leader epoch are per batch: found by offset among the batches
+            # Producer id, leader epoch and timestamp type are per batch: the batch of each
+            # record is found by offset, and each batch's values repeated for its run of
+            # records (one int object per batch, not per record).
             heads = e.headers()
             at = heads.owner(offsets)
+            first = np.flatnonzero(np.diff(at, prepend=-2))
+            runs = np.diff(first, append=n).tolist()
+            owners = at[first]
+
+            def per_batch(values: Any) -> Iterable[Any]:
+                return itertools.chain.from_iterable(map(itertools.repeat, values, runs))
+
             hcol = cols[7]
             if hcol.offsets[-1].as_py() == hcol.offsets[0].as_py():  # no headers at all
                 headers: Iterable[Any] = itertools.repeat((), n)
@@ -379,9 +390,9 @@ class Fetcher:
                 cols[0].to_pylist(),
                 cols[1].to_pylist(),
                 headers,
-                cols[6].to_pylist(),
-                heads.producer_id[at].tolist(),
-                heads.leader_epoch[at].tolist(),
+                per_batch(to_numpy(cols[6])[first].tolist()),
+                per_batch(heads.producer_id[owners].tolist()),
+                per_batch(heads.leader_epoch[owners].tolist()),
                 strict=True,
             )
             # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)

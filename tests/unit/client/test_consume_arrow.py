@@ -18,8 +18,15 @@ from test_fetch_parsing import batch, log_with_transactions, marker
 from _fetch_reference import parse_fetched
 from samsa.client import AsyncConsumer, CorruptRecordError, TopicPartition
 from samsa.client._fetcher import CompletedFetch, end_offset
+from samsa.log.log import with_log_append_time
 from samsa.protocol.fetched import AbortedTxn
-from samsa.protocol.records import Compression, ControlType, NewRecord, build_batch
+from samsa.protocol.records import (
+    Compression,
+    ControlType,
+    NewRecord,
+    RecordBatchView,
+    build_batch,
+)
 
 TP = TopicPartition("t", 0)
 Row = tuple[int, bytes | None, bytes | None, int, int]
@@ -255,6 +262,14 @@ def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
         partition_leader_epoch=3,
     )
     data += build_batch([NewRecord(value=b"end", timestamp=1)], base_offset=19)
+    # a LogAppendTime batch between CreateTime ones: the timestamp type is per batch too
+    appended = build_batch(
+        [NewRecord(value=b"la", timestamp=5), NewRecord(value=b"lb", timestamp=6)],
+        base_offset=20,
+        partition_leader_epoch=4,
+    )
+    data += with_log_append_time(RecordBatchView(appended), 99).buf
+    data += build_batch([NewRecord(value=b"last", timestamp=2)], base_offset=22)
     level = 1 if isolation == "read_committed" else 0
     for start in (0, 5, 18):
         want, nxt = parse_fetched(TP, data, start, isolation_level=level, aborted=aborted)
@@ -262,7 +277,12 @@ def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
         fill(c, (data, start, aborted))
         got = asyncio.run(c.poll(0, 1000))
         assert got == want
-        assert c.subscriptions.position(TP) == nxt == 20
+        assert c.subscriptions.position(TP) == nxt == 23
         assert len({r.producer_id for r in got}) > 1
     assert {r.producer_id for r in got} == {44, -1} and got[0].leader_epoch == 3
+    assert [(r.timestamp, r.timestamp_type, r.leader_epoch) for r in got[2:]] == [
+        (99, 1, 4),
+        (99, 1, 4),
+        (2, 0, 0),
+    ]
     assert got[0].headers == (("a", b"1"), ("b", None))
