@@ -68,7 +68,7 @@ from samsa.protocol.records import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from samsa.protocol.columnar import BatchHeaders
+    from samsa.protocol.columnar import BatchHeaders, FetchedColumns
 
 log = logging.getLogger("samsa.client.consumer")
 
@@ -183,6 +183,21 @@ def _batch_headers(data: bytes | memoryview | None) -> BatchHeaders:
 def end_offset(data: bytes | memoryview | None, start: int) -> int:
     """The offset after the last whole batch in fetched data (``start`` if none)."""
     return _batch_headers(data).end_offset(start)
+
+
+def _shared_ints(values: Any) -> Iterable[int]:
+    """A numpy column as Python ints, a run of equal values sharing one int object: a
+    batch's producer id, epoch and timestamp type, and often timestamps (a producer stamps
+    many records in one millisecond). Fewer ints to make, and to free once read."""
+    import numpy as np
+
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
+    if 4 * len(change) > len(values):  # mostly distinct: runs would cost more than they save
+        out: list[int] = values.tolist()
+        return out
+    starts = np.concatenate(([0], change))
+    runs = np.diff(starts, append=len(values)).tolist()
+    return itertools.chain.from_iterable(map(itertools.repeat, values[starts].tolist(), runs))
 
 
 class FetchBuffer:
@@ -349,65 +364,122 @@ class Fetcher:
         return [rows for _, rows in self._take(limit, hand_out)]
 
     def _records_of(self, tp: TopicPartition, e: CompletedFetch) -> list[ConsumerRecord]:
-        """The response's records not yet handed out, as ConsumerRecords (built once)."""
+        """The response's records not yet handed out, as ConsumerRecords (built once).
+
+        Column-wise decoding, then one object per record built from the columns: about
+        twice as fast as decoding record by record (benchmarks/client.py). The columns stay
+        numpy (no Arrow array but the keys', values' and headers')."""
         if e.records is not None:
             return e.records
+        from samsa.protocol.columnar import to_numpy
 
-        # Column-wise decoding, then one object per record built from the columns: about
-        # twice as fast as decoding record by record (benchmarks/client.py).
-        batch = self._arrow_of(tp, e, True)
-        n = batch.num_rows
-        records: list[ConsumerRecord] = []
-        if n:
-            import numpy as np
-
-            from samsa.protocol.columnar import to_numpy
-
+        if e.arrow is not None:  # consume_arrow() handed out the first rows
+            batch = self._arrow_of(tp, e, True)
             cols = batch.columns
             offsets = to_numpy(cols[4])
-            # Producer id, leader epoch and timestamp type are per batch: the batch of each
-            # record is found by offset, and each batch's values repeated for its run of
-            # records (one int object per batch, not per record).
-            heads = e.headers()
-            at = heads.owner(offsets)
-            first = np.flatnonzero(np.diff(at, prepend=-2))
-            runs = np.diff(first, append=n).tolist()
-            owners = at[first]
-
-            def per_batch(values: Any) -> Iterable[Any]:
-                return itertools.chain.from_iterable(map(itertools.repeat, values, runs))
-
-            hcol = cols[7]
+            stamps = to_numpy(cols[5]) // 1000
+            types = to_numpy(cols[6])
+            keys, values, hcol = cols[0], cols[1], cols[7]
             if hcol.offsets[-1].as_py() == hcol.offsets[0].as_py():  # no headers at all
-                headers: Iterable[Any] = itertools.repeat((), n)
-            else:
-                headers = [tuple((h["key"], h["value"]) for h in hs) for hs in hcol.to_pylist()]
-            fields = zip(
-                itertools.repeat(tp.topic, n),
-                itertools.repeat(tp.partition, n),
-                offsets.tolist(),
-                (to_numpy(cols[5]) // 1000).tolist(),
-                cols[0].to_pylist(),
-                cols[1].to_pylist(),
-                headers,
-                per_batch(to_numpy(cols[6])[first].tolist()),
-                per_batch(heads.producer_id[owners].tolist()),
-                per_batch(heads.leader_epoch[owners].tolist()),
-                strict=True,
-            )
-            # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)
-            # Without the collector: a young collection every 700 new records walks them (a
-            # named tuple is never untracked, as a plain tuple of atoms is), ~20% of the
-            # consumer's CPU for 100 B records (benchmarks/client.py, gc callbacks timed).
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                records = list(map(tuple.__new__, itertools.repeat(ConsumerRecord, n), fields))
-            finally:
-                if enabled:  # an application that turned it off keeps it off
-                    gc.enable()
+                hcol = None
+        else:
+            fetched, hcol = self._columns_of(tp, e)
+            if fetched is None:
+                e.records, e.taken = [], 0
+                return e.records
+            offsets, stamps, types = fetched.offsets, fetched.timestamps, fetched.log_append
+            keys, values = fetched.binary(fetched.keys), fetched.binary(fetched.values)
+        records = self._build(tp, e, offsets, stamps, types, keys, values, hcol)
         e.records, e.taken, e.arrow = records, 0, None
         return records
+
+    def _columns_of(
+        self, tp: TopicPartition, e: CompletedFetch
+    ) -> tuple[FetchedColumns | None, pa.Array | None]:
+        """The response's rows at or after the position as numpy columns, and their
+        headers (None if no record has any), all checked; ``e.next_offset`` set."""
+        from samsa.protocol.columnar import decode_columns
+
+        def decode(data: bytes | memoryview) -> tuple[FetchedColumns | None, int, Any]:
+            cols, after = decode_columns(
+                data,
+                tp.topic,
+                tp.partition,
+                e.start,
+                isolation_level=self.isolation_level,
+                aborted=e.aborted,
+                check_crcs=self.check_crcs,
+            )
+            headers = None
+            if cols is not None:
+                if cols.has_headers():
+                    headers = cols.headers()
+                else:
+                    cols.check_ends()
+            return cols, after, headers
+
+        try:
+            cols, e.next_offset, headers = decode(e.data)
+        except (InvalidBatchError, KafkaError, ValueError) as exc:
+            self._split_corrupt(tp, e, decode, exc)
+            cols, e.next_offset, headers = decode(e.data)
+        pos = self.subscriptions.position(tp)
+        if cols is not None and pos is not None and pos > e.start:  # some handed out already
+            rest = cols.after(pos)
+            if headers is not None:
+                headers = headers.slice(len(cols) - len(rest))
+            cols = rest if len(rest) else None
+        return cols, headers
+
+    @staticmethod
+    def _build(
+        tp: TopicPartition,
+        e: CompletedFetch,
+        offsets: Any,
+        stamps: Any,
+        types: Any,
+        keys: pa.Array,
+        values: pa.Array,
+        headers: pa.Array | None,
+    ) -> list[ConsumerRecord]:
+        """ConsumerRecords from columns: offsets, timestamps (ms) and timestamp types as
+        numpy, keys, values and headers (None: no record has any) as Arrow."""
+        import numpy as np
+
+        n = len(offsets)
+        if not n:
+            return []
+        # producer id, leader epoch and timestamp type are per batch: found by offset
+        heads = e.headers()
+        at = heads.owner(offsets)
+        if headers is None:
+            hs: Iterable[Any] = itertools.repeat((), n)
+        else:
+            hs = [tuple((h["key"], h["value"]) for h in row) for row in headers.to_pylist()]
+        fields = zip(
+            itertools.repeat(tp.topic, n),
+            itertools.repeat(tp.partition, n),
+            offsets.tolist(),
+            _shared_ints(stamps),
+            keys.to_pylist(),
+            values.to_pylist(),
+            hs,
+            _shared_ints(types.astype(np.int64)),  # (a bool column: ints, as parsed)
+            _shared_ints(heads.producer_id[at]),
+            _shared_ints(heads.leader_epoch[at]),
+            strict=True,
+        )
+        # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)
+        # Without the collector: a young collection every 700 new records walks them (a
+        # named tuple is never untracked, as a plain tuple of atoms is), ~20% of the
+        # consumer's CPU for 100 B records (benchmarks/client.py, gc callbacks timed).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return list(map(tuple.__new__, itertools.repeat(ConsumerRecord, n), fields))
+        finally:
+            if enabled:  # an application that turned it off keeps it off
+                gc.enable()
 
     def _arrow_of(
         self, tp: TopicPartition, e: CompletedFetch, include_headers: bool

@@ -1013,6 +1013,177 @@ def _sections(
     return kept, sections, compressed, full
 
 
+@dataclass(slots=True)
+class FetchedColumns:
+    """The records of one fetched partition as numpy columns over the bytes they are in:
+    what :func:`decode_fetched` makes Arrow of, and what the consumer makes ConsumerRecords of
+    (no Arrow array it would not hand out). Bytes fields are (start, end, null) positions."""
+
+    buf: bytes | memoryview
+    nbuf: np.ndarray  # ``buf`` as uint8
+    offsets: np.ndarray  # int64
+    timestamps: np.ndarray  # int64, ms (the batch's max timestamp under LogAppendTime)
+    log_append: np.ndarray  # bool: LogAppendTime
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray]
+    values: tuple[np.ndarray, np.ndarray, np.ndarray]
+    header_at: np.ndarray  # where each record's first header starts
+    header_count: np.ndarray
+    ends: np.ndarray  # where each record ends
+    topic: str
+    partition: int
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def binary(self, field: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pa.Array:
+        """``keys`` or ``values`` as an Arrow binary array (gathered in C)."""
+        start, end, null = field
+        return _segments(pa.py_buffer(self.buf), start, end, null if null.any() else None)
+
+    def has_headers(self) -> bool:
+        return bool(self.header_count.any())
+
+    def headers(self) -> pa.Array:
+        """The headers as list<struct<key, value>>, checked: every record must end with them."""
+        p = self.header_at.copy()  # moved past the headers
+        out = _decode_headers(
+            pa.py_buffer(self.buf),
+            self.nbuf,
+            p,
+            self.header_count,
+            self.ends,
+            self.topic,
+            self.partition,
+        )
+        self.check_ends(p)
+        return out
+
+    def check_ends(self, after_headers: np.ndarray | None = None) -> None:
+        """Every record ends after its headers (where they start if there are none)."""
+        p = self.header_at if after_headers is None else after_headers
+        if (p != self.ends).any():
+            raise corrupt(f"{self.topic}-{self.partition}: record length does not match its fields")
+
+    def after(self, position: int) -> FetchedColumns:
+        """The rows at or after ``position`` (rows are in offset order)."""
+        i = int(np.searchsorted(self.offsets, position))
+        if i == 0:
+            return self
+        cut = slice(i, None)
+        return FetchedColumns(
+            self.buf,
+            self.nbuf,
+            self.offsets[cut],
+            self.timestamps[cut],
+            self.log_append[cut],
+            (self.keys[0][cut], self.keys[1][cut], self.keys[2][cut]),
+            (self.values[0][cut], self.values[1][cut], self.values[2][cut]),
+            self.header_at[cut],
+            self.header_count[cut],
+            self.ends[cut],
+            self.topic,
+            self.partition,
+        )
+
+
+def decode_columns(
+    data: bytes | bytearray | memoryview | None,
+    topic: str,
+    partition: int,
+    position: int,
+    *,
+    isolation_level: int = READ_UNCOMMITTED,
+    aborted: Iterable[Any] = (),
+    check_crcs: bool = True,
+    max_records: int | None = None,
+) -> tuple[FetchedColumns | None, int]:
+    """A Fetch response's records for one partition as numpy columns (None if no row), and
+    the position after what was returned or skipped: see :func:`decode_fetched`. Headers
+    are located (count, start) but not decoded."""
+    if max_records is not None and max_records <= 0:
+        raise ValueError("max_records must be positive")
+    if not data:
+        return None, position
+    where = f"{topic}-{partition}"
+    batches = KeptBatches(
+        data,
+        position,
+        name=where,
+        isolation_level=isolation_level,
+        aborted=aborted,
+        check_crcs=check_crcs,
+    )
+    kept, sections, compressed, full = _sections(batches, position, max_records)
+    next_offset = batches.next_offset
+    if not kept:
+        return None, next_offset
+
+    # uncompressed records are read where they are; else every section is copied together
+    buf: bytes | memoryview = batches.data
+    if compressed:
+        buf = b"".join(sections)
+        for k in kept:
+            k.start, k.end = k.joined, k.joined + k.end - k.start
+    nbuf = np.frombuffer(buf, np.uint8)
+    rec, length, lsz = _record_starts(buf, nbuf, kept)
+    counts = np.array([k.count for k in kept], np.int64)
+    which = np.repeat(np.arange(len(kept)), counts)
+    rec_end = np.empty_like(rec)
+    rec_end[:-1] = rec[1:]
+    rec_end[np.cumsum(counts) - 1] = [k.end for k in kept]
+    p = rec + lsz
+    # every record must end where the next starts: this checks the starts, however found
+    if (p + length != rec_end).any() or (length < _MIN_RECORD - 1).any():
+        raise corrupt(f"{where}: record lengths do not match their batch")
+    p += 1  # attributes
+    ts_delta, sz = _read_varints(nbuf, p)
+    p += sz
+    off_delta, sz = _read_varints(nbuf, p)
+    p += sz
+    offsets = np.array([k.base_offset for k in kept], np.int64)[which] + off_delta
+    keep = offsets >= position
+    if max_records is not None and (full or int(keep.sum()) > max_records):
+        # as Java's consumer: the position follows the last row handed out
+        keep &= np.cumsum(keep) <= max_records
+        next_offset = int(offsets[np.flatnonzero(keep)[-1]]) + 1
+    if not keep.all():
+        p, rec_end, ts_delta, offsets, which = (
+            p[keep],
+            rec_end[keep],
+            ts_delta[keep],
+            offsets[keep],
+            which[keep],
+        )
+    if len(p) == 0:
+        return None, next_offset
+
+    def field(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A nullable bytes field at ``pos``: (start, end, null mask)."""
+        flen, fsz = _read_varints(nbuf, pos)
+        if int(flen.min()) < -1:
+            raise corrupt(f"{where}: negative record field length")
+        fstart = pos + fsz
+        fend = fstart + np.maximum(flen, 0)
+        if (fend > rec_end).any():
+            raise corrupt(f"{where}: record field overruns its record")
+        return fstart, fend, flen < 0
+
+    keys = field(p)
+    values = field(keys[1])
+    hcount, sz = _read_varints(nbuf, values[1])
+    p = values[1] + sz
+    # a header takes at least two bytes: this also bounds what the headers' arrays take
+    if int(hcount.min()) < 0 or (p + 2 * hcount > rec_end).any():
+        raise corrupt(f"{where}: bad header count")
+    log_append = np.array([k.log_append for k in kept], np.bool_)[which]
+    stamp = np.array([k.timestamp for k in kept], np.int64)[which]
+    stamp = np.where(log_append, stamp, stamp + ts_delta)
+    cols = FetchedColumns(
+        buf, nbuf, offsets, stamp, log_append, keys, values, p, hcount, rec_end, topic, partition
+    )
+    return cols, next_offset
+
+
 def decode_fetched(
     data: bytes | bytearray | memoryview | None,
     topic: str,
@@ -1035,104 +1206,39 @@ def decode_fetched(
     the position after what was returned or skipped. A corrupt batch raises
     :class:`InvalidBatchError` (CORRUPT_MESSAGE).
     """
-    if max_records is not None and max_records <= 0:
-        raise ValueError("max_records must be positive")
-    if not data:
-        return DecodedFetch(_empty(include_headers), position)
-    batches = KeptBatches(
+    cols, next_offset = decode_columns(
         data,
+        topic,
+        partition,
         position,
-        name=f"{topic}-{partition}",
         isolation_level=isolation_level,
         aborted=aborted,
         check_crcs=check_crcs,
+        max_records=max_records,
     )
-    kept, sections, compressed, full = _sections(batches, position, max_records)
-    next_offset = batches.next_offset
-    if not kept:
-        return DecodedFetch(_empty(include_headers), next_offset)
+    return DecodedFetch(to_arrow(cols, topic, partition, include_headers), next_offset)
 
-    # uncompressed records are read where they are; else every section is copied together
-    buf: bytes | memoryview = batches.data
-    if compressed:
-        buf = b"".join(sections)
-        for k in kept:
-            k.start, k.end = k.joined, k.joined + k.end - k.start
-    nbuf = np.frombuffer(buf, np.uint8)
-    rec, length, lsz = _record_starts(buf, nbuf, kept)
-    counts = np.array([k.count for k in kept], np.int64)
-    which = np.repeat(np.arange(len(kept)), counts)
-    rec_end = np.empty_like(rec)
-    rec_end[:-1] = rec[1:]
-    rec_end[np.cumsum(counts) - 1] = [k.end for k in kept]
-    p = rec + lsz
-    # every record must end where the next starts: this checks the starts, however found
-    if (p + length != rec_end).any() or (length < _MIN_RECORD - 1).any():
-        raise corrupt(f"{topic}-{partition}: record lengths do not match their batch")
-    p += 1  # attributes
-    ts_delta, sz = _read_varints(nbuf, p)
-    p += sz
-    off_delta, sz = _read_varints(nbuf, p)
-    p += sz
-    offsets = np.array([k.base_offset for k in kept], np.int64)[which] + off_delta
-    keep = offsets >= position
-    if max_records is not None and (full or int(keep.sum()) > max_records):
-        # as Java's consumer: the position follows the last row handed out
-        keep &= np.cumsum(keep) <= max_records
-        next_offset = int(offsets[np.flatnonzero(keep)[-1]]) + 1
-    if not keep.all():
-        p, rec_end, ts_delta, offsets, which = (
-            p[keep],
-            rec_end[keep],
-            ts_delta[keep],
-            offsets[keep],
-            which[keep],
-        )
-    n = len(p)
-    if n == 0:
-        return DecodedFetch(_empty(include_headers), next_offset)
 
-    def field(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A nullable bytes field at ``pos``: (start, end, null mask)."""
-        flen, fsz = _read_varints(nbuf, pos)
-        if int(flen.min()) < -1:
-            raise corrupt(f"{topic}-{partition}: negative record field length")
-        fstart = pos + fsz
-        fend = fstart + np.maximum(flen, 0)
-        if (fend > rec_end).any():
-            raise corrupt(f"{topic}-{partition}: record field overruns its record")
-        return fstart, fend, flen < 0
-
-    kstart, kend, knull = field(p)
-    vstart, vend, vnull = field(kend)
-    hcount, sz = _read_varints(nbuf, vend)
-    p = vend + sz
-    # a header takes at least two bytes: this also bounds what the headers' arrays take
-    if int(hcount.min()) < 0 or (p + 2 * hcount > rec_end).any():
-        raise corrupt(f"{topic}-{partition}: bad header count")
-    pbuf = pa.py_buffer(buf)
+def to_arrow(
+    cols: FetchedColumns | None, topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """Decoded columns as an Arrow batch in Spark's layout (headers decoded if asked)."""
+    if cols is None:
+        return _empty(include_headers)
+    n = len(cols)
     arrays = [
-        _segments(pbuf, kstart, kend, knull),
-        _segments(pbuf, vstart, vend, vnull),
+        cols.binary(cols.keys),
+        cols.binary(cols.values),
         _repeat_string(topic, n),
         int_array(np.full(n, partition, np.int32), pa.int32()),
-        int_array(offsets, pa.int64()),
-        None,
-        None,
+        int_array(cols.offsets, pa.int64()),
+        int_array(cols.timestamps * 1000, pa.timestamp("us", tz="UTC")),
+        int_array(cols.log_append.astype(np.int32), pa.int32()),
     ]
-    log_append = np.array([k.log_append for k in kept], np.bool_)[which]
-    stamp = np.array([k.timestamp for k in kept], np.int64)[which]
-    stamp = np.where(log_append, stamp, stamp + ts_delta)
-    arrays[5] = int_array(stamp * 1000, pa.timestamp("us", tz="UTC"))
-    arrays[6] = int_array(log_append.astype(np.int32), pa.int32())
     if not include_headers:  # headers not asked for are not decoded
-        return DecodedFetch(pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA), next_offset)
-    arrays.append(_decode_headers(pbuf, nbuf, p, hcount, rec_end, topic, partition))
-    if (p != rec_end).any():
-        raise corrupt(f"{topic}-{partition}: record length does not match its fields")
-    return DecodedFetch(
-        pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS), next_offset
-    )
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    arrays.append(cols.headers())
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS)
 
 
 def _repeat_string(value: str, n: int) -> pa.Array:

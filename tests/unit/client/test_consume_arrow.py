@@ -280,6 +280,9 @@ def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
         assert c.subscriptions.position(TP) == nxt == 23
         assert len({r.producer_id for r in got}) > 1
     assert {r.producer_id for r in got} == {44, -1} and got[0].leader_epoch == 3
+    # plain ints, as the per-record parser gives (not numpy scalars, nor bools)
+    fields = [(r.offset, r.timestamp, r.timestamp_type, r.producer_id, r.leader_epoch) for r in got]
+    assert {type(v) for row in fields for v in row} == {int}
     assert [(r.timestamp, r.timestamp_type, r.leader_epoch) for r in got[2:]] == [
         (99, 1, 4),
         (99, 1, 4),
