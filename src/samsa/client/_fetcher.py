@@ -3,9 +3,11 @@
 One Fetch per leader broker makes a *round*, waiting up to ``fetch.max.wait.ms`` on the
 broker side; rounds are sequential (one ``fetching`` task), as a KIP-227 fetch session
 allows one request in flight per broker. A fetched partition is buffered as received (a
-:class:`CompletedFetch`) and decoded when first handed out, by
-:func:`samsa.protocol.columnar.decode_fetched` (column-wise, no Python object per record;
-``poll()`` then builds its ConsumerRecords from the columns). The batches kept are those
+:class:`CompletedFetch`, its batch headers read column-wise on arrival:
+:func:`samsa.protocol.columnar.batch_headers`) and decoded when first handed out, by
+:func:`samsa.protocol.columnar.decode_columns` (column-wise, no Python object per record;
+``poll()`` then builds its ConsumerRecords from the numpy columns, ``consume_arrow()`` its
+Arrow batch). The batches kept are those
 :class:`samsa.protocol.fetched.KeptBatches` selects: whole batches (a partial batch at the
 end of a response is normal), CRC-32C checked when ``check.crcs``, records below the
 position dropped (a fetch may start inside a batch), control batches and, with

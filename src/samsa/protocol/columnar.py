@@ -34,7 +34,11 @@ gathered by ``pyarrow.compute.take`` from one binary array whose offsets mark ev
 the buffer, so no Python object is made per record. Every record's length is checked against
 the next record's start, whatever found it, and every field against its record's end:
 corrupt bytes raise :class:`InvalidBatchError`, and nothing is sized by a count the bytes
-cannot hold.
+cannot hold. The decoding proper (:func:`decode_columns`) ends in numpy columns over the
+fetched bytes (:class:`FetchedColumns`); :func:`decode_fetched` makes Arrow of all of them,
+the consumer's ``poll()`` only of keys, values and headers (if any record has one). The
+headers of the batches themselves (:func:`batch_headers`: base offset, producer id, leader
+epoch) are read for all batches at once, after one walk of their lengths.
 
 The Arrow layout is Spark's Kafka source's (``key``, ``value``, ``topic``, ``partition``,
 ``offset``, ``timestamp`` in microseconds UTC, ``timestampType``, optional ``headers``), as
@@ -1235,10 +1239,16 @@ def to_arrow(
         int_array(cols.timestamps * 1000, pa.timestamp("us", tz="UTC")),
         int_array(cols.log_append.astype(np.int32), pa.int32()),
     ]
-    if not include_headers:  # headers not asked for are not decoded
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-    arrays.append(cols.headers())
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS)
+    if include_headers:
+        arrays.append(cols.headers())
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS)
+    # headers not asked for are checked all the same (a record must end with them, as
+    # Java's DefaultRecord.readFrom checks), decoded only if some record has one
+    if cols.has_headers():
+        cols.headers()
+    else:
+        cols.check_ends()
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _repeat_string(value: str, n: int) -> pa.Array:

@@ -9,9 +9,11 @@ starting inside a batch, max_records slicing, mixing the two calls, headers, cor
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
 from typing import Any
 
+import crc32c
 import pytest
 from test_fetch_parsing import batch, log_with_transactions, marker
 
@@ -21,6 +23,8 @@ from samsa.client._fetcher import CompletedFetch, end_offset
 from samsa.log.log import with_log_append_time
 from samsa.protocol.fetched import AbortedTxn
 from samsa.protocol.records import (
+    CRC_START,
+    HEADER_SIZE,
     Compression,
     ControlType,
     NewRecord,
@@ -213,6 +217,34 @@ def test_bad_batch_length_is_corrupt_after_the_good_records(how: str) -> None:
             with pytest.raises(CorruptRecordError) as info:
                 await c.consume_arrow(10)
         assert info.value.offset == 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("how", ["poll", "arrow"])
+def test_record_longer_than_its_fields_is_corrupt_after_the_good_records(how: str) -> None:
+    """A byte after a record's header count, inside its length, under a valid CRC: corrupt,
+    raised at its batch's offset once the records before it are out (poll() checks it
+    without decoding the headers, as no record has one)."""
+    bad = bytearray(batch(2, [b"x"]))
+    bad[HEADER_SIZE] += 2  # the record claims one byte more (zigzag varint)...
+    bad += b"\x00"  # ...which follows its header count
+    struct.pack_into(">i", bad, 8, len(bad) - 12)
+    struct.pack_into(">I", bad, 17, crc32c.crc32c(bytes(bad[CRC_START:])))
+    data = batch(0, [b"a", b"b"]) + bytes(bad) + batch(3, [b"c"])
+    c = consumer()
+    fill(c, (data, 0, []))
+
+    async def run() -> None:
+        if how == "poll":
+            assert [r.value for r in await c.poll(0, 10)] == [b"a", b"b"]
+            with pytest.raises(CorruptRecordError) as info:
+                await c.poll(0, 10)
+        else:
+            assert (await c.consume_arrow(10)).column("value").to_pylist() == [b"a", b"b"]
+            with pytest.raises(CorruptRecordError) as info:
+                await c.consume_arrow(10)
+        assert info.value.offset == 2 and "match its fields" in str(info.value)
 
     asyncio.run(run())
 
