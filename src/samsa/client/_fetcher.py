@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import itertools
 import logging
@@ -43,7 +44,7 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from samsa.client._cluster import Cluster
 from samsa.client._config import Config
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
     from samsa.protocol.columnar import BatchHeaders, FetchedColumns
 
 log = logging.getLogger("samsa.client.consumer")
+_T = TypeVar("_T")
 
 _REFRESH_ERRORS = frozenset(
     {
@@ -402,16 +404,8 @@ class Fetcher:
         headers (None if no record has any), all checked; ``e.next_offset`` set."""
         from samsa.protocol.columnar import decode_columns
 
-        def decode(data: bytes | memoryview) -> tuple[FetchedColumns | None, int, Any]:
-            cols, after = decode_columns(
-                data,
-                tp.topic,
-                tp.partition,
-                e.start,
-                isolation_level=self.isolation_level,
-                aborted=e.aborted,
-                check_crcs=self.check_crcs,
-            )
+        def checked(*args: Any, **kw: Any) -> tuple[FetchedColumns | None, int, Any]:
+            cols, after = decode_columns(*args, **kw)
             headers = None
             if cols is not None:
                 if cols.has_headers():
@@ -420,11 +414,7 @@ class Fetcher:
                     cols.check_ends()
             return cols, after, headers
 
-        try:
-            cols, e.next_offset, headers = decode(e.data)
-        except (InvalidBatchError, KafkaError, ValueError) as exc:
-            self._split_corrupt(tp, e, decode, exc)
-            cols, e.next_offset, headers = decode(e.data)
+        cols, e.next_offset, headers = self._decode(tp, e, checked)
         pos = self.subscriptions.position(tp)
         if cols is not None and pos is not None and pos > e.start:  # some handed out already
             rest = cols.after(pos)
@@ -500,23 +490,7 @@ class Fetcher:
             if has or not include_headers:
                 return batch
 
-        def decode(data: bytes | memoryview) -> Any:
-            return decode_fetched(
-                data,
-                tp.topic,
-                tp.partition,
-                e.start,
-                isolation_level=self.isolation_level,
-                aborted=e.aborted,
-                check_crcs=self.check_crcs,
-                include_headers=include_headers,
-            )
-
-        try:
-            d = decode(e.data)
-        except (InvalidBatchError, KafkaError, ValueError) as exc:
-            self._split_corrupt(tp, e, decode, exc)
-            d = decode(e.data)
+        d = self._decode(tp, e, functools.partial(decode_fetched, include_headers=include_headers))
         batch, e.next_offset = d.batch, d.next_offset
         pos = self.subscriptions.position(tp)
         if pos is not None and pos > e.start and batch.num_rows:  # some handed out already
@@ -524,6 +498,27 @@ class Fetcher:
             batch = batch.slice(int(np.searchsorted(offsets, pos)))
         e.arrow, e.records = batch, None
         return batch
+
+    def _decode(self, tp: TopicPartition, e: CompletedFetch, decoder: Callable[..., _T]) -> _T:
+        """``decoder`` (called as :func:`samsa.protocol.columnar.decode_columns`) on the
+        fetched data, or on what precedes its first corrupt batch (see ``_split_corrupt``)."""
+
+        def decode(data: bytes | memoryview) -> _T:
+            return decoder(
+                data,
+                tp.topic,
+                tp.partition,
+                e.start,
+                isolation_level=self.isolation_level,
+                aborted=e.aborted,
+                check_crcs=self.check_crcs,
+            )
+
+        try:
+            return decode(e.data)
+        except (InvalidBatchError, KafkaError, ValueError) as exc:
+            self._split_corrupt(tp, e, decode, exc)
+            return decode(e.data)
 
     def _split_corrupt(
         self, tp: TopicPartition, e: CompletedFetch, decode: Callable[[Any], Any], exc: Exception

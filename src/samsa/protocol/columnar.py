@@ -1102,8 +1102,17 @@ def decode_columns(
     max_records: int | None = None,
 ) -> tuple[FetchedColumns | None, int]:
     """A Fetch response's records for one partition as numpy columns (None if no row), and
-    the position after what was returned or skipped: see :func:`decode_fetched`. Headers
-    are located (count, start) but not decoded."""
+    the position after what was returned or skipped. Headers are located (count, start),
+    not decoded.
+
+    Batches are kept by :class:`~samsa.protocol.fetched.KeptBatches`: a partial batch at the
+    end is ignored, records below ``position`` are dropped, control batches skipped, and with
+    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
+    ((producer id, first offset) pairs, or objects with ``producer_id`` and ``first_offset``)
+    are skipped up to their abort marker. At most ``max_records`` rows; ``next_offset`` is
+    the position after what was returned or skipped. A corrupt batch raises
+    :class:`InvalidBatchError` (CORRUPT_MESSAGE).
+    """
     if max_records is not None and max_records <= 0:
         raise ValueError("max_records must be positive")
     if not data:
@@ -1194,32 +1203,12 @@ def decode_fetched(
     partition: int,
     position: int,
     *,
-    isolation_level: int = READ_UNCOMMITTED,
-    aborted: Iterable[Any] = (),
-    check_crcs: bool = True,
     include_headers: bool = False,
-    max_records: int | None = None,
+    **options: Any,
 ) -> DecodedFetch:
-    """A Fetch response's records for one partition as an Arrow batch in Spark's layout.
-
-    Batches are kept by :class:`~samsa.protocol.fetched.KeptBatches`: a partial batch at the
-    end is ignored, records below ``position`` are dropped, control batches skipped, and with
-    ``READ_COMMITTED`` the batches of the ``aborted`` transactions of the response
-    ((producer id, first offset) pairs, or objects with ``producer_id`` and ``first_offset``)
-    are skipped up to their abort marker. At most ``max_records`` rows; ``next_offset`` is
-    the position after what was returned or skipped. A corrupt batch raises
-    :class:`InvalidBatchError` (CORRUPT_MESSAGE).
-    """
-    cols, next_offset = decode_columns(
-        data,
-        topic,
-        partition,
-        position,
-        isolation_level=isolation_level,
-        aborted=aborted,
-        check_crcs=check_crcs,
-        max_records=max_records,
-    )
+    """A Fetch response's records for one partition as an Arrow batch in Spark's layout:
+    :func:`decode_columns` (which ``options`` are for) made Arrow by :func:`to_arrow`."""
+    cols, next_offset = decode_columns(data, topic, partition, position, **options)
     return DecodedFetch(to_arrow(cols, topic, partition, include_headers), next_offset)
 
 
