@@ -464,7 +464,9 @@ class Fetcher:
         # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)
         # Without the collector: a young collection every 700 new records walks them (a
         # named tuple is never untracked, as a plain tuple of atoms is), ~20% of the
-        # consumer's CPU for 100 B records (benchmarks/client.py, gc callbacks timed).
+        # consumer's CPU for 100 B records (benchmarks/client.py, gc callbacks timed). One
+        # young collection still walks them, at the first allocation after: a profile charges
+        # it to whatever code that is (epoch_at's lookup, ~8% of the loop thread's samples).
         enabled = gc.isenabled()
         gc.disable()
         try:
