@@ -3,9 +3,11 @@
 One Fetch per leader broker makes a *round*, waiting up to ``fetch.max.wait.ms`` on the
 broker side; rounds are sequential (one ``fetching`` task), as a KIP-227 fetch session
 allows one request in flight per broker. A fetched partition is buffered as received (a
-:class:`CompletedFetch`) and decoded when first handed out, by
-:func:`samsa.protocol.columnar.decode_fetched` (column-wise, no Python object per record;
-``poll()`` then builds its ConsumerRecords from the columns). The batches kept are those
+:class:`CompletedFetch`, its batch headers read column-wise on arrival:
+:func:`samsa.protocol.columnar.batch_headers`) and decoded when first handed out, by
+:func:`samsa.protocol.columnar.decode_columns` (column-wise, no Python object per record;
+``poll()`` then builds its ConsumerRecords from the numpy columns, ``consume_arrow()`` its
+Arrow batch). The batches kept are those
 :class:`samsa.protocol.fetched.KeptBatches` selects: whole batches (a partial batch at the
 end of a response is normal), CRC-32C checked when ``check.crcs``, records below the
 position dropped (a fetch may start inside a batch), control batches and, with
@@ -33,8 +35,8 @@ are asked again.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
+import functools
 import gc
 import itertools
 import logging
@@ -42,7 +44,7 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from samsa.client._cluster import Cluster
 from samsa.client._config import Config
@@ -64,13 +66,15 @@ from samsa.protocol.records import (
     MIN_BATCH_LENGTH,
     InvalidBatchError,
     RecordBatchView,
-    iter_batches,
 )
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from samsa.protocol.columnar import BatchHeaders, FetchedColumns
+
 log = logging.getLogger("samsa.client.consumer")
+_T = TypeVar("_T")
 
 _REFRESH_ERRORS = frozenset(
     {
@@ -155,48 +159,49 @@ class CompletedFetch:
     arrow: pa.RecordBatch | None = None
     next_offset: int = -1  # the position after all of it (skipped batches included)
     taken: int = 0  # rows of ``records`` already handed out
+    heads: BatchHeaders | None = None  # its batch headers, read once (``headers()``)
     size: int = field(init=False)
-    _epochs: tuple[list[int], list[int]] | None = None  # batch base offsets and leader epochs
 
     def __post_init__(self) -> None:
         self.size = len(self.data)
 
+    def headers(self) -> BatchHeaders:
+        if self.heads is None:
+            self.heads = _batch_headers(self.data)
+        return self.heads
+
     def epoch_at(self, offset: int) -> int:
         """The leader epoch of the batch holding ``offset`` (what a position after it
         carries)."""
-        if self._epochs is None:
-            bases, _, epochs = batch_owners(self.data)
-            self._epochs = bases, epochs
-        bases, epochs = self._epochs
-        i = bisect.bisect_right(bases, offset) - 1
-        return epochs[i] if i >= 0 else -1
+        heads = self.headers()
+        i = int(heads.owner(offset))
+        return int(heads.leader_epoch[i]) if i >= 0 else -1
 
 
-def batch_owners(data: bytes | memoryview) -> tuple[list[int], list[int], list[int]]:
-    """Base offset, producer id and partition leader epoch of each whole batch."""
-    bases: list[int] = []
-    pids: list[int] = []
-    epochs: list[int] = []
-    with contextlib.suppress(InvalidBatchError):
-        for batch in iter_batches(data):
-            if batch.batch_length < MIN_BATCH_LENGTH:
-                break
-            bases.append(batch.base_offset)
-            pids.append(batch.producer_id)
-            epochs.append(batch.partition_leader_epoch)
-    return bases, pids, epochs
+def _batch_headers(data: bytes | memoryview | None) -> BatchHeaders:
+    from samsa.protocol.columnar import batch_headers  # pyarrow: imported when first used
+
+    return batch_headers(data)
 
 
 def end_offset(data: bytes | memoryview | None, start: int) -> int:
     """The offset after the last whole batch in fetched data (``start`` if none)."""
-    end = start
-    if data:
-        with contextlib.suppress(InvalidBatchError):
-            for batch in iter_batches(data):
-                if batch.batch_length < MIN_BATCH_LENGTH:
-                    break
-                end = max(end, batch.next_offset)
-    return end
+    return _batch_headers(data).end_offset(start)
+
+
+def _shared_ints(values: Any) -> Iterable[int]:
+    """A numpy column as Python ints, a run of equal values sharing one int object: a
+    batch's producer id, epoch and timestamp type, and often timestamps (a producer stamps
+    many records in one millisecond). Fewer ints to make, and to free once read."""
+    import numpy as np
+
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
+    if 4 * len(change) > len(values):  # mostly distinct: runs would cost more than they save
+        out: list[int] = values.tolist()
+        return out
+    starts = np.concatenate(([0], change))
+    runs = np.diff(starts, append=len(values)).tolist()
+    return itertools.chain.from_iterable(map(itertools.repeat, values[starts].tolist(), runs))
 
 
 class FetchBuffer:
@@ -363,56 +368,112 @@ class Fetcher:
         return [rows for _, rows in self._take(limit, hand_out)]
 
     def _records_of(self, tp: TopicPartition, e: CompletedFetch) -> list[ConsumerRecord]:
-        """The response's records not yet handed out, as ConsumerRecords (built once)."""
+        """The response's records not yet handed out, as ConsumerRecords (built once).
+
+        Column-wise decoding, then one object per record built from the columns: about
+        twice as fast as decoding record by record (benchmarks/client.py). The columns stay
+        numpy (no Arrow array but the keys', values' and headers')."""
         if e.records is not None:
             return e.records
+        from samsa.protocol.columnar import to_numpy
 
-        # Column-wise decoding, then one object per record built from the columns: about
-        # twice as fast as decoding record by record (benchmarks/client.py).
-        batch = self._arrow_of(tp, e, True)
-        n = batch.num_rows
-        records: list[ConsumerRecord] = []
-        if n:
-            import numpy as np
-
-            from samsa.protocol.columnar import to_numpy
-
+        if e.arrow is not None:  # consume_arrow() handed out the first rows
+            batch = self._arrow_of(tp, e, True)
             cols = batch.columns
             offsets = to_numpy(cols[4])
-            # producer id and leader epoch are per batch: found by offset among the batches
-            bases, pids, epochs = batch_owners(e.data)
-            at = np.searchsorted(np.asarray(bases, np.int64), offsets, "right") - 1
-            heads = cols[7]
-            if heads.offsets[-1].as_py() == heads.offsets[0].as_py():  # no headers at all
-                headers: Iterable[Any] = itertools.repeat((), n)
-            else:
-                headers = [tuple((h["key"], h["value"]) for h in hs) for hs in heads.to_pylist()]
-            fields = zip(
-                itertools.repeat(tp.topic, n),
-                itertools.repeat(tp.partition, n),
-                offsets.tolist(),
-                (to_numpy(cols[5]) // 1000).tolist(),
-                cols[0].to_pylist(),
-                cols[1].to_pylist(),
-                headers,
-                cols[6].to_pylist(),
-                np.asarray(pids, np.int64)[at].tolist(),
-                np.asarray(epochs, np.int64)[at].tolist(),
-                strict=True,
-            )
-            # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)
-            # Without the collector: a young collection every 700 new records walks them (a
-            # named tuple is never untracked, as a plain tuple of atoms is), ~20% of the
-            # consumer's CPU for 100 B records (benchmarks/client.py, gc callbacks timed).
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                records = list(map(tuple.__new__, itertools.repeat(ConsumerRecord, n), fields))
-            finally:
-                if enabled:  # an application that turned it off keeps it off
-                    gc.enable()
+            stamps = to_numpy(cols[5]) // 1000
+            types = to_numpy(cols[6])
+            keys, values, hcol = cols[0], cols[1], cols[7]
+            if hcol.offsets[-1].as_py() == hcol.offsets[0].as_py():  # no headers at all
+                hcol = None
+        else:
+            fetched, hcol = self._columns_of(tp, e)
+            if fetched is None:
+                e.records, e.taken = [], 0
+                return e.records
+            offsets, stamps, types = fetched.offsets, fetched.timestamps, fetched.log_append
+            keys, values = fetched.binary(fetched.keys), fetched.binary(fetched.values)
+        records = self._build(tp, e, offsets, stamps, types, keys, values, hcol)
         e.records, e.taken, e.arrow = records, 0, None
         return records
+
+    def _columns_of(
+        self, tp: TopicPartition, e: CompletedFetch
+    ) -> tuple[FetchedColumns | None, pa.Array | None]:
+        """The response's rows at or after the position as numpy columns, and their
+        headers (None if no record has any), all checked; ``e.next_offset`` set."""
+        from samsa.protocol.columnar import decode_columns
+
+        def checked(*args: Any, **kw: Any) -> tuple[FetchedColumns | None, int, Any]:
+            cols, after = decode_columns(*args, **kw)
+            headers = None
+            if cols is not None:
+                if cols.has_headers():
+                    headers = cols.headers()
+                else:
+                    cols.check_ends()
+            return cols, after, headers
+
+        cols, e.next_offset, headers = self._decode(tp, e, checked)
+        pos = self.subscriptions.position(tp)
+        if cols is not None and pos is not None and pos > e.start:  # some handed out already
+            rest = cols.after(pos)
+            if headers is not None:
+                headers = headers.slice(len(cols) - len(rest))
+            cols = rest if len(rest) else None
+        return cols, headers
+
+    @staticmethod
+    def _build(
+        tp: TopicPartition,
+        e: CompletedFetch,
+        offsets: Any,
+        stamps: Any,
+        types: Any,
+        keys: pa.Array,
+        values: pa.Array,
+        headers: pa.Array | None,
+    ) -> list[ConsumerRecord]:
+        """ConsumerRecords from columns: offsets, timestamps (ms) and timestamp types as
+        numpy, keys, values and headers (None: no record has any) as Arrow."""
+        import numpy as np
+
+        n = len(offsets)
+        if not n:
+            return []
+        # producer id, leader epoch and timestamp type are per batch: found by offset
+        heads = e.headers()
+        at = heads.owner(offsets)
+        if headers is None:
+            hs: Iterable[Any] = itertools.repeat((), n)
+        else:
+            hs = [tuple((h["key"], h["value"]) for h in row) for row in headers.to_pylist()]
+        fields = zip(
+            itertools.repeat(tp.topic, n),
+            itertools.repeat(tp.partition, n),
+            offsets.tolist(),
+            _shared_ints(stamps),
+            keys.to_pylist(),
+            values.to_pylist(),
+            hs,
+            _shared_ints(types.astype(np.int64)),  # (a bool column: ints, as parsed)
+            _shared_ints(heads.producer_id[at]),
+            _shared_ints(heads.leader_epoch[at]),
+            strict=True,
+        )
+        # tuple.__new__ skips the named tuple's own __new__ (its argument parsing)
+        # Without the collector: a young collection every 700 new records walks them (a
+        # named tuple is never untracked, as a plain tuple of atoms is), ~20% of the
+        # consumer's CPU for 100 B records (benchmarks/client.py, gc callbacks timed). One
+        # young collection still walks them, at the first allocation after: a profile charges
+        # it to whatever code that is (epoch_at's lookup, ~8% of the loop thread's samples).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return list(map(tuple.__new__, itertools.repeat(ConsumerRecord, n), fields))
+        finally:
+            if enabled:  # an application that turned it off keeps it off
+                gc.enable()
 
     def _arrow_of(
         self, tp: TopicPartition, e: CompletedFetch, include_headers: bool
@@ -431,23 +492,7 @@ class Fetcher:
             if has or not include_headers:
                 return batch
 
-        def decode(data: bytes | memoryview) -> Any:
-            return decode_fetched(
-                data,
-                tp.topic,
-                tp.partition,
-                e.start,
-                isolation_level=self.isolation_level,
-                aborted=e.aborted,
-                check_crcs=self.check_crcs,
-                include_headers=include_headers,
-            )
-
-        try:
-            d = decode(e.data)
-        except (InvalidBatchError, KafkaError, ValueError) as exc:
-            self._split_corrupt(tp, e, decode, exc)
-            d = decode(e.data)
+        d = self._decode(tp, e, functools.partial(decode_fetched, include_headers=include_headers))
         batch, e.next_offset = d.batch, d.next_offset
         pos = self.subscriptions.position(tp)
         if pos is not None and pos > e.start and batch.num_rows:  # some handed out already
@@ -455,6 +500,27 @@ class Fetcher:
             batch = batch.slice(int(np.searchsorted(offsets, pos)))
         e.arrow, e.records = batch, None
         return batch
+
+    def _decode(self, tp: TopicPartition, e: CompletedFetch, decoder: Callable[..., _T]) -> _T:
+        """``decoder`` (called as :func:`samsa.protocol.columnar.decode_columns`) on the
+        fetched data, or on what precedes its first corrupt batch (see ``_split_corrupt``)."""
+
+        def decode(data: bytes | memoryview) -> _T:
+            return decoder(
+                data,
+                tp.topic,
+                tp.partition,
+                e.start,
+                isolation_level=self.isolation_level,
+                aborted=e.aborted,
+                check_crcs=self.check_crcs,
+            )
+
+        try:
+            return decode(e.data)
+        except (InvalidBatchError, KafkaError, ValueError) as exc:
+            self._split_corrupt(tp, e, decode, exc)
+            return decode(e.data)
 
     def _split_corrupt(
         self, tp: TopicPartition, e: CompletedFetch, decode: Callable[[Any], Any], exc: Exception
@@ -608,15 +674,17 @@ class Fetcher:
             return
         start = positions[tp]
         assert start is not None
+        heads = _batch_headers(p.records)
         self.buffer.fetches.setdefault(tp, deque()).append(
             CompletedFetch(
                 p.records,
                 start,
-                end_offset(p.records, start),
+                heads.end_offset(start),
                 [
                     AbortedTxn(int(a.producer_id), int(a.first_offset))
                     for a in (p.aborted_transactions or ())
                 ],
+                heads=heads,
             )
         )
 

@@ -34,7 +34,11 @@ gathered by ``pyarrow.compute.take`` from one binary array whose offsets mark ev
 the buffer, so no Python object is made per record. Every record's length is checked against
 the next record's start, whatever found it, and every field against its record's end:
 corrupt bytes raise :class:`InvalidBatchError`, and nothing is sized by a count the bytes
-cannot hold.
+cannot hold. The decoding proper (:func:`decode_columns`) ends in numpy columns over the
+fetched bytes (:class:`FetchedColumns`); :func:`decode_fetched` makes Arrow of all of them,
+the consumer's ``poll()`` only of keys, values and headers (if any record has one). The
+headers of the batches themselves (:func:`batch_headers`: base offset, producer id, leader
+epoch) are read for all batches at once, after one walk of their lengths.
 
 The Arrow layout is Spark's Kafka source's (``key``, ``value``, ``topic``, ``partition``,
 ``offset``, ``timestamp`` in microseconds UTC, ``timestampType``, optional ``headers``), as
@@ -67,7 +71,9 @@ from samsa.protocol.errors import ErrorCode
 from samsa.protocol.fetched import KeptBatches, corrupt
 from samsa.protocol.records import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
     NO_SEQUENCE,
     TIMESTAMP_TYPE_FLAG,
     TRANSACTIONAL_FLAG,
@@ -758,6 +764,76 @@ def partitions_for_keys(keys: Column, num_partitions: int) -> np.ndarray:
 # --- decoding ------------------------------------------------------------------------------
 
 
+# A v2 batch header as numpy reads it (big-endian, packed: 61 bytes)
+_HEADER_DTYPE = np.dtype(
+    [
+        ("base_offset", ">i8"),
+        ("batch_length", ">i4"),
+        ("leader_epoch", ">i4"),
+        ("magic", "i1"),
+        ("crc", ">u4"),
+        ("attributes", ">i2"),
+        ("last_offset_delta", ">i4"),
+        ("base_timestamp", ">i8"),
+        ("max_timestamp", ">i8"),
+        ("producer_id", ">i8"),
+        ("producer_epoch", ">i2"),
+        ("base_sequence", ">i4"),
+        ("record_count", ">i4"),
+    ]
+)
+assert _HEADER_DTYPE.itemsize == HEADER_SIZE
+_LENGTH_AT = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeaders:
+    """The whole batches of fetched data, one numpy column per header field used."""
+
+    base_offset: np.ndarray  # int64, in buffer order
+    next_offset: np.ndarray  # int64: base offset + last offset delta + 1
+    producer_id: np.ndarray  # int64
+    leader_epoch: np.ndarray  # int64 (partition leader epoch)
+
+    def end_offset(self, start: int) -> int:
+        """The offset after the last whole batch (``start`` if none is past it)."""
+        return max(start, int(self.next_offset.max())) if len(self.next_offset) else start
+
+    def owner(self, offsets: np.ndarray | int) -> Any:
+        """The index of the batch holding each of ``offsets`` (-1 before the first)."""
+        return np.searchsorted(self.base_offset, offsets, "right") - 1
+
+
+def batch_headers(data: bytes | bytearray | memoryview | None) -> BatchHeaders:
+    """The headers of the whole batches at the start of ``data``, read column-wise.
+
+    Where batch *i+1* starts depends on batch *i*'s length, so only the starts are found
+    one by one (a 4-byte read each); the fields are then gathered for every batch at once.
+    The walk stops at a partial batch (normal at the end of a fetch) and at a length too
+    short for a header: what follows is the decoder's to judge."""
+    buf = memoryview(data or b"").cast("B")
+    starts: list[int] = []
+    pos, end = 0, len(buf)
+    length_at = _LENGTH_AT.unpack_from
+    while end - pos >= HEADER_SIZE:
+        (length,) = length_at(buf, pos + 8)
+        size = length + LOG_OVERHEAD
+        if length < MIN_BATCH_LENGTH or pos + size > end:
+            break
+        starts.append(pos)
+        pos += size
+    nbuf = np.frombuffer(buf, np.uint8)
+    at = np.array(starts, np.int64)[:, None] + np.arange(HEADER_SIZE, dtype=np.int64)
+    heads = nbuf[at].view(_HEADER_DTYPE)[:, 0] if starts else np.zeros(0, _HEADER_DTYPE)
+    base = heads["base_offset"].astype(np.int64)
+    return BatchHeaders(
+        base,
+        base + heads["last_offset_delta"] + 1,
+        heads["producer_id"].astype(np.int64),
+        heads["leader_epoch"].astype(np.int64),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedFetch:
     """The records of one fetched partition, and the position after them."""
@@ -946,7 +1022,80 @@ def _sections(
     return kept, sections, compressed, full
 
 
-def decode_fetched(
+@dataclass(slots=True)
+class FetchedColumns:
+    """The records of one fetched partition as numpy columns over the bytes they are in:
+    what :func:`decode_fetched` makes Arrow of, and what the consumer makes ConsumerRecords of
+    (no Arrow array it would not hand out). Bytes fields are (start, end, null) positions."""
+
+    buf: bytes | memoryview
+    nbuf: np.ndarray  # ``buf`` as uint8
+    offsets: np.ndarray  # int64
+    timestamps: np.ndarray  # int64, ms (the batch's max timestamp under LogAppendTime)
+    log_append: np.ndarray  # bool: LogAppendTime
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray]
+    values: tuple[np.ndarray, np.ndarray, np.ndarray]
+    header_at: np.ndarray  # where each record's first header starts
+    header_count: np.ndarray
+    ends: np.ndarray  # where each record ends
+    topic: str
+    partition: int
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def binary(self, field: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pa.Array:
+        """``keys`` or ``values`` as an Arrow binary array (gathered in C)."""
+        start, end, null = field
+        return _segments(pa.py_buffer(self.buf), start, end, null if null.any() else None)
+
+    def has_headers(self) -> bool:
+        return bool(self.header_count.any())
+
+    def headers(self) -> pa.Array:
+        """The headers as list<struct<key, value>>, checked: every record must end with them."""
+        p = self.header_at.copy()  # moved past the headers
+        out = _decode_headers(
+            pa.py_buffer(self.buf),
+            self.nbuf,
+            p,
+            self.header_count,
+            self.ends,
+            self.topic,
+            self.partition,
+        )
+        self.check_ends(p)
+        return out
+
+    def check_ends(self, after_headers: np.ndarray | None = None) -> None:
+        """Every record ends after its headers (where they start if there are none)."""
+        p = self.header_at if after_headers is None else after_headers
+        if (p != self.ends).any():
+            raise corrupt(f"{self.topic}-{self.partition}: record length does not match its fields")
+
+    def after(self, position: int) -> FetchedColumns:
+        """The rows at or after ``position`` (rows are in offset order)."""
+        i = int(np.searchsorted(self.offsets, position))
+        if i == 0:
+            return self
+        cut = slice(i, None)
+        return FetchedColumns(
+            self.buf,
+            self.nbuf,
+            self.offsets[cut],
+            self.timestamps[cut],
+            self.log_append[cut],
+            (self.keys[0][cut], self.keys[1][cut], self.keys[2][cut]),
+            (self.values[0][cut], self.values[1][cut], self.values[2][cut]),
+            self.header_at[cut],
+            self.header_count[cut],
+            self.ends[cut],
+            self.topic,
+            self.partition,
+        )
+
+
+def decode_columns(
     data: bytes | bytearray | memoryview | None,
     topic: str,
     partition: int,
@@ -955,10 +1104,11 @@ def decode_fetched(
     isolation_level: int = READ_UNCOMMITTED,
     aborted: Iterable[Any] = (),
     check_crcs: bool = True,
-    include_headers: bool = False,
     max_records: int | None = None,
-) -> DecodedFetch:
-    """A Fetch response's records for one partition as an Arrow batch in Spark's layout.
+) -> tuple[FetchedColumns | None, int]:
+    """A Fetch response's records for one partition as numpy columns (None if no row), and
+    the position after what was returned or skipped. Headers are located (count, start),
+    not decoded.
 
     Batches are kept by :class:`~samsa.protocol.fetched.KeptBatches`: a partial batch at the
     end is ignored, records below ``position`` are dropped, control batches skipped, and with
@@ -971,11 +1121,12 @@ def decode_fetched(
     if max_records is not None and max_records <= 0:
         raise ValueError("max_records must be positive")
     if not data:
-        return DecodedFetch(_empty(include_headers), position)
+        return None, position
+    where = f"{topic}-{partition}"
     batches = KeptBatches(
         data,
         position,
-        name=f"{topic}-{partition}",
+        name=where,
         isolation_level=isolation_level,
         aborted=aborted,
         check_crcs=check_crcs,
@@ -983,7 +1134,7 @@ def decode_fetched(
     kept, sections, compressed, full = _sections(batches, position, max_records)
     next_offset = batches.next_offset
     if not kept:
-        return DecodedFetch(_empty(include_headers), next_offset)
+        return None, next_offset
 
     # uncompressed records are read where they are; else every section is copied together
     buf: bytes | memoryview = batches.data
@@ -1001,7 +1152,7 @@ def decode_fetched(
     p = rec + lsz
     # every record must end where the next starts: this checks the starts, however found
     if (p + length != rec_end).any() or (length < _MIN_RECORD - 1).any():
-        raise corrupt(f"{topic}-{partition}: record lengths do not match their batch")
+        raise corrupt(f"{where}: record lengths do not match their batch")
     p += 1  # attributes
     ts_delta, sz = _read_varints(nbuf, p)
     p += sz
@@ -1021,51 +1172,77 @@ def decode_fetched(
             offsets[keep],
             which[keep],
         )
-    n = len(p)
-    if n == 0:
-        return DecodedFetch(_empty(include_headers), next_offset)
+    if len(p) == 0:
+        return None, next_offset
 
     def field(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A nullable bytes field at ``pos``: (start, end, null mask)."""
         flen, fsz = _read_varints(nbuf, pos)
         if int(flen.min()) < -1:
-            raise corrupt(f"{topic}-{partition}: negative record field length")
+            raise corrupt(f"{where}: negative record field length")
         fstart = pos + fsz
         fend = fstart + np.maximum(flen, 0)
         if (fend > rec_end).any():
-            raise corrupt(f"{topic}-{partition}: record field overruns its record")
+            raise corrupt(f"{where}: record field overruns its record")
         return fstart, fend, flen < 0
 
-    kstart, kend, knull = field(p)
-    vstart, vend, vnull = field(kend)
-    hcount, sz = _read_varints(nbuf, vend)
-    p = vend + sz
+    keys = field(p)
+    values = field(keys[1])
+    hcount, sz = _read_varints(nbuf, values[1])
+    p = values[1] + sz
     # a header takes at least two bytes: this also bounds what the headers' arrays take
     if int(hcount.min()) < 0 or (p + 2 * hcount > rec_end).any():
-        raise corrupt(f"{topic}-{partition}: bad header count")
-    pbuf = pa.py_buffer(buf)
-    arrays = [
-        _segments(pbuf, kstart, kend, knull),
-        _segments(pbuf, vstart, vend, vnull),
-        _repeat_string(topic, n),
-        int_array(np.full(n, partition, np.int32), pa.int32()),
-        int_array(offsets, pa.int64()),
-        None,
-        None,
-    ]
+        raise corrupt(f"{where}: bad header count")
     log_append = np.array([k.log_append for k in kept], np.bool_)[which]
     stamp = np.array([k.timestamp for k in kept], np.int64)[which]
     stamp = np.where(log_append, stamp, stamp + ts_delta)
-    arrays[5] = int_array(stamp * 1000, pa.timestamp("us", tz="UTC"))
-    arrays[6] = int_array(log_append.astype(np.int32), pa.int32())
-    if not include_headers:  # headers not asked for are not decoded
-        return DecodedFetch(pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA), next_offset)
-    arrays.append(_decode_headers(pbuf, nbuf, p, hcount, rec_end, topic, partition))
-    if (p != rec_end).any():
-        raise corrupt(f"{topic}-{partition}: record length does not match its fields")
-    return DecodedFetch(
-        pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS), next_offset
+    cols = FetchedColumns(
+        buf, nbuf, offsets, stamp, log_append, keys, values, p, hcount, rec_end, topic, partition
     )
+    return cols, next_offset
+
+
+def decode_fetched(
+    data: bytes | bytearray | memoryview | None,
+    topic: str,
+    partition: int,
+    position: int,
+    *,
+    include_headers: bool = False,
+    **options: Any,
+) -> DecodedFetch:
+    """A Fetch response's records for one partition as an Arrow batch in Spark's layout:
+    :func:`decode_columns` (which ``options`` are for) made Arrow by :func:`to_arrow`."""
+    cols, next_offset = decode_columns(data, topic, partition, position, **options)
+    return DecodedFetch(to_arrow(cols, topic, partition, include_headers), next_offset)
+
+
+def to_arrow(
+    cols: FetchedColumns | None, topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """Decoded columns as an Arrow batch in Spark's layout (headers decoded if asked)."""
+    if cols is None:
+        return _empty(include_headers)
+    n = len(cols)
+    arrays = [
+        cols.binary(cols.keys),
+        cols.binary(cols.values),
+        _repeat_string(topic, n),
+        int_array(np.full(n, partition, np.int32), pa.int32()),
+        int_array(cols.offsets, pa.int64()),
+        int_array(cols.timestamps * 1000, pa.timestamp("us", tz="UTC")),
+        int_array(cols.log_append.astype(np.int32), pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(cols.headers())
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_HEADERS)
+    # headers not asked for are checked all the same (a record must end with them, as
+    # Java's DefaultRecord.readFrom checks), decoded only if some record has one
+    if cols.has_headers():
+        cols.headers()
+    else:
+        cols.check_ends()
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _repeat_string(value: str, n: int) -> pa.Array:

@@ -9,17 +9,28 @@ starting inside a batch, max_records slicing, mixing the two calls, headers, cor
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
 from typing import Any
 
+import crc32c
 import pytest
 from test_fetch_parsing import batch, log_with_transactions, marker
 
 from _fetch_reference import parse_fetched
 from samsa.client import AsyncConsumer, CorruptRecordError, TopicPartition
 from samsa.client._fetcher import CompletedFetch, end_offset
+from samsa.log.log import with_log_append_time
 from samsa.protocol.fetched import AbortedTxn
-from samsa.protocol.records import Compression, ControlType, NewRecord, build_batch
+from samsa.protocol.records import (
+    CRC_START,
+    HEADER_SIZE,
+    Compression,
+    ControlType,
+    NewRecord,
+    RecordBatchView,
+    build_batch,
+)
 
 TP = TopicPartition("t", 0)
 Row = tuple[int, bytes | None, bytes | None, int, int]
@@ -210,6 +221,34 @@ def test_bad_batch_length_is_corrupt_after_the_good_records(how: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("how", ["poll", "arrow"])
+def test_record_longer_than_its_fields_is_corrupt_after_the_good_records(how: str) -> None:
+    """A byte after a record's header count, inside its length, under a valid CRC: corrupt,
+    raised at its batch's offset once the records before it are out (poll() checks it
+    without decoding the headers, as no record has one)."""
+    bad = bytearray(batch(2, [b"x"]))
+    bad[HEADER_SIZE] += 2  # the record claims one byte more (zigzag varint)...
+    bad += b"\x00"  # ...which follows its header count
+    struct.pack_into(">i", bad, 8, len(bad) - 12)
+    struct.pack_into(">I", bad, 17, crc32c.crc32c(bytes(bad[CRC_START:])))
+    data = batch(0, [b"a", b"b"]) + bytes(bad) + batch(3, [b"c"])
+    c = consumer()
+    fill(c, (data, 0, []))
+
+    async def run() -> None:
+        if how == "poll":
+            assert [r.value for r in await c.poll(0, 10)] == [b"a", b"b"]
+            with pytest.raises(CorruptRecordError) as info:
+                await c.poll(0, 10)
+        else:
+            assert (await c.consume_arrow(10)).column("value").to_pylist() == [b"a", b"b"]
+            with pytest.raises(CorruptRecordError) as info:
+                await c.consume_arrow(10)
+        assert info.value.offset == 2 and "match its fields" in str(info.value)
+
+    asyncio.run(run())
+
+
 def test_prefetch_is_bounded() -> None:
     c = AsyncConsumer(
         {"bootstrap.servers": "127.0.0.1:9", "fetch.max.bytes": "1000", "check.crcs": "true"}
@@ -255,6 +294,14 @@ def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
         partition_leader_epoch=3,
     )
     data += build_batch([NewRecord(value=b"end", timestamp=1)], base_offset=19)
+    # a LogAppendTime batch between CreateTime ones: the timestamp type is per batch too
+    appended = build_batch(
+        [NewRecord(value=b"la", timestamp=5), NewRecord(value=b"lb", timestamp=6)],
+        base_offset=20,
+        partition_leader_epoch=4,
+    )
+    data += with_log_append_time(RecordBatchView(appended), 99).buf
+    data += build_batch([NewRecord(value=b"last", timestamp=2)], base_offset=22)
     level = 1 if isolation == "read_committed" else 0
     for start in (0, 5, 18):
         want, nxt = parse_fetched(TP, data, start, isolation_level=level, aborted=aborted)
@@ -262,7 +309,15 @@ def test_poll_records_equal_the_per_record_parser(isolation: str) -> None:
         fill(c, (data, start, aborted))
         got = asyncio.run(c.poll(0, 1000))
         assert got == want
-        assert c.subscriptions.position(TP) == nxt == 20
+        assert c.subscriptions.position(TP) == nxt == 23
         assert len({r.producer_id for r in got}) > 1
     assert {r.producer_id for r in got} == {44, -1} and got[0].leader_epoch == 3
+    # plain ints, as the per-record parser gives (not numpy scalars, nor bools)
+    fields = [(r.offset, r.timestamp, r.timestamp_type, r.producer_id, r.leader_epoch) for r in got]
+    assert {type(v) for row in fields for v in row} == {int}
+    assert [(r.timestamp, r.timestamp_type, r.leader_epoch) for r in got[2:]] == [
+        (99, 1, 4),
+        (99, 1, 4),
+        (2, 0, 0),
+    ]
     assert got[0].headers == (("a", b"1"), ("b", None))

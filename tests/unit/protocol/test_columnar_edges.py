@@ -15,6 +15,7 @@ from samsa.protocol.columnar import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_HEADERS,
     HEADERS_TYPE,
+    batch_headers,
     decode_fetched,
     encode_batches,
     murmur2_array,
@@ -227,6 +228,46 @@ def test_partial_trailing_batch_is_left_for_the_next_fetch() -> None:
     for cut in (whole + 1, whole + 30, len(data) - 1):
         got = decode_fetched(data[:cut], "t", 0, 0)
         assert got.batch.column("value").to_pylist() == [b"a"] and got.next_offset == 1
+
+
+def test_batch_headers_are_the_headers_of_the_whole_batches() -> None:
+    """Read column-wise, each whole batch's base offset, next offset, producer id and leader
+    epoch are its header's; the walk stops at a partial batch and at a length too short for
+    a header (the decoder refuses that one)."""
+    batches = [
+        build_batch([NewRecord(value=b"a")], base_offset=0),
+        build_batch(
+            [NewRecord(value=b"b" * 300), NewRecord(value=b"c")],
+            base_offset=1,
+            producer_id=2**40 + 7,
+            producer_epoch=3,
+            base_sequence=0,
+            partition_leader_epoch=5,
+        ),
+        build_control_batch(
+            ControlType.COMMIT,
+            producer_id=2**40 + 7,
+            producer_epoch=3,
+            coordinator_epoch=0,
+            base_offset=3,
+        ),
+        build_batch([NewRecord(value=b"d")] * 3, base_offset=9, partition_leader_epoch=2**31 - 1),
+    ]
+    data = b"".join(batches)
+    views = [RecordBatchView(b) for b in batches]
+    want = [(v.base_offset, v.next_offset, v.producer_id, v.partition_leader_epoch) for v in views]
+
+    def got(buf: bytes) -> list[tuple[int, ...]]:
+        h = batch_headers(buf)
+        cols = (h.base_offset, h.next_offset, h.producer_id, h.leader_epoch)
+        return [tuple(int(c[i]) for c in cols) for i in range(len(h.base_offset))]
+
+    assert got(data) == want
+    assert batch_headers(data).end_offset(0) == 12 and batch_headers(b"").end_offset(7) == 7
+    assert got(data[:-1]) == want[:3]  # the last batch cut: left for the next fetch
+    short = bytearray(data)
+    struct.pack_into(">i", short, len(b"".join(batches[:2])) + 8, 20)
+    assert got(bytes(short)) == want[:2]
 
 
 def test_start_offset_inside_a_batch_and_max_records() -> None:
