@@ -89,6 +89,9 @@ class Scale:
     producers: int  # idempotent producers of the producer-state row
     partitions: int = 10_000  # partitions of the memory row
     startup_runs: int = 3  # empty brokers started and stopped, each (the median is shown)
+    # Classic group samples per row: a sample either ends at once or waits out a 1 or 3 s
+    # client timer (peer_groups.py), so three samples do not settle a median.
+    classic_group_runs: int = 9
     perf_warmup: int = 10_000  # ProducerPerformance's records before its steady state
     java_bound: int = 20  # seconds the Java tools wait on a broker that does not answer
     settle: float = 10.0  # idle seconds before an idle RSS (and as long again for its CPU)
@@ -104,7 +107,8 @@ FULL = Scale(600_000, 200_000, 150_000, 1_000, 1_200_000, 1_000, 10.0, (3, 30), 
 # of 1,000 partitions after the SIGKILL alone took 44 s.
 QUICK = Scale(30_000, 10_000, 8_000, 50, 60_000, 500, 1.5, (3,), 1,
               StateScale(100, 2_000, 4, 256, 30.0, together=True), 2_000, partitions=1_000,
-              startup_runs=1, perf_warmup=1_000, java_bound=5, settle=1.0, reuse=True)  # fmt: skip
+              startup_runs=1, perf_warmup=1_000, java_bound=5, settle=1.0, reuse=True,
+              classic_group_runs=1)  # fmt: skip
 SECTIONS = ("startup", "groups", "load", "memory", "state", "producer-state")
 # Kafka's launcher sets this (the default waits 3 s for more members); samsa gets the same.
 SAME_AS_KAFKA = {"group.initial.rebalance.delay.ms": "0"}
@@ -484,7 +488,7 @@ def _running(scale: Scale, work: Path, sections: set[str], done: int) -> list[Ro
             bss = {n: b.bootstrap for n, b in brokers.items() if n != "tansu"}
             with timed("groups"):
                 warm = ("classic",) if scale.reuse else PROTOCOLS
-                grows = group_rows(bss, gs, scale.group_runs, warm)
+                grows = group_rows(bss, gs, scale.group_runs, warm, scale.classic_group_runs)
             for label, values, notes in grows:
                 r = Row(label, "s", False, values, notes)
                 rows.append(r)
@@ -653,7 +657,9 @@ def _rate(result: tuple[int, float]) -> float:
 def _fmt(v: float | None) -> str:
     if v is None:
         return "-"
-    return f"{v:,.0f}" if v >= 100 else f"{v:.2f}"
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.2f}" if v >= 0.1 or v == 0 else f"{v:.3f}"  # a warm group's few ms
 
 
 def _ratio(a: float | None, b: float | None) -> str:
