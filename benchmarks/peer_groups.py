@@ -17,7 +17,7 @@ interval, or after a member's 3 s heartbeat), optionally librdkafka's ``debug=cg
 trace of every sample written to a directory::
 
     .venv/bin/python benchmarks/peer_groups.py --members 3 --samples 21 [--warm-members]
-        [--protocol classic|consumer] [--trace DIR]
+        [--protocol classic|consumer] [--trace DIR] [--initial-delay-ms 3000]
 
 ``--warm-members`` has each member read the topic's metadata before the clock starts, so its
 JoinGroup goes out at ``subscribe`` (cold, librdkafka first waits for a connection to the
@@ -146,10 +146,13 @@ def _runs_note(samples: list[float]) -> str:
     )
 
 
-def outcome(protocol: str, seconds: float) -> str:
+def outcome(protocol: str, seconds: float, initial_delay_ms: int = 0) -> str:
     """What bounded a sample: the classic protocol's waits are librdkafka's 1 s rejoin interval
     (a SyncGroup answered REBALANCE_IN_PROGRESS) and a member's 3 s heartbeat (it was Stable
-    before the others joined); KIP-848's are its 5 s heartbeat interval."""
+    before the others joined); KIP-848's are its 5 s heartbeat interval. With an initial
+    rebalance delay the waits add up, and are not told apart."""
+    if initial_delay_ms:
+        return f"{round(seconds)} s"
     if protocol == "consumer":
         return f"{round(seconds / 5) * 5} s heartbeats" if seconds >= 2.5 else "at once"
     if seconds >= 2.5:
@@ -195,16 +198,17 @@ def _stderr_to(path: Path | None) -> Iterator[None]:
 
 
 def study(members: int, protocol: str, samples: int, warm_members: bool,
-          trace: Path | None) -> None:  # fmt: skip
+          trace: Path | None, initial_delay_ms: int = 0) -> None:  # fmt: skip
     from _brokers import KafkaBroker, SamsaBroker
     from peers import SAME_AS_KAFKA
 
     print(machine(), flush=True)
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         work = Path(d)
+        delay = {"group.initial.rebalance.delay.ms": str(initial_delay_ms)}
         brokers = {
-            "samsa": stack.enter_context(SamsaBroker(work / "samsa", SAME_AS_KAFKA)),
-            "kafka": stack.enter_context(KafkaBroker(work / "kafka")),
+            "samsa": stack.enter_context(SamsaBroker(work / "samsa", {**SAME_AS_KAFKA, **delay})),
+            "kafka": stack.enter_context(KafkaBroker(work / "kafka", delay)),
         }
         topic = f"grp-{protocol}-{members}"
         for b in brokers.values():
@@ -228,18 +232,19 @@ def study(members: int, protocol: str, samples: int, warm_members: bool,
                         debug=log is not None,
                     )
                 got[name].append(s)
+                kind = outcome(protocol, s, initial_delay_ms)
                 seen = f"  ({_trace_summary(log)})" if log is not None else ""
-                print(
-                    f"sample {i:2d} {name:5s} {s:6.3f} s  {outcome(protocol, s)}{seen}", flush=True
-                )
+                print(f"sample {i:2d} {name:5s} {s:6.3f} s  {kind}{seen}", flush=True)
         load = os.getloadavg()[0]
         print(f"\n{protocol}, {members} members, {2 * members} partitions, "
-              f"{'warm' if warm_members else 'cold'} members, {samples} samples each "
+              f"{'warm' if warm_members else 'cold'} members, {samples} samples each, "
+              f"group.initial.rebalance.delay.ms={initial_delay_ms} "
               f"(alternated), load average at the end {load:.2f}")  # fmt: skip
         for name, values in got.items():
             counts: dict[str, int] = {}
             for v in values:
-                counts[outcome(protocol, v)] = counts.get(outcome(protocol, v), 0) + 1
+                kind = outcome(protocol, v, initial_delay_ms)
+                counts[kind] = counts.get(kind, 0) + 1
             print(f"{name:5s} median {statistics.median(values):.3f} s, mean "
                   f"{statistics.fmean(values):.3f} s; "
                   + ", ".join(f"{k}: {n}" for k, n in sorted(counts.items())))  # fmt: skip
@@ -255,8 +260,11 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=21, help="per broker, alternated")
     ap.add_argument("--warm-members", action="store_true")
     ap.add_argument("--trace", type=Path, help="a directory for one librdkafka trace per sample")
+    ap.add_argument(
+        "--initial-delay-ms", type=int, default=0, help="group.initial.rebalance.delay.ms, both"
+    )
     a = ap.parse_args()
-    study(a.members, a.protocol, a.samples, a.warm_members, a.trace)
+    study(a.members, a.protocol, a.samples, a.warm_members, a.trace, a.initial_delay_ms)
 
 
 if __name__ == "__main__":
