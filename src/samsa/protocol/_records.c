@@ -11,6 +11,10 @@
  *
  * Varints are read as Java's ByteUtils does: at most 5 bytes for an int, 10 for a long, the
  * bits past 32 (64) dropped before the zigzag is undone, so a length wraps as Kafka's does.
+ *
+ * records(), the second half, is the consumer's: it makes poll()'s ConsumerRecords from the
+ * columns protocol/columnar.py decoded (client/_fetcher.py falls back to making them in
+ * Python where this module could not be built).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -317,15 +321,282 @@ done:
     return result;
 }
 
+/* --- ConsumerRecords from decoded columns -------------------------------------------------
+ *
+ * The consumer's poll() hands out one ConsumerRecord (a named tuple) per record. Made in
+ * Python from the columns (zip, tolist, tuple.__new__ per row), that was ~40% of the client's
+ * loop thread, and as many again in the young collections that walked the new tuples.
+ * records() makes the whole list in one call from what protocol/columnar.py decoded: the
+ * record's bytes are copied out of the fetched buffer, the headers read here (with the checks
+ * columnar's header decoder makes), and no bytecode runs per record.
+ *
+ * The tuples hold only ints, str, bytes, None and tuples of those: they cannot be part of a
+ * cycle, so they are untracked by the collector at birth (CPython untracks such plain tuples
+ * itself, lazily, but never those of a subclass). Every position is checked against the
+ * buffer and its record's end: columns that do not fit the buffer are a RecordError. */
+
+enum column {
+    C_OFFSET, C_TIMESTAMP, C_LOG_APPEND, C_KEY_START, C_KEY_END, C_KEY_NULL,
+    C_VALUE_START, C_VALUE_END, C_VALUE_NULL, C_HEADER_AT, C_HEADER_COUNT, C_END,
+    C_PRODUCER_ID, C_LEADER_EPOCH, N_COLUMNS,
+};
+/* item size of each column: int64, or one byte for the flags (numpy bool) */
+static const Py_ssize_t column_size[N_COLUMNS] = {8, 8, 1, 8, 8, 1, 8, 8, 1, 8, 8, 8, 8, 8};
+#define FIRST_COLUMN 4 /* records()'s arguments before the columns */
+#define RECORD_FIELDS 10
+
+/* Item k of a record just allocated, or to fail (the items not yet set stay NULL). */
+#define SET(rec, k, make)                                                                     \
+    do {                                                                                      \
+        PyObject *made_ = (make);                                                             \
+        if (made_ == NULL)                                                                    \
+            goto fail;                                                                        \
+        PyTuple_SET_ITEM((rec), (k), made_);                                                  \
+    } while (0)
+
+/* A run of equal ints (a batch's producer id, epoch, often timestamps) shares one object. */
+typedef struct {
+    int64_t value;
+    PyObject *obj;
+} shared_t;
+
+static inline PyObject *
+shared_int(shared_t *s, int64_t v)
+{
+    if (s->obj == NULL || s->value != v) {
+        PyObject *o = PyLong_FromLongLong(v);
+        if (o == NULL)
+            return NULL;
+        Py_XSETREF(s->obj, o);
+        s->value = v;
+    }
+    return Py_NewRef(s->obj);
+}
+
+typedef struct {
+    const uint8_t *buf;
+    Py_ssize_t len;
+    PyObject *topic, *partition; /* for messages */
+} source_t;
+
+static PyObject *
+corrupt(const source_t *src, const char *what, long long row)
+{
+    PyErr_Format(RecordError, "%U-%S: %s (row %lld)", src->topic, src->partition, what, row);
+    return NULL;
+}
+
+/* buf[start:end] as bytes, or None; the span must lie in the record (which is in buf). */
+static PyObject *
+bytes_field(const source_t *src, int64_t start, int64_t end, int null, int64_t rec_end,
+            long long row)
+{
+    if (null)
+        return Py_NewRef(Py_None);
+    if (start < 0 || start > end || end > rec_end)
+        return corrupt(src, "record field overruns its record", row);
+    return PyBytes_FromStringAndSize((const char *)src->buf + start, (Py_ssize_t)(end - start));
+}
+
+/* A header length at *p: read as columnar's numpy reader does (up to 10 bytes, 64 bits). */
+static int
+header_length(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *n,
+              long long row)
+{
+    int got = read_varlong(p, end, n);
+    if (got < 0) {
+        corrupt(src, "record varint longer than 10 bytes", row);
+        return -1;
+    }
+    if (got == 0) {
+        corrupt(src, "header overruns its record", row);
+        return -1;
+    }
+    return 0;
+}
+
+/* The headers of a record, ((key, value), ...), read from at up to its end. */
+static PyObject *
+headers_of(const source_t *src, int64_t count, int64_t at, int64_t rec_end, long long row)
+{
+    if (count < 0 || at < 0 || at > rec_end || count > (rec_end - at) / 2)
+        return corrupt(src, "bad header count", row);
+    if (count == 0) {
+        if (at != rec_end)
+            return corrupt(src, "record length does not match its fields", row);
+        return PyTuple_New(0); /* the empty tuple, shared */
+    }
+    const uint8_t *p = src->buf + at, *end = src->buf + rec_end;
+    PyObject *out = PyTuple_New((Py_ssize_t)count);
+    if (out == NULL)
+        return NULL;
+    for (int64_t h = 0; h < count; h++) {
+        int64_t n;
+        if (header_length(src, &p, end, &n, row) < 0)
+            goto fail;
+        if (n < 0) {
+            corrupt(src, "null header key", row);
+            goto fail;
+        }
+        if (n > end - p) {
+            corrupt(src, "header overruns its record", row);
+            goto fail;
+        }
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, NULL);
+        if (key == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto fail;
+            PyErr_Clear();
+            corrupt(src, "header key is not UTF-8", row);
+            goto fail;
+        }
+        p += n;
+        PyObject *value = NULL;
+        if (header_length(src, &p, end, &n, row) < 0) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        if (n < -1 || n > end - p) {
+            corrupt(src, n < -1 ? "negative header length" : "header overruns its record", row);
+            Py_DECREF(key);
+            goto fail;
+        }
+        if (n < 0) {
+            value = Py_NewRef(Py_None);
+        } else {
+            value = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+            p += n;
+        }
+        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL)
+            goto fail;
+        PyObject_GC_UnTrack(pair);
+        PyTuple_SET_ITEM(out, (Py_ssize_t)h, pair);
+    }
+    if (p != end) {
+        corrupt(src, "record length does not match its fields", row);
+        goto fail;
+    }
+    PyObject_GC_UnTrack(out);
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(records_doc,
+"records(cls, topic, partition, buf, offset, timestamp, log_append, key_start, key_end,\n"
+"        key_null, value_start, value_end, value_null, header_at, header_count, end,\n"
+"        producer_id, leader_epoch)\n"
+"--\n\n"
+"One cls (a tuple type of ConsumerRecord's fields) per row of the columns decoded from\n"
+"the fetched bytes buf: contiguous int64 columns, but the null flags and log_append (one\n"
+"byte a row). A record's bytes fields are buf[start:end] (None where null); its headers are\n"
+"read from header_at to end. RecordError if a position is outside buf or its record, or a\n"
+"header is malformed; TypeError if the columns' lengths differ.");
+
+static PyObject *
+records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != FIRST_COLUMN + N_COLUMNS) {
+        PyErr_Format(PyExc_TypeError, "records() takes %d arguments", FIRST_COLUMN + N_COLUMNS);
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    /* a tuple subclass with no storage of its own (a named tuple): nothing but the items to
+     * fill, and nothing that could make a cycle once untracked */
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype(cls, &PyTuple_Type) ||
+        cls->tp_basicsize != PyTuple_Type.tp_basicsize || cls->tp_dictoffset != 0 ||
+        cls->tp_weaklistoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "records(): cls must be a named tuple type");
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[1]) || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "records(): topic must be a str, partition an int");
+        return NULL;
+    }
+    source_t src = {NULL, 0, args[1], args[2]};
+    Py_buffer data, cols[N_COLUMNS];
+    int held = 0; /* columns acquired */
+    PyObject *out = NULL;
+    shared_t stamp = {0, NULL}, pid = {0, NULL}, epoch = {0, NULL};
+    if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    src.buf = data.buf;
+    src.len = data.len;
+    Py_ssize_t n = -1;
+    for (; held < N_COLUMNS; held++) {
+        if (PyObject_GetBuffer(args[FIRST_COLUMN + held], &cols[held], PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        Py_ssize_t rows = cols[held].len / column_size[held];
+        if (n < 0)
+            n = rows;
+        if (cols[held].len != rows * column_size[held] || rows != n) {
+            held++;
+            PyErr_SetString(PyExc_TypeError, "records(): columns of different lengths");
+            goto done;
+        }
+    }
+    const int64_t *offset = cols[C_OFFSET].buf, *timestamp = cols[C_TIMESTAMP].buf,
+                  *key_start = cols[C_KEY_START].buf, *key_end = cols[C_KEY_END].buf,
+                  *value_start = cols[C_VALUE_START].buf, *value_end = cols[C_VALUE_END].buf,
+                  *header_at = cols[C_HEADER_AT].buf, *header_count = cols[C_HEADER_COUNT].buf,
+                  *rec_end = cols[C_END].buf, *producer_id = cols[C_PRODUCER_ID].buf,
+                  *leader_epoch = cols[C_LEADER_EPOCH].buf;
+    const uint8_t *log_append = cols[C_LOG_APPEND].buf, *key_null = cols[C_KEY_NULL].buf,
+                  *value_null = cols[C_VALUE_NULL].buf;
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (rec_end[i] < 0 || rec_end[i] > src.len) {
+            corrupt(&src, "record ends outside the fetched data", i);
+            goto fail;
+        }
+        PyObject *rec = cls->tp_alloc(cls, RECORD_FIELDS); /* its items NULL till set */
+        if (rec == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, rec); /* the list owns it: a failure below frees it */
+        int64_t e = rec_end[i];
+        SET(rec, 0, Py_NewRef(src.topic));
+        SET(rec, 1, Py_NewRef(src.partition));
+        SET(rec, 2, PyLong_FromLongLong(offset[i]));
+        SET(rec, 3, shared_int(&stamp, timestamp[i]));
+        SET(rec, 4, bytes_field(&src, key_start[i], key_end[i], key_null[i], e, i));
+        SET(rec, 5, bytes_field(&src, value_start[i], value_end[i], value_null[i], e, i));
+        SET(rec, 6, headers_of(&src, header_count[i], header_at[i], e, i));
+        SET(rec, 7, PyLong_FromLong(log_append[i] != 0));
+        SET(rec, 8, shared_int(&pid, producer_id[i]));
+        SET(rec, 9, shared_int(&epoch, leader_epoch[i]));
+        PyObject_GC_UnTrack(rec);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    Py_XDECREF(stamp.obj);
+    Py_XDECREF(pid.obj);
+    Py_XDECREF(epoch.obj);
+    while (held > 0)
+        PyBuffer_Release(&cols[--held]);
+    PyBuffer_Release(&data);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
+    {"records", (PyCFunction)(void (*)(void))records, METH_FASTCALL, records_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "samsa.protocol._records",
-    .m_doc = "Kafka v2 records walked in C (protocol/record_check.py's fast path).",
+    .m_doc = "Kafka v2 records walked in C (protocol/record_check.py's fast path) and "
+             "ConsumerRecords made in C (client/_fetcher.py's).",
     .m_size = -1,
     .m_methods = methods,
 };
