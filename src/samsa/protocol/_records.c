@@ -1,6 +1,7 @@
 /* The records of a v2 batch read once, record after record, as Kafka's DefaultRecord reads
- * them: the C half of protocol/record_check.py's RecordChecker, which falls back to its numpy
- * path where this module could not be built.
+ * them: for the broker, the C half of protocol/record_check.py's RecordChecker (which falls
+ * back to its numpy path where this module could not be built); for the consumer, the
+ * ConsumerRecords of fetched batches (batch_records(), below).
  *
  * A record's start depends on the length varint of the one before it, so finding the records
  * of changing sizes is a serial walk: cheap here (a few ns a field), costly as Python bytecode.
@@ -11,10 +12,6 @@
  *
  * Varints are read as Java's ByteUtils does: at most 5 bytes for an int, 10 for a long, the
  * bits past 32 (64) dropped before the zigzag is undone, so a length wraps as Kafka's does.
- *
- * records(), the second half, is the consumer's: it makes poll()'s ConsumerRecords from the
- * columns protocol/columnar.py decoded (client/_fetcher.py falls back to making them in
- * Python where this module could not be built).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -321,28 +318,24 @@ done:
     return result;
 }
 
-/* --- ConsumerRecords from decoded columns -------------------------------------------------
+/* --- ConsumerRecords, straight from the fetched batches ------------------------------------
  *
  * The consumer's poll() hands out one ConsumerRecord (a named tuple) per record. Made in
- * Python from the columns (zip, tolist, tuple.__new__ per row), that was ~40% of the client's
- * loop thread, and as many again in the young collections that walked the new tuples.
- * records() makes the whole list in one call from what protocol/columnar.py decoded: the
- * record's bytes are copied out of the fetched buffer, the headers read here (with the checks
- * columnar's header decoder makes), and no bytecode runs per record.
+ * Python from numpy columns (zip, tolist, tuple.__new__ per row), that was ~40% of the client's
+ * loop thread, and as much again went to the young collections that walked the new tuples.
+ * batch_records() reads the records of the batches the caller kept (CRC checked, control and
+ * aborted batches left out, decompressed) one after another, as Kafka's DefaultRecord.readFrom
+ * does, and makes the ConsumerRecords of those at or after the position in the same pass: no
+ * bytecode and no column per record. It checks what protocol/columnar.py's decoder (the
+ * fallback) checks: records filling their batch exactly, fields and headers inside their
+ * record, a record ending with its headers, header keys UTF-8; every varint is read as that
+ * decoder reads it (up to 10 bytes, 64 bits), so the two hand out the same records and find
+ * the same batches corrupt (a record before the position is only walked past, by both).
  *
  * The tuples hold only ints, str, bytes, None and tuples of those: they cannot be part of a
  * cycle, so they are untracked by the collector at birth (CPython untracks such plain tuples
- * itself, lazily, but never those of a subclass). Every position is checked against the
- * buffer and its record's end: columns that do not fit the buffer are a RecordError. */
+ * itself, lazily, but never those of a subclass). */
 
-enum column {
-    C_OFFSET, C_TIMESTAMP, C_LOG_APPEND, C_KEY_START, C_KEY_END, C_KEY_NULL,
-    C_VALUE_START, C_VALUE_END, C_VALUE_NULL, C_HEADER_AT, C_HEADER_COUNT, C_END,
-    C_PRODUCER_ID, C_LEADER_EPOCH, N_COLUMNS,
-};
-/* item size of each column: int64, or one byte for the flags (numpy bool) */
-static const Py_ssize_t column_size[N_COLUMNS] = {8, 8, 1, 8, 8, 1, 8, 8, 1, 8, 8, 8, 8, 8};
-#define FIRST_COLUMN 4 /* records()'s arguments before the columns */
 #define RECORD_FIELDS 10
 
 /* Item k of a record just allocated, or to fail (the items not yet set stay NULL). */
@@ -354,7 +347,7 @@ static const Py_ssize_t column_size[N_COLUMNS] = {8, 8, 1, 8, 8, 1, 8, 8, 1, 8, 
         PyTuple_SET_ITEM((rec), (k), made_);                                                  \
     } while (0)
 
-/* A run of equal ints (a batch's producer id, epoch, often timestamps) shares one object. */
+/* A run of equal timestamps (a producer stamps many records in a millisecond) shares one int. */
 typedef struct {
     int64_t value;
     PyObject *obj;
@@ -380,66 +373,55 @@ typedef struct {
 } source_t;
 
 static PyObject *
-corrupt(const source_t *src, const char *what, long long row)
+corrupt(const source_t *src, const char *what, long long at)
 {
-    PyErr_Format(RecordError, "%U-%S: %s (row %lld)", src->topic, src->partition, what, row);
+    PyErr_Format(RecordError, "%U-%S: %s (the record at offset %lld)", src->topic,
+                 src->partition, what, at);
     return NULL;
-}
-
-/* buf[start:end] as bytes, or None; the span must lie in the record (which is in buf). */
-static PyObject *
-bytes_field(const source_t *src, int64_t start, int64_t end, int null, int64_t rec_end,
-            long long row)
-{
-    if (null)
-        return Py_NewRef(Py_None);
-    if (start < 0 || start > end || end > rec_end)
-        return corrupt(src, "record field overruns its record", row);
-    return PyBytes_FromStringAndSize((const char *)src->buf + start, (Py_ssize_t)(end - start));
 }
 
 /* A header length at *p: read as columnar's numpy reader does (up to 10 bytes, 64 bits). */
 static int
 header_length(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *n,
-              long long row)
+              long long at)
 {
     int got = read_varlong(p, end, n);
     if (got < 0) {
-        corrupt(src, "record varint longer than 10 bytes", row);
+        corrupt(src, "record varint longer than 10 bytes", at);
         return -1;
     }
     if (got == 0) {
-        corrupt(src, "header overruns its record", row);
+        corrupt(src, "header overruns its record", at);
         return -1;
     }
     return 0;
 }
 
-/* The headers of a record, ((key, value), ...), read from at up to its end. */
+/* The count headers of a record, ((key, value), ...), read from p; they end the record. */
 static PyObject *
-headers_of(const source_t *src, int64_t count, int64_t at, int64_t rec_end, long long row)
+headers_of(const source_t *src, int64_t count, const uint8_t *p, const uint8_t *end,
+           long long at)
 {
-    if (count < 0 || at < 0 || at > rec_end || count > (rec_end - at) / 2)
-        return corrupt(src, "bad header count", row);
+    if (count < 0 || count > (end - p) / 2) /* a header takes two bytes at least */
+        return corrupt(src, "bad header count", at);
     if (count == 0) {
-        if (at != rec_end)
-            return corrupt(src, "record length does not match its fields", row);
+        if (p != end)
+            return corrupt(src, "record length does not match its fields", at);
         return PyTuple_New(0); /* the empty tuple, shared */
     }
-    const uint8_t *p = src->buf + at, *end = src->buf + rec_end;
     PyObject *out = PyTuple_New((Py_ssize_t)count);
     if (out == NULL)
         return NULL;
     for (int64_t h = 0; h < count; h++) {
         int64_t n;
-        if (header_length(src, &p, end, &n, row) < 0)
+        if (header_length(src, &p, end, &n, at) < 0)
             goto fail;
         if (n < 0) {
-            corrupt(src, "null header key", row);
+            corrupt(src, "null header key", at);
             goto fail;
         }
         if (n > end - p) {
-            corrupt(src, "header overruns its record", row);
+            corrupt(src, "header overruns its record", at);
             goto fail;
         }
         PyObject *key = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, NULL);
@@ -447,17 +429,17 @@ headers_of(const source_t *src, int64_t count, int64_t at, int64_t rec_end, long
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
                 goto fail;
             PyErr_Clear();
-            corrupt(src, "header key is not UTF-8", row);
+            corrupt(src, "header key is not UTF-8", at);
             goto fail;
         }
         p += n;
         PyObject *value = NULL;
-        if (header_length(src, &p, end, &n, row) < 0) {
+        if (header_length(src, &p, end, &n, at) < 0) {
             Py_DECREF(key);
             goto fail;
         }
         if (n < -1 || n > end - p) {
-            corrupt(src, n < -1 ? "negative header length" : "header overruns its record", row);
+            corrupt(src, n < -1 ? "negative header length" : "header overruns its record", at);
             Py_DECREF(key);
             goto fail;
         }
@@ -476,7 +458,7 @@ headers_of(const source_t *src, int64_t count, int64_t at, int64_t rec_end, long
         PyTuple_SET_ITEM(out, (Py_ssize_t)h, pair);
     }
     if (p != end) {
-        corrupt(src, "record length does not match its fields", row);
+        corrupt(src, "record length does not match its fields", at);
         goto fail;
     }
     PyObject_GC_UnTrack(out);
@@ -486,109 +468,185 @@ fail:
     return NULL;
 }
 
-PyDoc_STRVAR(records_doc,
-"records(cls, topic, partition, buf, offset, timestamp, log_append, key_start, key_end,\n"
-"        key_null, value_start, value_end, value_null, header_at, header_count, end,\n"
-"        producer_id, leader_epoch)\n"
+#define MIN_RECORD 7 /* length, attributes, two deltas, key and value lengths, header count */
+
+/* A varint field of the record: cut by its end, or longer than 10 bytes, is corrupt. */
+static int
+record_varint(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *v,
+              long long at)
+{
+    int got = read_varlong(p, end, v);
+    if (got > 0)
+        return 0;
+    corrupt(src, got < 0 ? "record varint longer than 10 bytes" : "record field overruns its record",
+            at);
+    return -1;
+}
+
+/* A bytes field (a length, then as many bytes; -1 is null) at *p, inside its record. */
+static PyObject *
+record_bytes(const source_t *src, const uint8_t **p, const uint8_t *end, long long at)
+{
+    int64_t n;
+    if (record_varint(src, p, end, &n, at) < 0)
+        return NULL;
+    if (n < -1)
+        return corrupt(src, "negative record field length", at);
+    if (n < 0)
+        return Py_NewRef(Py_None);
+    if (n > end - *p)
+        return corrupt(src, "record field overruns its record", at);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)*p, (Py_ssize_t)n);
+    *p += n;
+    return out;
+}
+
+typedef struct {
+    int64_t base_offset, timestamp, count;
+    int log_append;
+    PyObject *producer_id, *leader_epoch; /* shared by its records */
+} batch_t;
+
+/* The records of one batch's section at or after position, appended to out. */
+static int
+walk_batch(PyTypeObject *cls, const source_t *src, const batch_t *b, int64_t position,
+           shared_t *stamp, PyObject *out)
+{
+    const uint8_t *p = src->buf, *stop = src->buf + src->len;
+    long long at = (long long)b->base_offset;
+    if (b->count <= 0 || b->count > src->len / MIN_RECORD) {
+        corrupt(src, "record count does not fit the batch", at);
+        return -1;
+    }
+    for (int64_t i = 0; i < b->count; i++) {
+        int64_t length, ts_delta, off_delta, headers;
+        int got = read_varlong(&p, stop, &length);
+        if (got <= 0 || length < MIN_RECORD - 1 || length > stop - p) {
+            corrupt(src, got < 0 ? "record varint longer than 10 bytes"
+                         : got == 0 || length > stop - p ? "record lengths run past the batch"
+                                                         : "record length too small",
+                    at);
+            return -1;
+        }
+        const uint8_t *end = p + length;
+        p++; /* attributes: Kafka does not look at a record's */
+        if (record_varint(src, &p, end, &ts_delta, at) < 0 ||
+            record_varint(src, &p, end, &off_delta, at) < 0)
+            return -1;
+        /* as int64 arithmetic in numpy: wrapping, not undefined */
+        int64_t offset = (int64_t)((uint64_t)b->base_offset + (uint64_t)off_delta);
+        at = (long long)offset;
+        if (offset < position) { /* before the position (a fetch may start inside a batch) */
+            p = end;
+            continue;
+        }
+        PyObject *rec = cls->tp_alloc(cls, RECORD_FIELDS);
+        if (rec == NULL)
+            return -1;
+        if (PyList_Append(out, rec) < 0) {
+            Py_DECREF(rec);
+            return -1;
+        }
+        Py_DECREF(rec); /* the list's now: a failure below frees it with the list */
+        int64_t ts = b->log_append ? b->timestamp
+                                   : (int64_t)((uint64_t)b->timestamp + (uint64_t)ts_delta);
+        SET(rec, 0, Py_NewRef(src->topic));
+        SET(rec, 1, Py_NewRef(src->partition));
+        SET(rec, 2, PyLong_FromLongLong(offset));
+        SET(rec, 3, shared_int(stamp, ts));
+        SET(rec, 4, record_bytes(src, &p, end, at));
+        SET(rec, 5, record_bytes(src, &p, end, at));
+        if (record_varint(src, &p, end, &headers, at) < 0)
+            return -1;
+        SET(rec, 6, headers_of(src, headers, p, end, at));
+        SET(rec, 7, PyLong_FromLong(b->log_append));
+        SET(rec, 8, Py_NewRef(b->producer_id));
+        SET(rec, 9, Py_NewRef(b->leader_epoch));
+        PyObject_GC_UnTrack(rec);
+        p = end; /* headers_of checked that they end the record */
+    }
+    if (p != stop) {
+        corrupt(src, "record lengths do not match their batch", at);
+        return -1;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+PyDoc_STRVAR(batch_records_doc,
+"batch_records(cls, topic, partition, position, batches)\n"
 "--\n\n"
-"One cls (a tuple type of ConsumerRecord's fields) per row of the columns decoded from\n"
-"the fetched bytes buf: contiguous int64 columns, but the null flags and log_append (one\n"
-"byte a row). A record's bytes fields are buf[start:end] (None where null); its headers are\n"
-"read from header_at to end. RecordError if a position is outside buf or its record, or a\n"
-"header is malformed; TypeError if the columns' lengths differ.");
+"One cls (a tuple type of ConsumerRecord's fields) per record at or after position in\n"
+"batches: (records, base_offset, timestamp, log_append, record_count, producer_id,\n"
+"leader_epoch) tuples, records being the batch's (decompressed) records section and\n"
+"timestamp its base timestamp, or its max timestamp under LogAppendTime. RecordError for\n"
+"the first malformed record.");
 
 static PyObject *
-records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != FIRST_COLUMN + N_COLUMNS) {
-        PyErr_Format(PyExc_TypeError, "records() takes %d arguments", FIRST_COLUMN + N_COLUMNS);
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "batch_records() takes 5 arguments");
         return NULL;
     }
     PyTypeObject *cls = (PyTypeObject *)args[0];
-    /* a tuple subclass with no storage of its own (a named tuple): nothing but the items to
-     * fill, and nothing that could make a cycle once untracked */
     if (!PyType_Check(args[0]) || !PyType_IsSubtype(cls, &PyTuple_Type) ||
         cls->tp_basicsize != PyTuple_Type.tp_basicsize || cls->tp_dictoffset != 0 ||
         cls->tp_weaklistoffset != 0) {
-        PyErr_SetString(PyExc_TypeError, "records(): cls must be a named tuple type");
+        PyErr_SetString(PyExc_TypeError, "batch_records(): cls must be a named tuple type");
         return NULL;
     }
-    if (!PyUnicode_Check(args[1]) || !PyLong_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "records(): topic must be a str, partition an int");
+    if (!PyUnicode_Check(args[1]) || !PyLong_Check(args[2]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "batch_records(): topic must be a str, partition an int, batches a list");
         return NULL;
     }
-    source_t src = {NULL, 0, args[1], args[2]};
-    Py_buffer data, cols[N_COLUMNS];
-    int held = 0; /* columns acquired */
-    PyObject *out = NULL;
-    shared_t stamp = {0, NULL}, pid = {0, NULL}, epoch = {0, NULL};
-    if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0)
+    long long position = PyLong_AsLongLong(args[3]);
+    if (position == -1 && PyErr_Occurred())
         return NULL;
-    src.buf = data.buf;
-    src.len = data.len;
-    Py_ssize_t n = -1;
-    for (; held < N_COLUMNS; held++) {
-        if (PyObject_GetBuffer(args[FIRST_COLUMN + held], &cols[held], PyBUF_C_CONTIGUOUS) < 0)
-            goto done;
-        Py_ssize_t rows = cols[held].len / column_size[held];
-        if (n < 0)
-            n = rows;
-        if (cols[held].len != rows * column_size[held] || rows != n) {
-            held++;
-            PyErr_SetString(PyExc_TypeError, "records(): columns of different lengths");
-            goto done;
-        }
-    }
-    const int64_t *offset = cols[C_OFFSET].buf, *timestamp = cols[C_TIMESTAMP].buf,
-                  *key_start = cols[C_KEY_START].buf, *key_end = cols[C_KEY_END].buf,
-                  *value_start = cols[C_VALUE_START].buf, *value_end = cols[C_VALUE_END].buf,
-                  *header_at = cols[C_HEADER_AT].buf, *header_count = cols[C_HEADER_COUNT].buf,
-                  *rec_end = cols[C_END].buf, *producer_id = cols[C_PRODUCER_ID].buf,
-                  *leader_epoch = cols[C_LEADER_EPOCH].buf;
-    const uint8_t *log_append = cols[C_LOG_APPEND].buf, *key_null = cols[C_KEY_NULL].buf,
-                  *value_null = cols[C_VALUE_NULL].buf;
-    out = PyList_New(n);
+    PyObject *batches = args[4];
+    PyObject *out = PyList_New(0);
     if (out == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (rec_end[i] < 0 || rec_end[i] > src.len) {
-            corrupt(&src, "record ends outside the fetched data", i);
+        return NULL;
+    shared_t stamp = {0, NULL};
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(batches); k++) {
+        PyObject *section;
+        batch_t b;
+        long long base, ts, count;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(batches, k), "OLLpLOO;batch_records(): a batch",
+                              &section, &base, &ts, &b.log_append, &count, &b.producer_id,
+                              &b.leader_epoch))
+            goto fail;
+        if (!PyLong_Check(b.producer_id) || !PyLong_Check(b.leader_epoch)) {
+            PyErr_SetString(PyExc_TypeError, "batch_records(): producer id and epoch: ints");
             goto fail;
         }
-        PyObject *rec = cls->tp_alloc(cls, RECORD_FIELDS); /* its items NULL till set */
-        if (rec == NULL)
+        b.base_offset = base;
+        b.timestamp = ts;
+        b.count = count;
+        Py_buffer view;
+        if (PyObject_GetBuffer(section, &view, PyBUF_SIMPLE) < 0)
             goto fail;
-        PyList_SET_ITEM(out, i, rec); /* the list owns it: a failure below frees it */
-        int64_t e = rec_end[i];
-        SET(rec, 0, Py_NewRef(src.topic));
-        SET(rec, 1, Py_NewRef(src.partition));
-        SET(rec, 2, PyLong_FromLongLong(offset[i]));
-        SET(rec, 3, shared_int(&stamp, timestamp[i]));
-        SET(rec, 4, bytes_field(&src, key_start[i], key_end[i], key_null[i], e, i));
-        SET(rec, 5, bytes_field(&src, value_start[i], value_end[i], value_null[i], e, i));
-        SET(rec, 6, headers_of(&src, header_count[i], header_at[i], e, i));
-        SET(rec, 7, PyLong_FromLong(log_append[i] != 0));
-        SET(rec, 8, shared_int(&pid, producer_id[i]));
-        SET(rec, 9, shared_int(&epoch, leader_epoch[i]));
-        PyObject_GC_UnTrack(rec);
+        source_t src = {view.buf, view.len, args[1], args[2]};
+        int rc = walk_batch(cls, &src, &b, position, &stamp, out);
+        PyBuffer_Release(&view);
+        if (rc < 0)
+            goto fail;
     }
-    goto done;
-fail:
-    Py_CLEAR(out);
-done:
     Py_XDECREF(stamp.obj);
-    Py_XDECREF(pid.obj);
-    Py_XDECREF(epoch.obj);
-    while (held > 0)
-        PyBuffer_Release(&cols[--held]);
-    PyBuffer_Release(&data);
     return out;
+fail:
+    Py_XDECREF(stamp.obj);
+    Py_DECREF(out);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
-    {"records", (PyCFunction)(void (*)(void))records, METH_FASTCALL, records_doc},
+    {"batch_records", (PyCFunction)(void (*)(void))batch_records, METH_FASTCALL,
+     batch_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,33 +1,34 @@
-"""poll()'s ConsumerRecords made in C (protocol/_records.c's ``records``) against the Python
-fallback the consumer uses where the extension was not built: the same records, field by
-field, on crafted fetch data; malformed columns or headers are errors, never a crash.
+"""poll()'s ConsumerRecords read and made in C (protocol/_records.c's ``batch_records``)
+against the Python fallback the consumer uses where the extension was not built: the same
+records, field by field, and the same verdicts on damaged bytes, on crafted fetch data;
+malformed records are a clear error, never a crash or a read outside the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import random
 import struct
 from typing import Any
 
 import crc32c
-import numpy as np
 import pytest
 from test_consume_arrow import TP, consumer, fill, mixed_log
 
 from _fetch_reference import parse_fetched
 from samsa.client import ConsumerRecord, CorruptRecordError, _fetcher
 from samsa.log.log import with_log_append_time
-from samsa.protocol.columnar import batch_headers, decode_columns
 from samsa.protocol.records import (
     CRC_START,
+    HEADER_SIZE,
     Compression,
     NewRecord,
     RecordBatchView,
     build_batch,
 )
 
-records_in_c = pytest.importorskip("samsa.protocol._records").records
+records_in_c = pytest.importorskip("samsa.protocol._records").batch_records
 
 
 @pytest.fixture(params=["c", "python"])
@@ -184,64 +185,128 @@ def test_malformed_header_is_corrupt_after_the_records_before(
     asyncio.run(run())
 
 
-def _columns() -> tuple[bytes, list[Any]]:
-    data = build_batch(
-        [NewRecord(value=b"v%d" % i, key=b"k", headers=[("h", b"1")]) for i in range(3)],
-        producer_id=9,
-        producer_epoch=0,
-        base_sequence=0,
-    )
-    cols, _ = decode_columns(data, "t", 0, 0)
-    assert cols is not None
-    heads = batch_headers(data)
-    at = heads.owner(cols.offsets)
-    return data, [
-        cols.offsets, cols.timestamps, cols.log_append, *cols.keys, *cols.values,
-        cols.header_at, cols.header_count, cols.ends, heads.producer_id[at],
-        heads.leader_epoch[at],
-    ]  # fmt: skip
+def zz(n: int) -> bytes:
+    """A zigzag varint, as a record's fields are written."""
+    v, out = (n << 1) ^ (n >> 63), bytearray()
+    v &= (1 << 64) - 1
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    return bytes([*out, v])
 
 
-def test_records_in_c_checks_every_position() -> None:
-    """Columns that do not fit the bytes they point into are a clear error: a RecordError
-    (a ValueError, so the consumer treats it as a corrupt batch) or, for columns that do
-    not line up, a TypeError; nothing is read outside the buffer."""
+def record(*fields: bytes, length: int | None = None) -> bytes:
+    body = b"\0" + b"".join(fields)  # attributes, then the fields
+    return zz(len(body) if length is None else length) + body
+
+
+def plain(delta: int, value: bytes = b"v", headers: bytes = zz(0)) -> bytes:
+    return record(zz(0), zz(delta), zz(-1), zz(len(value)) + value, headers)
+
+
+def batch_records(section: bytes, count: int, position: int = 0) -> list[ConsumerRecord]:
+    return records_in_c(ConsumerRecord, "t", 0, position, [(section, 10, 1000, False, count, 7, 1)])
+
+
+def test_batch_records_reads_what_the_batch_says() -> None:
+    got = batch_records(plain(0, b"a") + plain(1, b"b", zz(1) + zz(1) + b"h" + zz(-1)), 2)
+    assert got == [
+        ConsumerRecord("t", 0, 10, 1000, None, b"a", (), 0, 7, 1),
+        ConsumerRecord("t", 0, 11, 1000, None, b"b", (("h", None),), 0, 7, 1),
+    ]
+    # a fetch starting inside a batch: the records before the position are walked past
+    assert [r.offset for r in batch_records(plain(0) + plain(1), 2, position=11)] == [11]
+
+
+@pytest.mark.parametrize(
+    ("section", "count", "said"),
+    [
+        (plain(0), 2, "record count does not fit the batch"),
+        (plain(0), 0, "record count does not fit the batch"),
+        (plain(0) + zz(40) + b"\0" * 8, 2, "record lengths run past the batch"),
+        (plain(0) + b"\xff" * 11, 2, "record varint longer than 10 bytes"),
+        (record(zz(0), length=3) + b"\0" * 8, 1, "record length too small"),
+        (plain(0) + b"\0", 1, "record lengths do not match their batch"),
+        (record(zz(0), b"\xff" * 11, zz(-1), zz(-1), zz(0)), 1, "longer than 10 bytes"),
+        (record(zz(0), zz(0), zz(-2), zz(-1), zz(0)), 1, "negative record field length"),
+        (record(zz(0), zz(0), zz(9), b"k", zz(-1), zz(0)), 1, "field overruns its record"),
+        (record(zz(0), zz(0), zz(-1), zz(-1), zz(-1)), 1, "bad header count"),
+        (record(zz(0), zz(0), zz(-1), zz(-1), zz(3), zz(0)), 1, "bad header count"),
+        (record(zz(0), zz(0), zz(-1), zz(-1), zz(0), b"x"), 1, "does not match its fields"),
+        (plain(0, headers=zz(1) + zz(-1) + zz(-1)), 1, "null header key"),
+        (plain(0, headers=zz(1) + zz(1) + b"\xff" + zz(-1)), 1, "header key is not UTF-8"),
+        (plain(0, headers=zz(1) + zz(1) + b"h" + zz(-2)), 1, "negative header length"),
+        (plain(0, headers=zz(1) + zz(1) + b"h" + zz(5) + b"v"), 1, "header overruns its record"),
+        (plain(0, headers=zz(1) + zz(0) + zz(0) + b"x"), 1, "does not match its fields"),
+    ],
+)
+def test_batch_records_refuses_malformed_records(section: bytes, count: int, said: str) -> None:
+    """Every length is checked against its record and every record against its batch: a
+    RecordError naming the topic, partition and record, never a read outside the section."""
     from samsa.protocol._records import RecordError
 
-    data, cols = _columns()
-    good = records_in_c(ConsumerRecord, "t", 0, data, *cols)
-    assert [r.value for r in good] == [b"v0", b"v1", b"v2"]
-    assert all(r.headers == (("h", b"1"),) and r.producer_id == 9 for r in good)
-    names = ["offset", "timestamp", "log_append", "key_start", "key_end", "key_null",
-             "value_start", "value_end", "value_null", "header_at", "header_count", "end",
-             "producer_id", "leader_epoch"]  # fmt: skip
-    faults = {
-        "key_end": 10**12,  # past the buffer
-        "value_start": -5,
-        "value_end": 0,  # before its start
-        "end": len(data) + 1,
-        "header_at": 0,  # the headers would start before the record: too many to fit...
-        "header_count": 2**40,
-    }
-    for name, v in faults.items():
-        bad = [c.copy() for c in cols]
-        bad[names.index(name)][1] = v
-        with pytest.raises(RecordError, match=r"t-0: .*\(row 1\)"):
-            records_in_c(ConsumerRecord, "t", 0, data, *bad)
-    with pytest.raises(RecordError, match="record length does not match its fields"):
-        bad = [c.copy() for c in cols]
-        bad[names.index("header_count")][2] = 0
-        records_in_c(ConsumerRecord, "t", 0, data, *bad)
-    with pytest.raises(TypeError, match="columns of different lengths"):
-        records_in_c(ConsumerRecord, "t", 0, data, *cols[:-1], cols[-1][:2])
-    with pytest.raises(TypeError, match="columns of different lengths"):
-        records_in_c(ConsumerRecord, "t", 0, data, *cols[:-1], cols[-1].astype(np.int32))
+    with pytest.raises(RecordError, match=f"^t-0: .*{said}.*at offset 1[01]"):
+        batch_records(section, count)
+
+
+def test_batch_records_refuses_bad_arguments() -> None:
+    ok = (plain(0), 10, 1000, False, 1, 7, 1)
     with pytest.raises(TypeError, match="named tuple"):
-        records_in_c(dict, "t", 0, data, *cols)
+        records_in_c(dict, "t", 0, 0, [ok])
+    with pytest.raises(TypeError, match="a batch"):
+        records_in_c(ConsumerRecord, "t", 0, 0, [ok[:-1]])
+    with pytest.raises(TypeError, match="ints"):
+        records_in_c(ConsumerRecord, "t", 0, 0, [(*ok[:-1], None)])
     with pytest.raises(TypeError):
-        records_in_c(ConsumerRecord, "t", 0, data, *cols[:-1])
-    with pytest.raises(ValueError, match="contiguous"):
-        records_in_c(ConsumerRecord, "t", 0, data, cols[0][::-1], *cols[1:])
-    # cut buffer: every record ends past it
-    with pytest.raises(RecordError, match="outside the fetched data"):
-        records_in_c(ConsumerRecord, "t", 0, data[:40], *cols)
+        records_in_c(ConsumerRecord, "t", 0, 0, [(None, *ok[1:])])  # no buffer
+    with pytest.raises(TypeError, match="batches a list"):
+        records_in_c(ConsumerRecord, "t", 0, 0, (ok,))
+
+
+def outcome(
+    data: bytes, how: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[ConsumerRecord], int | None, int | None]:
+    """What poll() hands out of ``data`` until its end or a corrupt batch: the records, the
+    position, and the offset of the CorruptRecordError (None if none)."""
+    with monkeypatch.context() as mp:
+        if how == "python":
+            mp.setattr(_fetcher, "_c_records", None)
+        c = consumer()
+        fill(c, (data, 0, []))
+
+        async def run() -> tuple[list[ConsumerRecord], int | None, int | None]:
+            out: list[ConsumerRecord] = []
+            while c.fetcher.buffer.fetches:
+                try:
+                    out += await c.poll(0, 1000)
+                except CorruptRecordError as exc:
+                    return out, c.subscriptions.position(TP), exc.offset
+            return out, c.subscriptions.position(TP), None
+
+        return asyncio.run(run())
+
+
+def test_damaged_records_give_the_same_verdict_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte of a record changed under a valid CRC (what a faulty producer may write): the
+    C reader and the fallback hand out the same records and fail at the same batch."""
+    rng = random.Random(23)
+
+    def rows(n: int) -> list[NewRecord]:
+        return [
+            NewRecord(value=b"v" * rng.randrange(0, 4), key=rng.choice([None, b"k"]),
+                      timestamp=i, headers=[("h", b"x")] * rng.randrange(0, 3))
+            for i in range(n)
+        ]  # fmt: skip
+
+    batches = [build_batch(rows(3), base_offset=3 * j) for j in range(4)]
+    corrupt = 0
+    for _ in range(300):
+        j = rng.randrange(len(batches))
+        bad = bytearray(batches[j])
+        at = rng.randrange(HEADER_SIZE, len(bad))
+        bad[at] = rng.randrange(256)
+        data = b"".join(batches[:j]) + crc(bad) + b"".join(batches[j + 1 :])
+        c_out, python_out = outcome(data, "c", monkeypatch), outcome(data, "python", monkeypatch)
+        assert c_out == python_out
+        corrupt += c_out[2] is not None
+    assert corrupt > 40  # many changes are caught; others (a value byte, a delta) are no damage
