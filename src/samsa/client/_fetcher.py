@@ -4,10 +4,10 @@ One Fetch per leader broker makes a *round*, waiting up to ``fetch.max.wait.ms``
 broker side; rounds are sequential (one ``fetching`` task), as a KIP-227 fetch session
 allows one request in flight per broker. A fetched partition is buffered as received (a
 :class:`CompletedFetch`, its batch headers read column-wise on arrival:
-:func:`samsa.protocol.columnar.batch_headers`) and decoded when first handed out, by
-:func:`samsa.protocol.columnar.decode_columns` (column-wise, no Python object per record;
-``poll()`` then builds its ConsumerRecords from the numpy columns, ``consume_arrow()`` its
-Arrow batch). The batches kept are those
+:func:`samsa.protocol.columnar.batch_headers`) and decoded when first handed out: for
+``poll()`` into ConsumerRecords in one call to protocol/_records.c (``batch_records``; where
+it was not built, from the numpy columns of :func:`samsa.protocol.columnar.decode_columns`),
+for ``consume_arrow()`` column-wise into an Arrow batch. The batches kept are those
 :class:`samsa.protocol.fetched.KeptBatches` selects: whole batches (a partial batch at the
 end of a response is normal), CRC-32C checked when ``check.crcs``, records below the
 position dropped (a fetch may start inside a batch), control batches and, with
@@ -389,9 +389,9 @@ class Fetcher:
         record by record in Python."""
         if e.records is not None:
             return e.records
-        from samsa.protocol.columnar import to_numpy
-
         if e.arrow is not None:  # consume_arrow() handed out the first rows
+            from samsa.protocol.columnar import to_numpy
+
             batch = self._arrow_of(tp, e, True)
             cols = batch.columns
             offsets = to_numpy(cols[4])
