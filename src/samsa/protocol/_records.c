@@ -1,6 +1,7 @@
 /* The records of a v2 batch read once, record after record, as Kafka's DefaultRecord reads
- * them: the C half of protocol/record_check.py's RecordChecker, which falls back to its numpy
- * path where this module could not be built.
+ * them: for the broker, the C half of protocol/record_check.py's RecordChecker (which falls
+ * back to its numpy path where this module could not be built); for the consumer, the
+ * ConsumerRecords of fetched batches (batch_records(), below).
  *
  * A record's start depends on the length varint of the one before it, so finding the records
  * of changing sizes is a serial walk: cheap here (a few ns a field), costly as Python bytecode.
@@ -317,15 +318,343 @@ done:
     return result;
 }
 
+/* --- ConsumerRecords, straight from the fetched batches ------------------------------------
+ *
+ * The consumer's poll() hands out one ConsumerRecord (a named tuple) per record. Made in
+ * Python from numpy columns (zip, tolist, tuple.__new__ per row), that was ~40% of the client's
+ * loop thread, and as much again went to the young collections that walked the new tuples.
+ * batch_records() reads the records of the batches the caller kept (CRC checked, control and
+ * aborted batches left out, decompressed) one after another, as Kafka's DefaultRecord.readFrom
+ * does, and makes the ConsumerRecords of those at or after the position in the same pass: no
+ * bytecode and no column per record. It checks what protocol/columnar.py's decoder (the
+ * fallback) checks: records filling their batch exactly, fields and headers inside their
+ * record, a record ending with its headers, header keys UTF-8; every varint is read as that
+ * decoder reads it (up to 10 bytes, 64 bits), so the two hand out the same records and find
+ * the same batches corrupt (a record before the position is only walked past, by both).
+ *
+ * The tuples hold only ints, str, bytes, None and tuples of those: they cannot be part of a
+ * cycle, so they are untracked by the collector at birth (CPython untracks such plain tuples
+ * itself, lazily, but never those of a subclass). */
+
+#define RECORD_FIELDS 10
+
+/* Item k of a record just allocated, or to fail (the items not yet set stay NULL). */
+#define SET(rec, k, make)                                                                     \
+    do {                                                                                      \
+        PyObject *made_ = (make);                                                             \
+        if (made_ == NULL)                                                                    \
+            goto fail;                                                                        \
+        PyTuple_SET_ITEM((rec), (k), made_);                                                  \
+    } while (0)
+
+/* A run of equal timestamps (a producer stamps many records in a millisecond) shares one int. */
+typedef struct {
+    int64_t value;
+    PyObject *obj;
+} shared_t;
+
+static inline PyObject *
+shared_int(shared_t *s, int64_t v)
+{
+    if (s->obj == NULL || s->value != v) {
+        PyObject *o = PyLong_FromLongLong(v);
+        if (o == NULL)
+            return NULL;
+        Py_XSETREF(s->obj, o);
+        s->value = v;
+    }
+    return Py_NewRef(s->obj);
+}
+
+typedef struct {
+    const uint8_t *buf;
+    Py_ssize_t len;
+    PyObject *topic, *partition; /* for messages */
+} source_t;
+
+static PyObject *
+corrupt(const source_t *src, const char *what, long long at)
+{
+    PyErr_Format(RecordError, "%U-%S: %s (the record at offset %lld)", src->topic,
+                 src->partition, what, at);
+    return NULL;
+}
+
+/* A header length at *p: read as columnar's numpy reader does (up to 10 bytes, 64 bits). */
+static int
+header_length(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *n,
+              long long at)
+{
+    int got = read_varlong(p, end, n);
+    if (got < 0) {
+        corrupt(src, "record varint longer than 10 bytes", at);
+        return -1;
+    }
+    if (got == 0) {
+        corrupt(src, "header overruns its record", at);
+        return -1;
+    }
+    return 0;
+}
+
+/* The count headers of a record, ((key, value), ...), read from p; they end the record. */
+static PyObject *
+headers_of(const source_t *src, int64_t count, const uint8_t *p, const uint8_t *end,
+           long long at)
+{
+    if (count < 0 || count > (end - p) / 2) /* a header takes two bytes at least */
+        return corrupt(src, "bad header count", at);
+    if (count == 0) {
+        if (p != end)
+            return corrupt(src, "record length does not match its fields", at);
+        return PyTuple_New(0); /* the empty tuple, shared */
+    }
+    PyObject *out = PyTuple_New((Py_ssize_t)count);
+    if (out == NULL)
+        return NULL;
+    for (int64_t h = 0; h < count; h++) {
+        int64_t n;
+        if (header_length(src, &p, end, &n, at) < 0)
+            goto fail;
+        if (n < 0) {
+            corrupt(src, "null header key", at);
+            goto fail;
+        }
+        if (n > end - p) {
+            corrupt(src, "header overruns its record", at);
+            goto fail;
+        }
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, NULL);
+        if (key == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto fail;
+            PyErr_Clear();
+            corrupt(src, "header key is not UTF-8", at);
+            goto fail;
+        }
+        p += n;
+        PyObject *value = NULL;
+        if (header_length(src, &p, end, &n, at) < 0) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        if (n < -1 || n > end - p) {
+            corrupt(src, n < -1 ? "negative header length" : "header overruns its record", at);
+            Py_DECREF(key);
+            goto fail;
+        }
+        if (n < 0) {
+            value = Py_NewRef(Py_None);
+        } else {
+            value = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+            p += n;
+        }
+        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL)
+            goto fail;
+        PyObject_GC_UnTrack(pair);
+        PyTuple_SET_ITEM(out, (Py_ssize_t)h, pair);
+    }
+    if (p != end) {
+        corrupt(src, "record length does not match its fields", at);
+        goto fail;
+    }
+    PyObject_GC_UnTrack(out);
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+#define MIN_RECORD 7 /* length, attributes, two deltas, key and value lengths, header count */
+
+/* A varint field of the record: cut by its end, or longer than 10 bytes, is corrupt. */
+static int
+record_varint(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *v,
+              long long at)
+{
+    int got = read_varlong(p, end, v);
+    if (got > 0)
+        return 0;
+    corrupt(src, got < 0 ? "record varint longer than 10 bytes" : "record field overruns its record",
+            at);
+    return -1;
+}
+
+/* A bytes field (a length, then as many bytes; -1 is null) at *p, inside its record. */
+static PyObject *
+record_bytes(const source_t *src, const uint8_t **p, const uint8_t *end, long long at)
+{
+    int64_t n;
+    if (record_varint(src, p, end, &n, at) < 0)
+        return NULL;
+    if (n < -1)
+        return corrupt(src, "negative record field length", at);
+    if (n < 0)
+        return Py_NewRef(Py_None);
+    if (n > end - *p)
+        return corrupt(src, "record field overruns its record", at);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)*p, (Py_ssize_t)n);
+    *p += n;
+    return out;
+}
+
+typedef struct {
+    int64_t base_offset, timestamp, count;
+    int log_append;
+    PyObject *producer_id, *leader_epoch; /* shared by its records */
+} batch_t;
+
+/* The records of one batch's section at or after position, appended to out. */
+static int
+walk_batch(PyTypeObject *cls, const source_t *src, const batch_t *b, int64_t position,
+           shared_t *stamp, PyObject *out)
+{
+    const uint8_t *p = src->buf, *stop = src->buf + src->len;
+    long long at = (long long)b->base_offset;
+    if (b->count <= 0 || b->count > src->len / MIN_RECORD) {
+        corrupt(src, "record count does not fit the batch", at);
+        return -1;
+    }
+    for (int64_t i = 0; i < b->count; i++) {
+        int64_t length, ts_delta, off_delta, headers;
+        int got = read_varlong(&p, stop, &length);
+        if (got <= 0 || length < MIN_RECORD - 1 || length > stop - p) {
+            corrupt(src, got < 0 ? "record varint longer than 10 bytes"
+                         : got == 0 || length > stop - p ? "record lengths run past the batch"
+                                                         : "record length too small",
+                    at);
+            return -1;
+        }
+        const uint8_t *end = p + length;
+        p++; /* attributes: Kafka does not look at a record's */
+        if (record_varint(src, &p, end, &ts_delta, at) < 0 ||
+            record_varint(src, &p, end, &off_delta, at) < 0)
+            return -1;
+        /* as int64 arithmetic in numpy: wrapping, not undefined */
+        int64_t offset = (int64_t)((uint64_t)b->base_offset + (uint64_t)off_delta);
+        at = (long long)offset;
+        if (offset < position) { /* before the position (a fetch may start inside a batch) */
+            p = end;
+            continue;
+        }
+        PyObject *rec = cls->tp_alloc(cls, RECORD_FIELDS);
+        if (rec == NULL)
+            return -1;
+        if (PyList_Append(out, rec) < 0) {
+            Py_DECREF(rec);
+            return -1;
+        }
+        Py_DECREF(rec); /* the list's now: a failure below frees it with the list */
+        int64_t ts = b->log_append ? b->timestamp
+                                   : (int64_t)((uint64_t)b->timestamp + (uint64_t)ts_delta);
+        SET(rec, 0, Py_NewRef(src->topic));
+        SET(rec, 1, Py_NewRef(src->partition));
+        SET(rec, 2, PyLong_FromLongLong(offset));
+        SET(rec, 3, shared_int(stamp, ts));
+        SET(rec, 4, record_bytes(src, &p, end, at));
+        SET(rec, 5, record_bytes(src, &p, end, at));
+        if (record_varint(src, &p, end, &headers, at) < 0)
+            return -1;
+        SET(rec, 6, headers_of(src, headers, p, end, at));
+        SET(rec, 7, PyLong_FromLong(b->log_append));
+        SET(rec, 8, Py_NewRef(b->producer_id));
+        SET(rec, 9, Py_NewRef(b->leader_epoch));
+        PyObject_GC_UnTrack(rec);
+        p = end; /* headers_of checked that they end the record */
+    }
+    if (p != stop) {
+        corrupt(src, "record lengths do not match their batch", at);
+        return -1;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+PyDoc_STRVAR(batch_records_doc,
+"batch_records(cls, topic, partition, position, batches)\n"
+"--\n\n"
+"One cls (a tuple type of ConsumerRecord's fields) per record at or after position in\n"
+"batches: (records, base_offset, timestamp, log_append, record_count, producer_id,\n"
+"leader_epoch) tuples, records being the batch's (decompressed) records section and\n"
+"timestamp its base timestamp, or its max timestamp under LogAppendTime. RecordError for\n"
+"the first malformed record.");
+
+static PyObject *
+batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "batch_records() takes 5 arguments");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype(cls, &PyTuple_Type) ||
+        cls->tp_basicsize != PyTuple_Type.tp_basicsize || cls->tp_dictoffset != 0 ||
+        cls->tp_weaklistoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "batch_records(): cls must be a named tuple type");
+        return NULL;
+    }
+    if (!PyUnicode_Check(args[1]) || !PyLong_Check(args[2]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "batch_records(): topic must be a str, partition an int, batches a list");
+        return NULL;
+    }
+    long long position = PyLong_AsLongLong(args[3]);
+    if (position == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *batches = args[4];
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    shared_t stamp = {0, NULL};
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(batches); k++) {
+        PyObject *section;
+        batch_t b;
+        long long base, ts, count;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(batches, k), "OLLpLOO;batch_records(): a batch",
+                              &section, &base, &ts, &b.log_append, &count, &b.producer_id,
+                              &b.leader_epoch))
+            goto fail;
+        if (!PyLong_Check(b.producer_id) || !PyLong_Check(b.leader_epoch)) {
+            PyErr_SetString(PyExc_TypeError, "batch_records(): producer id and epoch: ints");
+            goto fail;
+        }
+        b.base_offset = base;
+        b.timestamp = ts;
+        b.count = count;
+        Py_buffer view;
+        if (PyObject_GetBuffer(section, &view, PyBUF_SIMPLE) < 0)
+            goto fail;
+        source_t src = {view.buf, view.len, args[1], args[2]};
+        int rc = walk_batch(cls, &src, &b, position, &stamp, out);
+        PyBuffer_Release(&view);
+        if (rc < 0)
+            goto fail;
+    }
+    Py_XDECREF(stamp.obj);
+    return out;
+fail:
+    Py_XDECREF(stamp.obj);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"walk", (PyCFunction)(void (*)(void))walk, METH_FASTCALL, walk_doc},
+    {"batch_records", (PyCFunction)(void (*)(void))batch_records, METH_FASTCALL,
+     batch_records_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "samsa.protocol._records",
-    .m_doc = "Kafka v2 records walked in C (protocol/record_check.py's fast path).",
+    .m_doc = "Kafka v2 records walked in C (protocol/record_check.py's fast path) and "
+             "ConsumerRecords made in C (client/_fetcher.py's).",
     .m_size = -1,
     .m_methods = methods,
 };
