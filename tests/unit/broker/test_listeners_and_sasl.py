@@ -507,7 +507,7 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
         )
     )
     calls: list[str] = []
-    written: list[bytes] = []
+    answered: list[tuple[int, float]] = []  # correlation id, when written
 
     class T:
         def set_write_buffer_limits(self, high: int) -> None: ...
@@ -516,7 +516,11 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
 
         def writelines(self, out: list[bytes]) -> None:
             calls.append("write")
-            written.extend(out)
+            data = b"".join(out)
+            while data:
+                (size,) = struct.unpack(">i", data[:4])
+                answered.append((struct.unpack(">i", data[4:8])[0], time.monotonic()))
+                data = data[4 + size :]
 
         def pause_reading(self) -> None:
             calls.append("pause")
@@ -538,27 +542,26 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
         bad = make_request(
             ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0no"
         )
+        sent_at = time.monotonic()
         conn.data_received(
             _frame(ApiKey.SASL_HANDSHAKE, 1, hs, 1)
             + _frame(ApiKey.SASL_AUTHENTICATE, 2, bad, 2)
             + _frame(ApiKey.METADATA, 9, METADATA, 3)
         )
-        failed_at = time.monotonic()
-        assert calls == ["pause"]  # muted; nothing sent yet, not even the handshake's answer
         while "close" not in calls:
             await asyncio.sleep(0.01)
-        assert time.monotonic() - failed_at >= 0.14
-        assert calls == ["pause", "write", "close"]  # answered, then closed: no Metadata
-        out, cids = b"".join(written), []
-        while out:
-            (size,) = struct.unpack(">i", out[:4])
-            cids.append(struct.unpack(">i", out[4:8])[0])
-            out = out[4 + size :]
-        assert cids == [1, 2]
+        # The handshake's answer may leave at once (a loaded machine can end the connection's
+        # turn after it, as Kafka answers each step before reading the next); the failed
+        # step's answer waits out the delay with reading paused, then the connection closes
+        # and the Metadata behind it is never answered.
+        assert [cid for cid, _ in answered] == [1, 2]
+        assert answered[1][1] - sent_at >= 0.15
+        assert "pause" in calls and "resume" not in calls
+        assert calls[-2:] == ["write", "close"]
         deadline = time.monotonic() + 5  # the 50 ms read timeout; slow on a loaded machine
         while "abort" not in calls and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert calls == ["pause", "write", "close", "abort"]
+        assert calls[-3:] == ["write", "close", "abort"]
 
     try:
         asyncio.run(main())
