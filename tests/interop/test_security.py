@@ -340,19 +340,29 @@ def test_users_change_at_once_and_survive_sigkill(tmp_path: Path) -> None:
         proc.stop()
 
 
+# KIP-368 session lifetime for the re-authentication test. librdkafka renews at 90% of it, so
+# a request that reaches the broker more than 10% late (each proxy hop runs on this process's
+# threads, slow on a loaded machine) finds the session over and the connection is closed, as
+# Kafka closes it; and Kafka begins at most one re-authentication a second. At 1 s the margin
+# was 100 ms, and the test failed at load average 12-24.
+REAUTH_MS = 2500
+
+
 def test_clients_reauthenticate_before_the_session_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """KIP-368: with connections.max.reauth.ms=1000, confluent-kafka and samsa's producer
-    renew their sessions on the same connections and keep producing; none is cut off. Each
-    client goes through its own proxy, which counts SaslAuthenticate requests per
+    """KIP-368: with a short connections.max.reauth.ms, confluent-kafka and samsa's producer
+    renew their sessions twice on the same connections and keep producing; none is cut off.
+    Each client goes through its own proxy, which counts SaslAuthenticate requests per
     connection."""
     data = tmp_path / "data"
     assert (
         samsa_cli("users", "add", "gina", "--password", "pw", "--data-dir", str(data)).returncode
         == 0
     )
-    auths: dict[int, dict[int, int]] = {}  # proxy -> connection -> SaslAuthenticate requests
+    # proxy -> connection -> SaslAuthenticate frames: the proxy asks _faulty of each request
+    # and again of its answer, so a completed round trip counts 2.
+    auths: dict[int, dict[int, int]] = {}
     faulty = FaultProxy._faulty
 
     def count(proxy: FaultProxy, conn: Any, api_key: int) -> bool:
@@ -361,17 +371,22 @@ def test_clients_reauthenticate_before_the_session_ends(
             mine[id(conn)] = mine.get(id(conn), 0) + 1
         return faulty(proxy, conn, api_key)
 
+    def most(proxy: FaultProxy) -> int:
+        return max(auths.get(id(proxy), {}).values(), default=0)
+
     monkeypatch.setattr(FaultProxy, "_faulty", count)
     overrides = {
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "connections.max.reauth.ms": "1000",
+        "connections.max.reauth.ms": str(REAUTH_MS),
     }
     proc = BrokerProcess(data, overrides).start()
     upstream = ("127.0.0.1", proc.port)
+    # Not decoding every Produce keeps each hop as quick as the proxy can be.
     ck_proxy, our_proxy = (
-        FaultProxy(upstream, faults=Faults()),
-        FaultProxy(upstream, faults=Faults()),
+        FaultProxy(upstream, faults=Faults(), track_produce=False),
+        FaultProxy(upstream, faults=Faults(), track_produce=False),
     )
+    ck: CkProducer | None = None
     try:
         conf = {
             "bootstrap.servers": proc.bootstrap,
@@ -387,9 +402,14 @@ def test_clients_reauthenticate_before_the_session_ends(
         ck = CkProducer({**conf, "bootstrap.servers": ck_proxy.address, "error_cb": errors.append})
         failed: list[Any] = []
         with Producer({**conf, "bootstrap.servers": our_proxy.address}) as ours:
-            deadline = time.monotonic() + 3  # three session lifetimes
+            # Until both have renewed twice on one connection (SCRAM's two SaslAuthenticate
+            # round trips, then two more at each renewal: 12 frames), and a little after, on
+            # the renewed sessions; bounded, for a renewal that never comes.
+            deadline = time.monotonic() + 4 * REAUTH_MS / 1000
             sent = 0
             while time.monotonic() < deadline:
+                if min(most(ck_proxy), most(our_proxy)) >= 12:
+                    deadline = min(deadline, time.monotonic() + 0.5)
                 ck.produce(topic, b"ck", on_delivery=lambda e, m: e and failed.append(e))
                 ours.send(topic, b"samsa").add_done_callback(
                     lambda f: f.exception() and failed.append(f.exception())
@@ -399,14 +419,11 @@ def test_clients_reauthenticate_before_the_session_ends(
             assert ck.flush(10) == 0 and ours.flush(10) == 0
         ck_proxy.stop()
         our_proxy.stop()
-        assert (failed, errors) == ([], [])
-        # Three 1 s sessions on one connection: SCRAM's two SaslAuthenticate requests, then
-        # two more at each renewal; and no new connection per session.
+        closed = [line for line in proc.log if "closing connection" in line]  # the why, if any
+        assert (failed, errors, closed) == ([], [], [])
         for proxy in (ck_proxy, our_proxy):
-            per_connection = auths.get(id(proxy), {})
-            assert max(per_connection.values(), default=0) >= 6, per_connection
-            assert proxy.stats.connections <= 4, proxy.stats
-        assert not proc.log_contains("SASL session expired")
+            assert most(proxy) >= 12, auths.get(id(proxy))
+            assert proxy.stats.connections <= 4, proxy.stats  # no new connection per session
         with Consumer({**conf, "auto.offset.reset": "earliest"}) as c:
             c.assign([TopicPartition(topic, 0)])
             got = 0
@@ -415,6 +432,11 @@ def test_clients_reauthenticate_before_the_session_ends(
                 got += len(c.poll(0.5))
         assert got == 2 * sent
     finally:
+        if ck is not None:
+            # Closed here, not by a failure's traceback later, which would keep it
+            # reconnecting to the stopped broker; purged, so close() flushes nothing.
+            ck.purge()
+            ck.close()
         ck_proxy.stop()
         our_proxy.stop()
         proc.stop()

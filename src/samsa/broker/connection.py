@@ -197,18 +197,27 @@ class ConnectionCore:
             self.decoder.limit_name = "socket.request.max.bytes"
 
     def gate(self, api_key: int, now: float) -> None:
-        """Before SASL authentication, or after the session expired, only the SASL APIs and
-        ApiVersions are served; anything else closes the connection."""
+        """Before SASL authentication only the SASL APIs and ApiVersions are served; after
+        the session expired, only a re-authentication (as Kafka's SocketServer: a SaslHandshake
+        that begins one, then its SaslAuthenticate steps). Anything else closes the
+        connection."""
         session = self.session
-        if session is None or api_key in PRE_AUTH_APIS:
+        if session is None:
             return
         if not session.authenticated:
+            if api_key in PRE_AUTH_APIS:
+                return
             raise FrameError(f"{api_name(api_key)} before SASL authentication")
-        if session.expired(now):
-            raise FrameError(
-                f"{api_name(api_key)} after the SASL session expired "
-                "(connections.max.reauth.ms) without re-authentication"
-            )
+        if not session.expired(now):
+            return
+        if api_key == ApiKey.SASL_HANDSHAKE and session.may_renew(now):
+            return
+        if api_key == ApiKey.SASL_AUTHENTICATE and session.renewing:
+            return
+        raise FrameError(
+            f"{api_name(api_key)} after the SASL session expired "
+            "(connections.max.reauth.ms) without re-authentication"
+        )
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -225,6 +225,11 @@ class PlainUsers:
         return expected is not None and ok
 
 
+# Kafka's KafkaChannel: a SaslHandshake sooner than this after the last re-authentication
+# began does not begin another, so a client cannot make the broker re-authenticate in a loop.
+MIN_REAUTH_INTERVAL_S = 1.0
+
+
 @dataclass(slots=True)
 class SaslSession:
     """One SASL connection's state: SaslHandshake picks a mechanism, SaslAuthenticate runs
@@ -238,6 +243,7 @@ class SaslSession:
     failed: str | None = None  # why; the connection closes once the response is sent
     lifetime_ms: int = 0  # of the current session, as SaslAuthenticate v1+ tells the client
     expires_at: float | None = None  # time.monotonic() deadline of the current session
+    renewed_at: float | None = None  # when the last re-authentication began (monotonic)
     # SaslHandshake v0: the tokens then come as bare size-prefixed frames, not SaslAuthenticate
     raw_tokens: bool = False
     _mechanism: ServerMechanism | None = field(default=None, repr=False)
@@ -252,16 +258,36 @@ class SaslSession:
         return self.expires_at is not None and now >= self.expires_at
 
     @property
+    def renewing(self) -> bool:
+        """A re-authentication is under way: its SaslHandshake was accepted, the mechanism
+        has not completed."""
+        return self.authenticated and self._mechanism is not None and not self._mechanism.complete
+
+    def may_renew(self, now: float) -> bool:
+        """Would a SaslHandshake now begin a re-authentication? Only for a session that ends,
+        and (as Kafka's KafkaChannel) at most once a second: otherwise it is an ordinary
+        request on an authenticated connection, refused with ILLEGAL_SASL_STATE."""
+        if not self.authenticated or self.expires_at is None:
+            return False
+        return self.renewed_at is None or now - self.renewed_at >= MIN_REAUTH_INTERVAL_S
+
+    @property
     def awaits_raw_token(self) -> bool:
         """After a v0 handshake, until the mechanism completes, each frame is a SASL token."""
         return self.raw_tokens and self._mechanism is not None and not self._mechanism.complete
 
-    def handshake(self, mechanism: str, version: int = 1) -> ErrorCode:
-        in_progress = self._mechanism is not None and not self._mechanism.complete
-        # KIP-368: re-authentication is for sessions that expire (reauth_ms or a token's exp).
-        if in_progress or (self.authenticated and self.expires_at is None):
+    def handshake(self, mechanism: str, version: int = 1, now: float | None = None) -> ErrorCode:
+        """``now``: time.monotonic(), unless given."""
+        if self._mechanism is not None and not self._mechanism.complete:
             self.failed = "unexpected SaslHandshake"
             return ErrorCode.ILLEGAL_SASL_STATE
+        if self.authenticated:
+            now = time.monotonic() if now is None else now
+            if not self.may_renew(now):
+                # As Kafka answers it past its authenticator: an error, the session and the
+                # connection kept (the client decides what to do).
+                return ErrorCode.ILLEGAL_SASL_STATE
+            self.renewed_at = now
         if mechanism not in self.mechanisms:
             self.failed = f"unsupported SASL mechanism {clip(mechanism)!r}"
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM
@@ -283,6 +309,10 @@ class SaslSession:
     def authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
         mech = self._mechanism
         if mech is None or mech.complete:
+            if self.authenticated:
+                # Kafka's KafkaApis: answered with an error, the connection kept.
+                message = "SaslAuthenticate request received after successful authentication"
+                return ErrorCode.ILLEGAL_SASL_STATE, message, b""
             self.failed = "SaslAuthenticate without a SaslHandshake"
             return ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake must come first", b""
         try:

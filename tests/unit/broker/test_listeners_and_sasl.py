@@ -387,10 +387,17 @@ def test_reauthentication_rules(tmp_path: Path) -> None:
     assert session.expires_at is not None
     assert not session.expired(session.expires_at - 0.01) and session.expired(session.expires_at)
     # KIP-368: the same mechanism and principal again renew the session...
-    assert session.handshake("PLAIN") == ErrorCode.NONE
+    assert session.handshake("PLAIN", now=10.0) == ErrorCode.NONE
     assert session.authenticate(b"\0bob\0pw")[0] == ErrorCode.NONE and session.failed is None
-    # ...another principal is refused, as is another mechanism.
-    assert session.handshake("PLAIN") == ErrorCode.NONE
+    # ...at most once a second (Kafka's KafkaChannel): sooner, the handshake is refused but
+    # nothing fails, and the session is the one renewed...
+    assert session.handshake("PLAIN", now=10.9) == ErrorCode.ILLEGAL_SASL_STATE
+    assert session.failed is None and session.principal == "User:bob"
+    error, message, _ = session.authenticate(b"\0bob\0pw")  # no re-authentication under way
+    assert error == ErrorCode.ILLEGAL_SASL_STATE and "after successful" in str(message)
+    assert session.failed is None
+    # ...and another principal is refused, as is another mechanism.
+    assert session.handshake("PLAIN", now=11.0) == ErrorCode.NONE
     error, message, _ = session.authenticate(b"\0carl\0pw")
     assert error == ErrorCode.SASL_AUTHENTICATION_FAILED and "principal" in str(message)
     other = _plain_session(1000, tmp_path)
@@ -402,7 +409,7 @@ def test_reauthentication_rules(tmp_path: Path) -> None:
     once.handshake("PLAIN")
     once.authenticate(b"\0bob\0pw")
     assert (once.lifetime_ms, once.expires_at) == (0, None)
-    assert once.handshake("PLAIN") == ErrorCode.ILLEGAL_SASL_STATE
+    assert once.handshake("PLAIN") == ErrorCode.ILLEGAL_SASL_STATE and once.failed is None
 
 
 async def _plain_login(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> int:
@@ -416,7 +423,7 @@ async def _plain_login(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> int:
     return int(resp.session_lifetime.total_seconds() * 1000)
 
 
-def test_expired_session_closes_the_connection_unless_renewed(tmp_path: Path) -> None:
+def _reauth_server(tmp_path: Path, reauth_ms: int) -> BrokerServer:
     users = tmp_path / "plain"
     users.write_text("bob=pw\n")
     config = BrokerConfig(data_dir=tmp_path / "data", port=0).with_properties(
@@ -424,29 +431,71 @@ def test_expired_session_closes_the_connection_unless_renewed(tmp_path: Path) ->
             "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
             "sasl.enabled.mechanisms": "PLAIN",
             "sasl.plain.users.file": str(users),
-            "connections.max.reauth.ms": "300",
+            "connections.max.reauth.ms": str(reauth_ms),
         }
     )
-    config = config.with_overrides(port=0).validate()
+    return BrokerServer(config.with_overrides(port=0).validate())
+
+
+def test_expired_session_closes_the_connection_unless_renewed(tmp_path: Path) -> None:
+    """As Kafka's SocketServer: after the session's end a request closes the connection, the
+    SASL ones (ApiVersions included) too, unless it is a SaslHandshake beginning a
+    re-authentication, which is served however late it comes."""
 
     async def main() -> None:
-        server = BrokerServer(config)
+        server = _reauth_server(tmp_path, 1000)
         await server.start()
         try:
             port = server.port
-            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
-            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
-            assert await _plain_login(r1, w1) == 300
-            assert await _plain_login(r2, w2) == 300
-            await _call(r1, w1, ApiKey.METADATA, 9, METADATA)  # within the session
-            await asyncio.sleep(0.2)
-            assert await _plain_login(r2, w2) == 300  # the second one renews in time
-            await asyncio.sleep(0.2)
-            await _call(r2, w2, ApiKey.METADATA, 9, METADATA)
-            w1.write(_frame(ApiKey.METADATA, 9, METADATA, 1))
-            assert await r1.read() == b""  # expired: closed, not answered
-            w1.close()
-            w2.close()
+            late, stale, probe = [await asyncio.open_connection("127.0.0.1", port) for _ in "123"]
+            for r, w in (late, stale, probe):
+                assert await _plain_login(r, w) == 1000
+            await _call(*stale, ApiKey.METADATA, 9, METADATA)  # within the session
+            await asyncio.sleep(1.1)
+            assert await _plain_login(*late) == 1000  # renewed after the end: served
+            await _call(*late, ApiKey.METADATA, 9, METADATA)
+            stale[1].write(_frame(ApiKey.METADATA, 9, METADATA, 1))
+            versions = make_request(ApiKey.API_VERSIONS, 0, "ApiVersionsRequest")
+            probe[1].write(_frame(ApiKey.API_VERSIONS, 0, versions, 1))
+            for r, w in (stale, probe):
+                assert await r.read() == b""  # expired: closed, not answered
+                w.close()
+            late[1].close()
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_handshake_that_begins_no_reauthentication_is_refused_on_an_open_connection(
+    tmp_path: Path,
+) -> None:
+    """As Kafka: a SaslHandshake within a second of the last re-authentication's start begins
+    none (KafkaChannel), and is answered ILLEGAL_SASL_STATE with no mechanisms, as is a
+    SaslAuthenticate with no handshake (KafkaApis); the session and the connection stay."""
+
+    async def main() -> None:
+        server = _reauth_server(tmp_path, 60_000)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await _plain_login(r, w) == 60_000
+            assert await _plain_login(r, w) == 60_000  # the first renewal: at once is fine
+            hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+            refused = await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)
+            assert (refused.error_code, list(refused.mechanisms)) == (
+                ErrorCode.ILLEGAL_SASL_STATE,
+                [],
+            )
+            auth = make_request(
+                ApiKey.SASL_AUTHENTICATE, 1, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0pw"
+            )
+            resp = await _call(r, w, ApiKey.SASL_AUTHENTICATE, 1, auth)
+            assert resp.error_code == ErrorCode.ILLEGAL_SASL_STATE
+            assert resp.session_lifetime.total_seconds() == 0
+            meta = await _call(r, w, ApiKey.METADATA, 9, METADATA)  # still open, still bob's
+            assert meta.brokers and _principals(server) == {"User:bob"}
+            w.close()
         finally:
             await server.stop()
 
@@ -507,7 +556,7 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
         )
     )
     calls: list[str] = []
-    written: list[bytes] = []
+    answered: list[tuple[int, float]] = []  # correlation id, when written
 
     class T:
         def set_write_buffer_limits(self, high: int) -> None: ...
@@ -516,7 +565,11 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
 
         def writelines(self, out: list[bytes]) -> None:
             calls.append("write")
-            written.extend(out)
+            data = b"".join(out)
+            while data:
+                (size,) = struct.unpack(">i", data[:4])
+                answered.append((struct.unpack(">i", data[4:8])[0], time.monotonic()))
+                data = data[4 + size :]
 
         def pause_reading(self) -> None:
             calls.append("pause")
@@ -538,27 +591,26 @@ def test_failed_authentication_answers_then_cuts_a_client_that_does_not_read(
         bad = make_request(
             ApiKey.SASL_AUTHENTICATE, 2, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0no"
         )
+        sent_at = time.monotonic()
         conn.data_received(
             _frame(ApiKey.SASL_HANDSHAKE, 1, hs, 1)
             + _frame(ApiKey.SASL_AUTHENTICATE, 2, bad, 2)
             + _frame(ApiKey.METADATA, 9, METADATA, 3)
         )
-        failed_at = time.monotonic()
-        assert calls == ["pause"]  # muted; nothing sent yet, not even the handshake's answer
         while "close" not in calls:
             await asyncio.sleep(0.01)
-        assert time.monotonic() - failed_at >= 0.14
-        assert calls == ["pause", "write", "close"]  # answered, then closed: no Metadata
-        out, cids = b"".join(written), []
-        while out:
-            (size,) = struct.unpack(">i", out[:4])
-            cids.append(struct.unpack(">i", out[4:8])[0])
-            out = out[4 + size :]
-        assert cids == [1, 2]
+        # The handshake's answer may leave at once (a loaded machine can end the connection's
+        # turn after it, as Kafka answers each step before reading the next); the failed
+        # step's answer waits out the delay with reading paused, then the connection closes
+        # and the Metadata behind it is never answered.
+        assert [cid for cid, _ in answered] == [1, 2]
+        assert answered[1][1] - sent_at >= 0.15
+        assert "pause" in calls and "resume" not in calls
+        assert calls[-2:] == ["write", "close"]
         deadline = time.monotonic() + 5  # the 50 ms read timeout; slow on a loaded machine
         while "abort" not in calls and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert calls == ["pause", "write", "close", "abort"]
+        assert calls[-3:] == ["write", "close", "abort"]
 
     try:
         asyncio.run(main())
