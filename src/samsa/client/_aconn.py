@@ -7,6 +7,12 @@ still pending on it with :class:`KafkaConnectionError`: the caller cannot know w
 broker acted on them, which is exactly the "unknown outcome" the producer's retry logic is
 built around. After ApiVersions the connection knows the version range of every API the
 broker serves; :meth:`AsyncConnection.version` picks the highest both sides speak.
+
+KIP-368 re-authentication runs on the open connection before the session ends. While it
+does, requests other than its own SaslHandshake and SaslAuthenticate are held, not written
+(Kafka's broker closes a connection that sends one in the middle of an authentication), and
+written in their order once it completes; answers to requests written before it still come
+first, as the broker answers in order.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from samsa.protocol.messages import (
 )
 
 log = logging.getLogger("samsa.client")
+_SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 class AsyncConnection:
@@ -61,6 +68,9 @@ class AsyncConnection:
         self._correlation = 0
         self._read_task: asyncio.Task[None] | None = None
         self._reauth: asyncio.TimerHandle | asyncio.Task[None] | None = None
+        # Requests made during a re-authentication, written once it completes (None: none
+        # under way): (correlation id, api key, version, future or None, frame).
+        self._held: list[tuple[int, int, int, asyncio.Future[Any] | None, bytes]] | None = None
         self._closed = False
         self.close_reason: str | None = None
 
@@ -145,10 +155,16 @@ class AsyncConnection:
             self._reauth = asyncio.get_running_loop().create_task(self._reauthenticate())
 
     async def _reauthenticate(self) -> None:
+        self._held = []
         try:
             await self._authenticate()
         except KafkaError as exc:
             self.close(f"re-authentication failed: {exc}")
+        finally:
+            held, self._held = self._held, None
+            if not self._closed:
+                for cid, api_key, version, fut, data in held:
+                    self._write(cid, api_key, version, fut, data)
 
     def supports(self, api_key: int) -> bool:
         return api_key in self.api_versions
@@ -187,15 +203,25 @@ class AsyncConnection:
             encode_request(api_key, version, entity),
             is_flexible(api_key, version),
         )
-        if expect_response:
-            self._pending[cid] = (api_key, version, fut)
-        else:
+        waiting = fut if expect_response else None
+        if not expect_response:
             fut.set_result(None)
+        if self._held is not None and api_key not in _SASL_APIS:
+            self._held.append((cid, api_key, version, waiting, data))
+        else:
+            self._write(cid, api_key, version, waiting, data)
+        return fut
+
+    def _write(
+        self, cid: int, api_key: int, version: int, fut: asyncio.Future[Any] | None, data: bytes
+    ) -> None:
+        assert self._writer is not None
+        if fut is not None:
+            self._pending[cid] = (api_key, version, fut)
         try:
             self._writer.write(data)
         except (OSError, RuntimeError) as exc:
             self.close(f"write failed: {exc}")
-        return fut
 
     async def request(
         self, api_key: int, entity: Any, *, version: int, timeout: float | None = None
@@ -267,9 +293,11 @@ class AsyncConnection:
         self._closed = True
         self.close_reason = reason
         log.debug("closing %s: %s", self, reason)
-        pending = list(self._pending.values())
+        pending = [fut for _key, _v, fut in self._pending.values()]
+        pending += [fut for _c, _k, _v, fut, _d in self._held or () if fut is not None]
         self._pending.clear()
-        for _key, _v, fut in pending:
+        self._held = None
+        for fut in pending:
             if not fut.done():
                 fut.set_exception(KafkaConnectionError(f"{self.host}:{self.port}: {reason}"))
         if self._writer is not None:

@@ -124,6 +124,7 @@ def test_a_frame_that_does_not_fit_the_pool_waits_for_room() -> None:
 @dataclass
 class _Session:
     authenticated: bool = False
+    renewing: bool = False  # a re-authentication's handshake accepted, not yet complete
     expires_at: float = float("inf")
 
     def expired(self, now: float) -> bool:
@@ -146,6 +147,11 @@ def test_before_sasl_authentication_only_the_sasl_apis_are_served() -> None:
     session.authenticated = True
     core.authenticated()
     core.gate(ApiKey.METADATA, now=1.0)
+    session.renewing = True
+    core.gate(ApiKey.SASL_AUTHENTICATE, now=1.0)
+    with pytest.raises(FrameError, match="metadata during SASL re-authentication"):
+        core.gate(ApiKey.METADATA, now=1.0)
+    session.renewing = False
     session.expires_at = 2.0
     with pytest.raises(FrameError, match=re.escape("connections.max.reauth.ms")):
         core.gate(ApiKey.PRODUCE, now=3.0)

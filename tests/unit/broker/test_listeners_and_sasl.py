@@ -502,6 +502,33 @@ def test_a_handshake_that_begins_no_reauthentication_is_refused_on_an_open_conne
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
+def test_a_request_in_the_middle_of_a_reauthentication_closes_the_connection(
+    tmp_path: Path,
+) -> None:
+    """As Kafka's SaslServerAuthenticator ("Unexpected Kafka request ... during SASL
+    authentication"): between a re-authentication's SaslHandshake and its last
+    SaslAuthenticate, any other request closes the connection; after it, requests are served."""
+
+    async def main() -> None:
+        server = _reauth_server(tmp_path, 60_000)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await _plain_login(r, w) == 60_000
+            assert await _plain_login(r, w) == 60_000  # a whole renewal: then served
+            await _call(r, w, ApiKey.METADATA, 9, METADATA)
+            await asyncio.sleep(1.0)  # Kafka begins at most one re-authentication a second
+            hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+            assert (await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)).error_code == ErrorCode.NONE
+            w.write(_frame(ApiKey.METADATA, 9, METADATA, 7))
+            assert await r.read() == b""  # closed, not answered
+            w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def test_tls_listener_keeps_the_connection_limits(tmp_path: Path) -> None:
     """A client that opens a TLS connection and never shakes hands holds its slot only for
     socket.request.read.timeout.ms; max.connections.per.ip counts TLS connections too."""
