@@ -437,6 +437,25 @@ def _reauth_server(tmp_path: Path, reauth_ms: int) -> BrokerServer:
     return BrokerServer(config.with_overrides(port=0).validate())
 
 
+def _renewed_once(tmp_path: Path, then: Any) -> None:
+    """Runs ``then(server, reader, writer)`` on a connection of a server with 60 s sessions,
+    logged in and renewed once already (the first renewal may come at once)."""
+
+    async def main() -> None:
+        server = _reauth_server(tmp_path, 60_000)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await _plain_login(r, w) == 60_000
+            assert await _plain_login(r, w) == 60_000
+            await then(server, r, w)
+            w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def test_expired_session_closes_the_connection_unless_renewed(tmp_path: Path) -> None:
     """As Kafka's SocketServer: after the session's end a request closes the connection, the
     SASL ones (ApiVersions included) too, unless it is a SaslHandshake beginning a
@@ -474,32 +493,20 @@ def test_a_handshake_that_begins_no_reauthentication_is_refused_on_an_open_conne
     none (KafkaChannel), and is answered ILLEGAL_SASL_STATE with no mechanisms, as is a
     SaslAuthenticate with no handshake (KafkaApis); the session and the connection stay."""
 
-    async def main() -> None:
-        server = _reauth_server(tmp_path, 60_000)
-        await server.start()
-        try:
-            r, w = await asyncio.open_connection("127.0.0.1", server.port)
-            assert await _plain_login(r, w) == 60_000
-            assert await _plain_login(r, w) == 60_000  # the first renewal: at once is fine
-            hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
-            refused = await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)
-            assert (refused.error_code, list(refused.mechanisms)) == (
-                ErrorCode.ILLEGAL_SASL_STATE,
-                [],
-            )
-            auth = make_request(
-                ApiKey.SASL_AUTHENTICATE, 1, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0pw"
-            )
-            resp = await _call(r, w, ApiKey.SASL_AUTHENTICATE, 1, auth)
-            assert resp.error_code == ErrorCode.ILLEGAL_SASL_STATE
-            assert resp.session_lifetime.total_seconds() == 0
-            meta = await _call(r, w, ApiKey.METADATA, 9, METADATA)  # still open, still bob's
-            assert meta.brokers and _principals(server) == {"User:bob"}
-            w.close()
-        finally:
-            await server.stop()
+    async def then(server: BrokerServer, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+        refused = await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)
+        assert (refused.error_code, list(refused.mechanisms)) == (ErrorCode.ILLEGAL_SASL_STATE, [])
+        auth = make_request(
+            ApiKey.SASL_AUTHENTICATE, 1, "SaslAuthenticateRequest", auth_bytes=b"\0bob\0pw"
+        )
+        resp = await _call(r, w, ApiKey.SASL_AUTHENTICATE, 1, auth)
+        assert resp.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert resp.session_lifetime.total_seconds() == 0
+        meta = await _call(r, w, ApiKey.METADATA, 9, METADATA)  # still open, still bob's
+        assert meta.brokers and _principals(server) == {"User:bob"}
 
-    asyncio.run(asyncio.wait_for(main(), 30))
+    _renewed_once(tmp_path, then)
 
 
 def test_a_request_in_the_middle_of_a_reauthentication_closes_the_connection(
@@ -509,24 +516,15 @@ def test_a_request_in_the_middle_of_a_reauthentication_closes_the_connection(
     authentication"): between a re-authentication's SaslHandshake and its last
     SaslAuthenticate, any other request closes the connection; after it, requests are served."""
 
-    async def main() -> None:
-        server = _reauth_server(tmp_path, 60_000)
-        await server.start()
-        try:
-            r, w = await asyncio.open_connection("127.0.0.1", server.port)
-            assert await _plain_login(r, w) == 60_000
-            assert await _plain_login(r, w) == 60_000  # a whole renewal: then served
-            await _call(r, w, ApiKey.METADATA, 9, METADATA)
-            await asyncio.sleep(1.0)  # Kafka begins at most one re-authentication a second
-            hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
-            assert (await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)).error_code == ErrorCode.NONE
-            w.write(_frame(ApiKey.METADATA, 9, METADATA, 7))
-            assert await r.read() == b""  # closed, not answered
-            w.close()
-        finally:
-            await server.stop()
+    async def then(server: BrokerServer, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _call(r, w, ApiKey.METADATA, 9, METADATA)  # after a whole renewal: served
+        await asyncio.sleep(1.0)  # Kafka begins at most one re-authentication a second
+        hs = make_request(ApiKey.SASL_HANDSHAKE, 1, "SaslHandshakeRequest", mechanism="PLAIN")
+        assert (await _call(r, w, ApiKey.SASL_HANDSHAKE, 1, hs)).error_code == ErrorCode.NONE
+        w.write(_frame(ApiKey.METADATA, 9, METADATA, 7))
+        assert await r.read() == b""  # closed, not answered
 
-    asyncio.run(asyncio.wait_for(main(), 30))
+    _renewed_once(tmp_path, then)
 
 
 def test_tls_listener_keeps_the_connection_limits(tmp_path: Path) -> None:
