@@ -569,7 +569,7 @@ class Broker:
         (a thread hand-off costs more than a small batch's check), its time counted; None
         if the turn has none left, or once the records inflate, or take reading, past
         _INLINE_INFLATE_BYTES (to be checked again by a worker)."""
-        if self._inline_ns >= _INLINE_TURN_NS and not _always_inline(batch):
+        if self._inline_ns >= _INLINE_TURN_NS:
             return None
         counted = True
         if not self._inline_ns:
@@ -671,17 +671,7 @@ _INLINE_CHECK_BYTES = 64 * 1024
 _INLINE_INFLATE_BYTES = 128 * 1024
 _INLINE_PLAIN_BYTES = 2 * 1024 * 1024
 _INLINE_TURN_NS = 1_000_000
-# An uncompressed batch up to this size is checked on the loop even once the turn's time is
-# spent: a worker would hold the GIL for its check all the same (the C walker lets go of it
-# only from 64 KiB), and the batch would wait behind the larger ones handed off with it (a
-# worker settles its whole drain at once). Under a saturating producer that wait was most of
-# a small produce's latency (benchmarks/README.md: p50 2.7 ms, 1.1 ms checked here).
-_ALWAYS_INLINE_BYTES = 16 * 1024
 _clock = time.perf_counter_ns  # the loop's latency is wall time
-
-
-def _always_inline(batch: RecordBatchView) -> bool:
-    return batch.compression == Compression.NONE and batch.size <= _ALWAYS_INLINE_BYTES
 
 
 _Deferred = tuple["asyncio.Future[CheckedBatch]", tuple[RecordBatchView, LogConfig, int, str]]

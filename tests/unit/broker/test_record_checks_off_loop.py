@@ -175,40 +175,6 @@ def test_the_event_loop_checks_for_a_bounded_time_each_turn(
     asyncio.run(body())
 
 
-def test_a_small_uncompressed_batch_is_checked_on_the_loop_past_the_turns_time(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once the turn's checks took _INLINE_TURN_NS, an uncompressed batch of at most
-    _ALWAYS_INLINE_BYTES is still checked on the loop (a worker would hold the GIL for it all
-    the same, and it would wait behind the larger batches handed off with it); a larger or
-    compressed one goes to a worker, and a partition's appends stay in order."""
-    from samsa.broker.broker import _ALWAYS_INLINE_BYTES, _INLINE_TURN_NS
-
-    held = _HeldCheck(broker_module.check_client_batch)
-    monkeypatch.setattr(broker_module, "check_client_batch", held)
-    monkeypatch.setattr(broker_module, "_clock", _SlowClock(_INLINE_TURN_NS + 1))
-
-    async def body() -> None:
-        p0 = broker.topics.get_partition("t", 0)
-        p1 = broker.topics.get_partition("t", 1)
-        assert p0 is not None and p1 is not None
-        spent = broker.append(p0, _batch(b"s" * 1000))  # on the loop; it spends the turn
-        assert isinstance(spent, AppendResult)
-        zipped = broker.append(p0, _batch(b"z" * 1000, Compression.GZIP))
-        assert isinstance(zipped, asyncio.Future)  # held in its worker
-        small = broker.append(p1, _batch(b"m" * (_ALWAYS_INLINE_BYTES - 200)))
-        assert isinstance(small, AppendResult) and small.base_offset == 0
-        large = broker.append(p1, _batch(b"L" * (_ALWAYS_INLINE_BYTES + 100)))
-        assert isinstance(large, asyncio.Future)
-        behind = broker.append(p0, _batch(b"b"))  # small, but behind a held append
-        assert isinstance(behind, asyncio.Future)
-        held.release.set()
-        done = await asyncio.wait_for(asyncio.gather(zipped, large, behind), 10)
-        assert [r.base_offset for r in done] == [1, 1, 2]
-
-    asyncio.run(body())
-
-
 def test_a_batch_inflating_past_the_inline_share_is_left_to_a_worker(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
