@@ -69,7 +69,6 @@ from samsa.protocol.records import (
     TIMESTAMP_TYPE_FLAG,
     InvalidBatchError,
     RecordBatchView,
-    decompress,
 )
 
 if TYPE_CHECKING:
@@ -427,13 +426,7 @@ class Fetcher:
             batches = KeptBatches(data, position, name=name, **kw)
             kept = []
             for b in batches:
-                section: bytes | memoryview = batches.data[b.pos + HEADER_SIZE : b.pos + b.size]
-                if b.compression:
-                    try:
-                        section = decompress(b.compression, section)
-                    except Exception as exc:  # cramjam's errors, an unknown codec
-                        raise corrupt(f"{name} at offset {b.base_offset}: cannot decompress "
-                                      f"the batch ({exc})") from None  # fmt: skip
+                section = batches.records(b)
                 log_append = bool(b.attributes & TIMESTAMP_TYPE_FLAG)
                 stamp = b.max_timestamp if log_append else b.base_timestamp
                 kept.append((section, b.base_offset, stamp, log_append, b.record_count,

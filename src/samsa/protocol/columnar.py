@@ -80,7 +80,6 @@ from samsa.protocol.records import (
     Compression,
     InvalidBatchError,
     compress,
-    decompress,
 )
 
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
@@ -988,21 +987,13 @@ def _sections(
     at = 0
     compressed = False
     full = False  # max_records rows are certain before the last data batch seen
-    mv = batches.data
     for batch in batches:
-        where = f"{batches.name} at offset {batch.base_offset}"
         if max_records is not None and sure >= max_records:
             full = True  # this batch has rows beyond the limit: stop after the last row
             break
-        start, end = batch.pos + HEADER_SIZE, batch.pos + batch.size
-        if batch.compression:
-            compressed = True
-            try:
-                section: bytes | memoryview = decompress(batch.compression, mv[start:end])
-            except Exception as exc:  # cramjam's errors, an unknown codec
-                raise corrupt(f"{where}: cannot decompress the batch ({exc})") from None
-        else:
-            section = mv[start:end]
+        start = batch.pos + HEADER_SIZE
+        compressed = compressed or bool(batch.compression)
+        section = batches.records(batch)
         log_append = bool(batch.attributes & TIMESTAMP_TYPE_FLAG)
         kept.append(
             _Kept(

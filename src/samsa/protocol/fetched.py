@@ -38,6 +38,7 @@ from samsa.protocol.records import (
     InvalidBatchError,
     RecordBatchView,
     control_type_of,
+    decompress,
 )
 
 
@@ -123,3 +124,15 @@ class KeptBatches:
                 continue
             yield batch
             self.next_offset = batch.next_offset
+
+    def records(self, batch: RecordBatchView) -> bytes | memoryview:
+        """One kept batch's records section, inflated if it is compressed; a batch its codec
+        cannot read is corrupt."""
+        section = self.data[batch.pos + HEADER_SIZE : batch.pos + batch.size]
+        if not batch.compression:
+            return section
+        try:
+            return decompress(batch.compression, section)
+        except Exception as exc:  # cramjam's errors, an unknown codec
+            where = f"{self.name} at offset {batch.base_offset}"
+            raise corrupt(f"{where}: cannot decompress the batch ({exc})") from None
