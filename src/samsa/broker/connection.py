@@ -198,10 +198,9 @@ class ConnectionCore:
 
     def gate(self, api_key: int, now: float) -> None:
         """Before SASL authentication only the SASL APIs and ApiVersions are served; during a
-        re-authentication only its SaslAuthenticate steps; after the session expired, only a
-        re-authentication (as Kafka's SocketServer: a SaslHandshake
-        that begins one, then its SaslAuthenticate steps). Anything else closes the
-        connection."""
+        re-authentication only its SaslAuthenticate steps (as Kafka's SaslServerAuthenticator);
+        after the session expired, only a SaslHandshake that begins one (as Kafka's
+        SocketServer). Anything else closes the connection."""
         session = self.session
         if session is None:
             return
@@ -209,15 +208,13 @@ class ConnectionCore:
             if api_key in PRE_AUTH_APIS:
                 return
             raise FrameError(f"{api_name(api_key)} before SASL authentication")
-        if session.renewing and api_key != ApiKey.SASL_AUTHENTICATE:
-            # As Kafka's SaslServerAuthenticator: once a re-authentication's SaslHandshake is
-            # accepted, only its SaslAuthenticate steps, until it completes.
+        if session.renewing:
+            if api_key == ApiKey.SASL_AUTHENTICATE:
+                return
             raise FrameError(f"{api_name(api_key)} during SASL re-authentication")
         if not session.expired(now):
             return
         if api_key == ApiKey.SASL_HANDSHAKE and session.may_renew(now):
-            return
-        if api_key == ApiKey.SASL_AUTHENTICATE and session.renewing:
             return
         raise FrameError(
             f"{api_name(api_key)} after the SASL session expired "
