@@ -380,21 +380,20 @@ corrupt(const source_t *src, const char *what, long long at)
     return NULL;
 }
 
-/* A header length at *p: read as columnar's numpy reader does (up to 10 bytes, 64 bits). */
+#define MSG_HEADER_OVERRUN "header overruns its record"
+#define MSG_FIELD_OVERRUN "record field overruns its record"
+
+/* A varint field at *p inside its record, read as columnar's numpy reader does (up to 10
+ * bytes, 64 bits): longer, or cut by the record's end (overrun says which field), is corrupt. */
 static int
-header_length(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *n,
-              long long at)
+record_varint(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *v,
+              long long at, const char *overrun)
 {
-    int got = read_varlong(p, end, n);
-    if (got < 0) {
-        corrupt(src, "record varint longer than 10 bytes", at);
-        return -1;
-    }
-    if (got == 0) {
-        corrupt(src, "header overruns its record", at);
-        return -1;
-    }
-    return 0;
+    int got = read_varlong(p, end, v);
+    if (got > 0)
+        return 0;
+    corrupt(src, got < 0 ? "record varint longer than 10 bytes" : overrun, at);
+    return -1;
 }
 
 /* The count headers of a record, ((key, value), ...), read from p; they end the record. */
@@ -414,7 +413,7 @@ headers_of(const source_t *src, int64_t count, const uint8_t *p, const uint8_t *
         return NULL;
     for (int64_t h = 0; h < count; h++) {
         int64_t n;
-        if (header_length(src, &p, end, &n, at) < 0)
+        if (record_varint(src, &p, end, &n, at, MSG_HEADER_OVERRUN) < 0)
             goto fail;
         if (n < 0) {
             corrupt(src, "null header key", at);
@@ -434,7 +433,7 @@ headers_of(const source_t *src, int64_t count, const uint8_t *p, const uint8_t *
         }
         p += n;
         PyObject *value = NULL;
-        if (header_length(src, &p, end, &n, at) < 0) {
+        if (record_varint(src, &p, end, &n, at, MSG_HEADER_OVERRUN) < 0) {
             Py_DECREF(key);
             goto fail;
         }
@@ -470,25 +469,12 @@ fail:
 
 #define MIN_RECORD 7 /* length, attributes, two deltas, key and value lengths, header count */
 
-/* A varint field of the record: cut by its end, or longer than 10 bytes, is corrupt. */
-static int
-record_varint(const source_t *src, const uint8_t **p, const uint8_t *end, int64_t *v,
-              long long at)
-{
-    int got = read_varlong(p, end, v);
-    if (got > 0)
-        return 0;
-    corrupt(src, got < 0 ? "record varint longer than 10 bytes" : "record field overruns its record",
-            at);
-    return -1;
-}
-
 /* A bytes field (a length, then as many bytes; -1 is null) at *p, inside its record. */
 static PyObject *
 record_bytes(const source_t *src, const uint8_t **p, const uint8_t *end, long long at)
 {
     int64_t n;
-    if (record_varint(src, p, end, &n, at) < 0)
+    if (record_varint(src, p, end, &n, at, MSG_FIELD_OVERRUN) < 0)
         return NULL;
     if (n < -1)
         return corrupt(src, "negative record field length", at);
@@ -530,8 +516,8 @@ walk_batch(PyTypeObject *cls, const source_t *src, const batch_t *b, int64_t pos
         }
         const uint8_t *end = p + length;
         p++; /* attributes: Kafka does not look at a record's */
-        if (record_varint(src, &p, end, &ts_delta, at) < 0 ||
-            record_varint(src, &p, end, &off_delta, at) < 0)
+        if (record_varint(src, &p, end, &ts_delta, at, MSG_FIELD_OVERRUN) < 0 ||
+            record_varint(src, &p, end, &off_delta, at, MSG_FIELD_OVERRUN) < 0)
             return -1;
         /* as int64 arithmetic in numpy: wrapping, not undefined */
         int64_t offset = (int64_t)((uint64_t)b->base_offset + (uint64_t)off_delta);
@@ -556,7 +542,7 @@ walk_batch(PyTypeObject *cls, const source_t *src, const batch_t *b, int64_t pos
         SET(rec, 3, shared_int(stamp, ts));
         SET(rec, 4, record_bytes(src, &p, end, at));
         SET(rec, 5, record_bytes(src, &p, end, at));
-        if (record_varint(src, &p, end, &headers, at) < 0)
+        if (record_varint(src, &p, end, &headers, at, MSG_FIELD_OVERRUN) < 0)
             return -1;
         SET(rec, 6, headers_of(src, headers, p, end, at));
         SET(rec, 7, PyLong_FromLong(b->log_append));
